@@ -1,0 +1,147 @@
+//! The static `Backend` trait: what a backend (the simulator or ConnectX
+//! hardware through mlx5dv) hands the generic front-end, mirroring what
+//! `mlx5dv_init_obj` returns on hardware (spec §1.5–1.8), plus the doorbell
+//! write itself (spec §1.6–1.7).
+//!
+//! Everything else — WQE encoding, ring bookkeeping, wr-id tracking and CQE
+//! polling — is generic code in this crate, shared by every backend.
+
+use crate::error::Result;
+use crate::types::{AccessFlags, DeviceCaps, PortInfo, QpState, RemoteQpInfo};
+
+/// Raw CQ resources (`struct mlx5dv_cq`).
+#[derive(Clone, Copy, Debug)]
+pub struct CqResources {
+    /// CQE ring: `cqe_cnt` entries of `cqe_size` bytes.
+    pub buf: *mut u8,
+    /// Number of CQEs, a power of two.
+    pub cqe_cnt: u32,
+    /// 64 or 128.
+    pub cqe_size: u32,
+    /// CQ doorbell record: word 0 set_ci, word 1 arm (BE32 each).
+    pub dbrec: *mut u32,
+    pub cqn: u32,
+}
+
+/// Raw QP resources (`struct mlx5dv_qp`).
+#[derive(Debug)]
+pub struct QpResources<U> {
+    pub qpn: u32,
+    /// SQ ring: `sq_wqe_cnt` WQEBBs of 64 bytes.
+    pub sq_buf: *mut u8,
+    /// Number of WQEBBs, a power of two.
+    pub sq_wqe_cnt: u32,
+    /// RQ ring: `rq_wqe_cnt` WQEs of `rq_stride` bytes (may be empty).
+    pub rq_buf: *mut u8,
+    pub rq_wqe_cnt: u32,
+    pub rq_stride: u32,
+    /// QP doorbell record: word 0 RQ counter, word 1 SQ counter (BE32).
+    pub dbrec: *mut u32,
+    /// The QP's doorbell / BlueFlame register.
+    pub uar: U,
+    /// BlueFlame half size (`bf.size`), 0 when the register is doorbell-only.
+    pub bf_size: u32,
+}
+
+/// Queue sizes requested at QP creation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QpCaps {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+/// Transport of a QP to create.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QpKind {
+    Rc,
+}
+
+/// Creation attributes handed to the backend.
+#[derive(Clone, Debug)]
+pub struct QpCreate {
+    pub kind: QpKind,
+    pub caps: QpCaps,
+    /// SQ size in WQEBBs (power of two), computed by [`crate::sizing`].
+    pub sq_wqe_cnt: u32,
+    /// RQ WQE count (power of two) and stride, computed by [`crate::sizing`].
+    pub rq_wqe_cnt: u32,
+    pub rq_stride: u32,
+    /// CQE version 1 user index (reported in every CQE's `srqn_uidx`).
+    pub user_index: u32,
+}
+
+/// One step of the QP state machine with the attributes it needs (spec §7).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum QpTransition {
+    /// RESET→INIT: port, P_Key index 0, responder access rights.
+    Init { port: u8, access: AccessFlags },
+    /// INIT→RTR: remote path and receive parameters.
+    Rtr { remote: RemoteQpInfo, path_mtu: u32, min_rnr_timer: u8, max_dest_rd_atomic: u8 },
+    /// RTR→RTS: send parameters.
+    Rts { timeout: u8, retry_cnt: u8, rnr_retry: u8, sq_psn: u32, max_rd_atomic: u8 },
+    /// Any→ERR or Any→RESET.
+    To(QpState),
+}
+
+/// A backend: the simulator (`mlx5_api::sim::Sim`) or ConnectX hardware.
+///
+/// All object types own the backend object and destroy it on drop; the
+/// front-end keeps them in an order that makes destruction correct (QPs before
+/// CQs, MRs and QPs before their PD).
+pub trait Backend: Sized + 'static {
+    /// A device that can be opened.
+    type Device;
+    /// An opened device (`ibv_context`).
+    type Context;
+    type Pd;
+    type Mr;
+    type Cq;
+    type Qp;
+    /// Doorbell / BlueFlame register of a QP.
+    type Uar;
+
+    fn device_name(dev: &Self::Device) -> String;
+    fn open(dev: &Self::Device) -> Result<Self::Context>;
+    fn query_port(ctx: &Self::Context, port: u8) -> Result<PortInfo>;
+    fn device_caps(ctx: &Self::Context) -> DeviceCaps;
+
+    fn alloc_pd(ctx: &Self::Context) -> Result<Self::Pd>;
+    /// Register `[addr, addr+len)`; returns the object and (lkey, rkey).
+    ///
+    /// # Safety
+    /// The memory must stay valid until the returned object is dropped.
+    unsafe fn reg_mr(
+        ctx: &Self::Context,
+        pd: &Self::Pd,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<(Self::Mr, u32, u32)>;
+    fn create_cq(ctx: &Self::Context, cqe: u32) -> Result<(Self::Cq, CqResources)>;
+    fn create_qp(
+        ctx: &Self::Context,
+        pd: &Self::Pd,
+        send_cq: &Self::Cq,
+        recv_cq: &Self::Cq,
+        attr: &QpCreate,
+    ) -> Result<(Self::Qp, QpResources<Self::Uar>)>;
+    fn modify_qp(ctx: &Self::Context, qp: &Self::Qp, t: &QpTransition) -> Result<()>;
+
+    /// Plain doorbell: one 8-byte store of `ctrl` (the first 8 bytes of the
+    /// last WQE's ctrl segment) at `offset` of the register, with the MMIO
+    /// ordering of spec §1.7 (barrier B before, C after).
+    fn ring_doorbell(uar: &Self::Uar, offset: u32, ctrl: [u8; 8]);
+    /// BlueFlame: copy the whole last WQE, given as the part up to the ring
+    /// end and the wrapped rest (each a multiple of 64 bytes, together at most
+    /// `bf_size`), in ascending 64-byte chunks at `offset`.
+    fn ring_blueflame(uar: &Self::Uar, offset: u32, head: &[u8], tail: &[u8]);
+    /// Called by `poll` when the CQ had nothing: the simulator advances its
+    /// virtual clock (RNR retries); hardware does nothing.
+    #[inline(always)]
+    fn cq_idle(_cq: &Self::Cq) {}
+}

@@ -1,0 +1,30 @@
+//! Memory barriers of the post/poll paths (spec §1.7), in rdma-core's names.
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+use std::sync::atomic::fence;
+use std::sync::atomic::{compiler_fence, Ordering};
+
+/// `udma_to_device_barrier`: order WQE stores before the doorbell record
+/// store, as seen by a DMA reader. x86: compiler barrier (stores are not
+/// reordered with stores); arm64: `dmb oshst`.
+#[inline(always)]
+pub fn udma_to_device_barrier() {
+    #[cfg(target_arch = "x86_64")]
+    compiler_fence(Ordering::Release);
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction; no memory is accessed.
+    unsafe {
+        std::arch::asm!("dmb oshst", options(nostack, preserves_flags));
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    fence(Ordering::SeqCst);
+}
+
+/// `udma_from_device_barrier`: order the CQE `op_own` load before loads of
+/// the rest of the CQE. The `op_own` load is an Acquire load, which is this
+/// barrier on x86 (loads are not reordered with loads) and on arm64 (`ldar`);
+/// the compiler fence keeps the compiler from hoisting the field loads.
+#[inline(always)]
+pub fn udma_from_device_barrier() {
+    compiler_fence(Ordering::Acquire);
+}

@@ -1,0 +1,314 @@
+//! Devices, contexts, protection domains and memory regions: RAII owners of
+//! backend objects, each keeping alive what it depends on.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::cell::Cell;
+use std::rc::Rc;
+
+use crate::backend::{Backend, QpCaps, QpCreate, QpKind};
+use crate::cq::{AsCq, Completion, CompletionQueue, CqShared, MonoCq};
+use crate::error::{Error, Result};
+use crate::qp::RcQp;
+use crate::rq::RecvQueue;
+use crate::sizing::rc_qp_geometry;
+use crate::sq::SendQueue;
+use crate::types::{AccessFlags, DeviceCaps, PortInfo};
+
+/// A device that can be opened.
+pub struct Device<B: Backend> {
+    raw: B::Device,
+}
+
+impl<B: Backend> Device<B> {
+    pub fn new(raw: B::Device) -> Self {
+        Device { raw }
+    }
+    pub fn name(&self) -> String {
+        B::device_name(&self.raw)
+    }
+    pub fn open(&self) -> Result<Context<B>> {
+        let raw = B::open(&self.raw)?;
+        let caps = B::device_caps(&raw);
+        Ok(Context { inner: Rc::new(CtxInner { raw, caps, next_uidx: Cell::new(1) }) })
+    }
+}
+
+#[doc(hidden)]
+pub struct CtxInner<B: Backend> {
+    pub(crate) raw: B::Context,
+    caps: DeviceCaps,
+    next_uidx: Cell<u32>,
+}
+
+/// An opened device.
+pub struct Context<B: Backend> {
+    inner: Rc<CtxInner<B>>,
+}
+
+impl<B: Backend> Clone for Context<B> {
+    fn clone(&self) -> Self {
+        Context { inner: self.inner.clone() }
+    }
+}
+
+impl<B: Backend> Context<B> {
+    pub fn caps(&self) -> &DeviceCaps {
+        &self.inner.caps
+    }
+    pub fn query_port(&self, port: u8) -> Result<PortInfo> {
+        B::query_port(&self.inner.raw, port)
+    }
+    /// The backend's context (for backend-specific calls).
+    pub fn raw(&self) -> &B::Context {
+        &self.inner.raw
+    }
+
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain<B>> {
+        let raw = B::alloc_pd(&self.inner.raw)?;
+        Ok(ProtectionDomain { inner: Rc::new(PdInner { raw, ctx: self.inner.clone() }) })
+    }
+
+    fn cq_shared<T>(&self, cqe: u32) -> Result<Rc<CqShared<B, T>>> {
+        if cqe == 0 || cqe > self.inner.caps.max_cqe {
+            return Err(Error::InvalidArgument(format!(
+                "CQ size {cqe} not in 1..={}",
+                self.inner.caps.max_cqe
+            )));
+        }
+        let (raw, res) = B::create_cq(&self.inner.raw, cqe)?;
+        Ok(Rc::new(CqShared::new(raw, res, self.inner.clone())))
+    }
+
+    /// A CQ of at least `cqe` entries dispatching through a boxed callback.
+    pub fn create_cq<T: 'static>(
+        &self,
+        cqe: u32,
+        callback: impl FnMut(Completion, T) + 'static,
+    ) -> Result<CompletionQueue<B, T>> {
+        Ok(CompletionQueue::new(self.cq_shared(cqe)?, Box::new(callback)))
+    }
+
+    /// A CQ whose callback is inlined into `poll`.
+    pub fn create_mono_cq<T, F: FnMut(Completion, T)>(
+        &self,
+        cqe: u32,
+        callback: F,
+    ) -> Result<MonoCq<B, T, F>> {
+        Ok(MonoCq::new(self.cq_shared(cqe)?, callback))
+    }
+
+    /// An RC QP in RESET, reporting sends to `send_cq` and receives to `recv_cq`.
+    pub fn create_rc_qp<T>(
+        &self,
+        pd: &ProtectionDomain<B>,
+        send_cq: &impl AsCq<B, T>,
+        recv_cq: &impl AsCq<B, T>,
+        config: &RcQpConfig,
+    ) -> Result<RcQp<B, T>> {
+        if !Rc::ptr_eq(&pd.inner.ctx, &self.inner) {
+            return Err(Error::InvalidArgument("PD belongs to another context".into()));
+        }
+        let caps = QpCaps {
+            max_send_wr: config.max_send_wr,
+            max_recv_wr: config.max_recv_wr,
+            max_send_sge: config.max_send_sge,
+            max_recv_sge: config.max_recv_sge,
+            max_inline_data: config.max_inline_data,
+        };
+        let geo = rc_qp_geometry(&caps, &self.inner.caps)?;
+        let uidx = self.inner.next_uidx.get();
+        self.inner.next_uidx.set((uidx + 1) & 0xff_ffff);
+        let attr = QpCreate {
+            kind: QpKind::Rc,
+            caps: caps.clone(),
+            sq_wqe_cnt: geo.sq_wqe_cnt,
+            rq_wqe_cnt: geo.rq_wqe_cnt,
+            rq_stride: geo.rq_stride,
+            user_index: uidx,
+        };
+        let (scq, rcq) = (send_cq.shared(), recv_cq.shared());
+        let (raw, res) = B::create_qp(&self.inner.raw, &pd.inner.raw, &scq.raw, &rcq.raw, &attr)?;
+        let rq = RecvQueue::new(res.rq_buf, res.rq_wqe_cnt, res.rq_stride, res.dbrec, caps.max_recv_sge);
+        let qpn = res.qpn;
+        let sq = SendQueue::new(res, caps.max_send_sge, caps.max_inline_data, geo.max_wqe_ds);
+        Ok(RcQp::new(raw, sq, rq, qpn, caps, scq.clone(), rcq.clone(), pd.inner.clone()))
+    }
+}
+
+/// Creation parameters of an RC QP.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RcQpConfig {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+impl Default for RcQpConfig {
+    fn default() -> Self {
+        RcQpConfig {
+            max_send_wr: 256,
+            max_recv_wr: 256,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 256,
+        }
+    }
+}
+
+#[doc(hidden)]
+pub struct PdInner<B: Backend> {
+    pub(crate) raw: B::Pd,
+    pub(crate) ctx: Rc<CtxInner<B>>,
+}
+
+/// A protection domain.
+pub struct ProtectionDomain<B: Backend> {
+    inner: Rc<PdInner<B>>,
+}
+
+impl<B: Backend> Clone for ProtectionDomain<B> {
+    fn clone(&self) -> Self {
+        ProtectionDomain { inner: self.inner.clone() }
+    }
+}
+
+impl<B: Backend> ProtectionDomain<B> {
+    /// Allocate `len` zeroed, page-aligned bytes and register them.
+    pub fn alloc_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion<B>> {
+        let buf = PageBuf::new(len)?;
+        // SAFETY: the MR owns `buf`, which outlives the registration (field order).
+        let (raw, lkey, rkey) =
+            unsafe { B::reg_mr(&self.inner.ctx.raw, &self.inner.raw, buf.ptr, len, access)? };
+        Ok(MemoryRegion {
+            raw,
+            lkey,
+            rkey,
+            addr: buf.ptr,
+            len,
+            access,
+            _buf: Some(buf),
+            _pd: self.inner.clone(),
+        })
+    }
+
+    /// Register memory the caller owns.
+    ///
+    /// # Safety
+    /// `[addr, addr+len)` must stay valid, and not be freed, until the
+    /// returned region is dropped; the NIC may read and write it meanwhile.
+    pub unsafe fn register_raw(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion<B>> {
+        let (raw, lkey, rkey) = B::reg_mr(&self.inner.ctx.raw, &self.inner.raw, addr, len, access)?;
+        Ok(MemoryRegion { raw, lkey, rkey, addr, len, access, _buf: None, _pd: self.inner.clone() })
+    }
+}
+
+/// Page-aligned zeroed heap memory.
+struct PageBuf {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl PageBuf {
+    fn new(len: usize) -> Result<Self> {
+        let layout = Layout::from_size_align(len.max(1), 4096)
+            .map_err(|e| Error::InvalidArgument(format!("MR length {len}: {e}")))?;
+        // SAFETY: layout has non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(Error::InvalidArgument(format!("cannot allocate {len} bytes")));
+        }
+        Ok(PageBuf { ptr, layout })
+    }
+}
+
+impl Drop for PageBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// A registered memory region. The NIC may access it at any time, so its
+/// contents are read and written by copy (`read`, `write`), never through
+/// long-lived references.
+pub struct MemoryRegion<B: Backend> {
+    /// Deregistered first, before the memory below is freed.
+    raw: B::Mr,
+    lkey: u32,
+    rkey: u32,
+    addr: *mut u8,
+    len: usize,
+    access: AccessFlags,
+    _buf: Option<PageBuf>,
+    _pd: Rc<PdInner<B>>,
+}
+
+impl<B: Backend> MemoryRegion<B> {
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+    /// Start address (what goes into SGEs and remote addresses).
+    pub fn addr(&self) -> u64 {
+        self.addr as u64
+    }
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.addr
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn access(&self) -> AccessFlags {
+        self.access
+    }
+
+    fn check(&self, offset: usize, n: usize) -> Result<()> {
+        if offset.checked_add(n).is_none_or(|end| end > self.len) {
+            return Err(Error::InvalidArgument(format!(
+                "range {offset}+{n} outside MR of {} bytes",
+                self.len
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copy `dst.len()` bytes out of the region at `offset`.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check(offset, dst.len())?;
+        // SAFETY: in bounds of registered, live memory.
+        unsafe { std::ptr::copy(self.addr.add(offset), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Copy `src` into the region at `offset`.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
+        self.check(offset, src.len())?;
+        // SAFETY: in bounds of registered, live memory.
+        unsafe { std::ptr::copy(src.as_ptr(), self.addr.add(offset), src.len()) };
+        Ok(())
+    }
+
+    /// The whole region as a vector (a snapshot copy).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.len];
+        self.read(0, &mut v).expect("whole region is in bounds");
+        v
+    }
+
+    /// The backend's MR object.
+    pub fn raw(&self) -> &B::Mr {
+        &self.raw
+    }
+}

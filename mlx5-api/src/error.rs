@@ -1,0 +1,47 @@
+//! Typed errors of the front-end: post-time limits (checked before any byte
+//! of the offending segment lands in the ring) and control-path failures.
+
+use crate::types::QpState;
+
+/// Every failure the front-end reports. Post-path variants carry the values
+/// that were out of range so that a caller can act on them.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The send queue has not enough free WQEBBs for the WQE being built.
+    #[error("send queue full: WQE needs {needed} WQEBB(s), {free} free")]
+    SqFull { needed: u32, free: u32 },
+    /// The receive queue has no free slot.
+    #[error("receive queue full ({capacity} WQEs outstanding)")]
+    RqFull { capacity: u32 },
+    /// More scatter/gather entries than the queue was created for.
+    #[error("too many SGEs: {count} > max {max}")]
+    TooManySge { count: u32, max: u32 },
+    /// Inline payload larger than the QP's `max_inline_data`.
+    #[error("inline data of {len} bytes exceeds max_inline_data {max}")]
+    InlineTooLarge { len: usize, max: usize },
+    /// The WQE would exceed the maximum WQE size (in 16-byte DS units).
+    #[error("WQE of {ds} DS exceeds the maximum of {max} DS")]
+    WqeTooLarge { ds: u32, max: u32 },
+    /// An SGE length that does not fit the 31-bit byte_count field.
+    #[error("SGE length {len} exceeds 2^31-1")]
+    SgeTooLong { len: u64 },
+    /// Posting requires a state the QP is not in.
+    #[error("QP 0x{qpn:x} is in state {state:?}, posting needs {needed:?}")]
+    QpState { qpn: u32, state: QpState, needed: QpState },
+    /// A state transition that the QP state machine (spec §7) does not allow.
+    #[error("invalid QP transition {from:?} -> {to:?}")]
+    InvalidTransition { from: QpState, to: QpState },
+    /// A configuration value out of range (queue sizes, CQE size, ...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The backend (simulator or hardware) refused a control-path request.
+    #[error("{op} failed: {reason}")]
+    Backend { op: &'static str, reason: String },
+    /// An errno-carrying verbs failure (hardware backend).
+    #[error("{op} failed: errno {errno} ({msg})")]
+    Verbs { op: &'static str, errno: i32, msg: String },
+}
+
+/// Result alias of the front-end.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

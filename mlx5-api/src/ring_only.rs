@@ -1,0 +1,209 @@
+//! A backend with rings and no device: queue memory and doorbell records are
+//! plain memory, and the doorbell only records what was written. Nothing ever
+//! executes a WQE or writes a CQE here, so it is for encoder tests (golden
+//! bytes, snapshots) and for measuring the post path alone; use the
+//! simulator for anything that needs completions.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::cell::Cell;
+use std::rc::Rc;
+
+use crate::backend::{Backend, CqResources, QpCreate, QpResources, QpTransition};
+use crate::error::{Error, Result};
+use crate::types::{AccessFlags, DeviceCaps, LinkLayer, PortInfo};
+
+/// The ring-only backend marker.
+pub struct RingOnly;
+
+/// What the doorbell register saw.
+pub struct DoorbellLog {
+    pub doorbells: Cell<u64>,
+    pub blueflames: Cell<u64>,
+    /// Offset and value of the last 8-byte doorbell.
+    pub last_doorbell: Cell<(u32, [u8; 8])>,
+    /// Offset and length of the last BlueFlame write, and its first 64 bytes.
+    pub last_blueflame: Cell<(u32, usize, [u8; 64])>,
+}
+
+impl Default for DoorbellLog {
+    fn default() -> Self {
+        DoorbellLog {
+            doorbells: Cell::new(0),
+            blueflames: Cell::new(0),
+            last_doorbell: Cell::new((0, [0; 8])),
+            last_blueflame: Cell::new((0, 0, [0; 64])),
+        }
+    }
+}
+
+/// Device and context of the ring-only backend.
+#[derive(Clone)]
+pub struct RingOnlyDevice {
+    next_qpn: Rc<Cell<u32>>,
+    next_key: Rc<Cell<u32>>,
+    bf_size: u32,
+    log: Rc<DoorbellLog>,
+}
+
+impl RingOnlyDevice {
+    /// QPNs are handed out from `first_qpn` on; `bf_size` 0 means no BlueFlame.
+    pub fn new(first_qpn: u32, bf_size: u32) -> Self {
+        RingOnlyDevice {
+            next_qpn: Rc::new(Cell::new(first_qpn)),
+            next_key: Rc::new(Cell::new(0x1000)),
+            bf_size,
+            log: Rc::default(),
+        }
+    }
+    /// The doorbell log shared by every QP of this device.
+    pub fn log(&self) -> &DoorbellLog {
+        &self.log
+    }
+}
+
+/// Zeroed, 4096-aligned memory owned by a ring-only object.
+pub struct Region {
+    ptr: *mut u8,
+    layout: Layout,
+}
+impl Region {
+    fn new(len: usize) -> Result<Self> {
+        let layout =
+            Layout::from_size_align(len.max(64), 4096).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        // SAFETY: non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(Error::InvalidArgument(format!("cannot allocate {len} bytes")));
+        }
+        Ok(Region { ptr, layout })
+    }
+}
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: allocated with this layout.
+        unsafe { dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// A ring-only CQ: its buffer is initialised like rdma-core's and never written.
+pub struct RoCq {
+    _buf: Region,
+    _dbrec: Region,
+}
+/// A ring-only QP: RQ, SQ and doorbell record memory.
+pub struct RoQp {
+    _buf: Region,
+    _dbrec: Region,
+}
+/// The doorbell register: records into the device's log.
+pub struct RoUar {
+    log: Rc<DoorbellLog>,
+}
+
+impl Backend for RingOnly {
+    type Device = RingOnlyDevice;
+    type Context = RingOnlyDevice;
+    type Pd = ();
+    type Mr = ();
+    type Cq = RoCq;
+    type Qp = RoQp;
+    type Uar = RoUar;
+
+    fn device_name(_: &RingOnlyDevice) -> String {
+        "ring-only".into()
+    }
+    fn open(dev: &RingOnlyDevice) -> Result<RingOnlyDevice> {
+        Ok(dev.clone())
+    }
+    fn query_port(_: &RingOnlyDevice, port: u8) -> Result<PortInfo> {
+        Ok(PortInfo {
+            port_num: port,
+            lid: 1,
+            gid: [0; 16],
+            mac: [0; 6],
+            link_layer: LinkLayer::InfiniBand,
+            active_mtu: 4096,
+        })
+    }
+    fn device_caps(dev: &RingOnlyDevice) -> DeviceCaps {
+        DeviceCaps {
+            max_qp_wr: 32768,
+            max_sge: 30,
+            max_cqe: 1 << 22,
+            max_wqe_sz_sq: 1008,
+            bf_size: dev.bf_size,
+            max_rd_atomic: 16,
+        }
+    }
+    fn alloc_pd(_: &RingOnlyDevice) -> Result<()> {
+        Ok(())
+    }
+    unsafe fn reg_mr(
+        dev: &RingOnlyDevice,
+        _: &(),
+        _: *mut u8,
+        _: usize,
+        _: AccessFlags,
+    ) -> Result<((), u32, u32)> {
+        let k = dev.next_key.get();
+        dev.next_key.set(k + 1);
+        Ok(((), k, k))
+    }
+    fn create_cq(_: &RingOnlyDevice, cqe: u32) -> Result<(RoCq, CqResources)> {
+        let cnt = (cqe + 1).next_power_of_two();
+        let buf = Region::new(cnt as usize * 64)?;
+        for i in 0..cnt as usize {
+            // SAFETY: inside the buffer: op_own of CQE i = INVALID, owner 0.
+            unsafe { *buf.ptr.add(i * 64 + 63) = 0xf0 };
+        }
+        let dbrec = Region::new(64)?;
+        let res =
+            CqResources { buf: buf.ptr, cqe_cnt: cnt, cqe_size: 64, dbrec: dbrec.ptr as *mut u32, cqn: 1 };
+        Ok((RoCq { _buf: buf, _dbrec: dbrec }, res))
+    }
+    fn create_qp(
+        dev: &RingOnlyDevice,
+        _: &(),
+        _: &RoCq,
+        _: &RoCq,
+        attr: &QpCreate,
+    ) -> Result<(RoQp, QpResources<RoUar>)> {
+        let rq_bytes = (attr.rq_wqe_cnt * attr.rq_stride) as usize;
+        let rq_bytes = rq_bytes.next_multiple_of(4096);
+        let buf = Region::new(rq_bytes + attr.sq_wqe_cnt as usize * 64)?;
+        let dbrec = Region::new(64)?;
+        let qpn = dev.next_qpn.get();
+        dev.next_qpn.set(qpn + 1);
+        let res = QpResources {
+            qpn,
+            // SAFETY: the SQ follows the RQ inside `buf` (spec §1.8).
+            sq_buf: unsafe { buf.ptr.add(rq_bytes) },
+            sq_wqe_cnt: attr.sq_wqe_cnt,
+            rq_buf: buf.ptr,
+            rq_wqe_cnt: attr.rq_wqe_cnt,
+            rq_stride: attr.rq_stride,
+            dbrec: dbrec.ptr as *mut u32,
+            uar: RoUar { log: dev.log.clone() },
+            bf_size: dev.bf_size,
+        };
+        Ok((RoQp { _buf: buf, _dbrec: dbrec }, res))
+    }
+    fn modify_qp(_: &RingOnlyDevice, _: &RoQp, _: &QpTransition) -> Result<()> {
+        Ok(())
+    }
+    #[inline(always)]
+    fn ring_doorbell(uar: &RoUar, offset: u32, ctrl: [u8; 8]) {
+        uar.log.doorbells.set(uar.log.doorbells.get() + 1);
+        uar.log.last_doorbell.set((offset, ctrl));
+    }
+    fn ring_blueflame(uar: &RoUar, offset: u32, head: &[u8], tail: &[u8]) {
+        let mut first = [0u8; 64];
+        let h = head.len().min(64);
+        first[..h].copy_from_slice(&head[..h]);
+        if h < 64 {
+            first[h..].copy_from_slice(&tail[..64 - h]);
+        }
+        uar.log.blueflames.set(uar.log.blueflames.get() + 1);
+        uar.log.last_blueflame.set((offset, head.len() + tail.len(), first));
+    }
+}

@@ -1,0 +1,267 @@
+//! The simulator as a [`Backend`]: an adapter from the front-end's requests
+//! to the `mlx5-sim` device model. The model sees only ring memory, doorbell
+//! records and UAR writes, exactly as a NIC does; this file is the "driver
+//! glue" (the part the kernel and rdma-core's provider play on hardware).
+
+use mlx5_sim::{self as model, ExecMode, Fabric, Nic};
+
+use crate::backend::{Backend, CqResources, QpCreate, QpKind, QpResources, QpTransition};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::types::{AccessFlags, DeviceCaps, LinkLayer, PortInfo, QpState};
+
+pub use mlx5_sim::{AtomicEndianness, FabricConfig, HostConfig};
+
+/// The simulator backend marker.
+pub struct Sim;
+
+/// A simulated device: one NIC of a [`Fabric`].
+#[derive(Clone)]
+pub struct SimDevice {
+    nic: Nic,
+    deterministic: bool,
+}
+
+impl SimDevice {
+    /// The device model behind this device (stats, virtual time).
+    pub fn nic(&self) -> &Nic {
+        &self.nic
+    }
+}
+
+/// The devices of a fabric, in the order their hosts were added.
+pub fn devices(fabric: &Fabric) -> Vec<Device<Sim>> {
+    let deterministic = matches!(fabric.mode(), ExecMode::Deterministic);
+    fabric.nics().into_iter().map(|nic| Device::new(SimDevice { nic, deterministic })).collect()
+}
+
+/// A deterministic fabric with two InfiniBand hosts (LIDs 1 and 2), the
+/// usual test set-up.
+pub fn two_hosts(mode: ExecMode) -> (Fabric, Device<Sim>, Device<Sim>) {
+    let fabric = Fabric::new(FabricConfig { mode, ..FabricConfig::default() });
+    fabric.add_host(HostConfig::infiniband("sim0", 1));
+    fabric.add_host(HostConfig::infiniband("sim1", 2));
+    let mut d = devices(&fabric);
+    let b = d.pop().expect("two hosts");
+    let a = d.pop().expect("two hosts");
+    (fabric, a, b)
+}
+
+fn sim_err(op: &'static str) -> impl FnOnce(model::SimError) -> Error {
+    move |e| Error::Backend { op, reason: e.to_string() }
+}
+
+pub struct SimPd {
+    nic: Nic,
+    pdn: u32,
+}
+impl Drop for SimPd {
+    fn drop(&mut self) {
+        let _ = self.nic.dealloc_pd(self.pdn);
+    }
+}
+pub struct SimMr {
+    nic: Nic,
+    lkey: u32,
+}
+impl Drop for SimMr {
+    fn drop(&mut self) {
+        let _ = self.nic.dereg_mr(self.lkey);
+    }
+}
+pub struct SimCq {
+    nic: Nic,
+    cqn: u32,
+    deterministic: bool,
+}
+impl Drop for SimCq {
+    fn drop(&mut self) {
+        let _ = self.nic.destroy_cq(self.cqn);
+    }
+}
+pub struct SimQp {
+    nic: Nic,
+    qpn: u32,
+}
+impl SimQp {
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+}
+impl Drop for SimQp {
+    fn drop(&mut self) {
+        let _ = self.nic.destroy_qp(self.qpn);
+    }
+}
+/// The QP's UAR register in the model.
+pub struct SimUar {
+    nic: Nic,
+    index: u32,
+}
+
+fn to_model_state(s: QpState) -> model::QpState {
+    match s {
+        QpState::Reset => model::QpState::Reset,
+        QpState::Init => model::QpState::Init,
+        QpState::Rtr => model::QpState::Rtr,
+        QpState::Rts => model::QpState::Rts,
+        QpState::Sqd => model::QpState::Sqd,
+        QpState::Sqe => model::QpState::Sqe,
+        QpState::Err => model::QpState::Err,
+    }
+}
+
+impl Backend for Sim {
+    type Device = SimDevice;
+    type Context = SimDevice;
+    type Pd = SimPd;
+    type Mr = SimMr;
+    type Cq = SimCq;
+    type Qp = SimQp;
+    type Uar = SimUar;
+
+    fn device_name(dev: &SimDevice) -> String {
+        dev.nic.info().name
+    }
+    fn open(dev: &SimDevice) -> Result<SimDevice> {
+        Ok(dev.clone())
+    }
+    fn query_port(ctx: &SimDevice, port: u8) -> Result<PortInfo> {
+        let i = ctx.nic.info();
+        if port != i.port_num {
+            return Err(Error::InvalidArgument(format!("no port {port} (device has port {})", i.port_num)));
+        }
+        Ok(PortInfo {
+            port_num: i.port_num,
+            lid: i.lid,
+            gid: i.gid,
+            mac: i.mac,
+            link_layer: match i.link_layer {
+                model::LinkLayer::InfiniBand => LinkLayer::InfiniBand,
+                model::LinkLayer::Ethernet => LinkLayer::Ethernet,
+            },
+            active_mtu: i.active_mtu,
+        })
+    }
+    fn device_caps(ctx: &SimDevice) -> DeviceCaps {
+        let c = ctx.nic.info().caps;
+        DeviceCaps {
+            max_qp_wr: c.max_qp_wr,
+            max_sge: c.max_sge,
+            max_cqe: c.max_cqe,
+            max_wqe_sz_sq: c.max_wqe_sz_sq,
+            bf_size: c.bf_size,
+            max_rd_atomic: c.max_rd_atomic,
+        }
+    }
+    fn alloc_pd(ctx: &SimDevice) -> Result<SimPd> {
+        let pdn = ctx.nic.alloc_pd().map_err(sim_err("alloc_pd"))?;
+        Ok(SimPd { nic: ctx.nic.clone(), pdn })
+    }
+    unsafe fn reg_mr(
+        ctx: &SimDevice,
+        pd: &SimPd,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<(SimMr, u32, u32)> {
+        // SAFETY: forwarded contract: the memory outlives the MR.
+        let k = unsafe { ctx.nic.reg_mr(pd.pdn, addr as u64, len as u64, access.bits()) }
+            .map_err(sim_err("reg_mr"))?;
+        Ok((SimMr { nic: ctx.nic.clone(), lkey: k.lkey }, k.lkey, k.rkey))
+    }
+    fn create_cq(ctx: &SimDevice, cqe: u32) -> Result<(SimCq, CqResources)> {
+        // rdma-core: cqe + 1 entries rounded up to a power of two.
+        let cnt = (cqe + 1).next_power_of_two();
+        let r = ctx.nic.create_cq(cnt, 64).map_err(sim_err("create_cq"))?;
+        let res =
+            CqResources { buf: r.buf, cqe_cnt: r.cqe_cnt, cqe_size: r.cqe_size, dbrec: r.dbrec, cqn: r.cqn };
+        Ok((SimCq { nic: ctx.nic.clone(), cqn: r.cqn, deterministic: ctx.deterministic }, res))
+    }
+    fn create_qp(
+        ctx: &SimDevice,
+        pd: &SimPd,
+        send_cq: &SimCq,
+        recv_cq: &SimCq,
+        attr: &QpCreate,
+    ) -> Result<(SimQp, QpResources<SimUar>)> {
+        let qp_type = match attr.kind {
+            QpKind::Rc => model::QpType::Rc,
+        };
+        let r = ctx
+            .nic
+            .create_qp(&model::QpInitAttr {
+                qp_type,
+                pdn: pd.pdn,
+                send_cqn: send_cq.cqn,
+                recv_cqn: recv_cq.cqn,
+                sq_wqe_cnt: attr.sq_wqe_cnt,
+                rq_wqe_cnt: attr.rq_wqe_cnt,
+                rq_stride: attr.rq_stride,
+                user_index: attr.user_index,
+            })
+            .map_err(sim_err("create_qp"))?;
+        let res = QpResources {
+            qpn: r.qpn,
+            sq_buf: r.sq_buf,
+            sq_wqe_cnt: r.sq_wqe_cnt,
+            rq_buf: r.rq_buf,
+            rq_wqe_cnt: r.rq_wqe_cnt,
+            rq_stride: r.rq_stride,
+            dbrec: r.dbrec,
+            uar: SimUar { nic: ctx.nic.clone(), index: r.uar_index },
+            bf_size: r.bf_size,
+        };
+        Ok((SimQp { nic: ctx.nic.clone(), qpn: r.qpn }, res))
+    }
+    fn modify_qp(ctx: &SimDevice, qp: &SimQp, t: &QpTransition) -> Result<()> {
+        let m = match t {
+            QpTransition::Init { port, access } => model::QpModify {
+                state: Some(model::QpState::Init),
+                port: Some(*port),
+                access_flags: Some(access.bits()),
+                ..Default::default()
+            },
+            QpTransition::Rtr { remote, path_mtu, min_rnr_timer, max_dest_rd_atomic } => model::QpModify {
+                state: Some(model::QpState::Rtr),
+                path: Some(model::RcPath { dest_qpn: remote.qpn, dlid: remote.lid, dgid: remote.gid }),
+                path_mtu: Some(*path_mtu),
+                min_rnr_timer: Some(*min_rnr_timer),
+                rq_psn: Some(remote.psn),
+                max_dest_rd_atomic: Some(*max_dest_rd_atomic),
+                ..Default::default()
+            },
+            QpTransition::Rts { timeout, retry_cnt, rnr_retry, sq_psn, max_rd_atomic } => model::QpModify {
+                state: Some(model::QpState::Rts),
+                timeout: Some(*timeout),
+                retry_cnt: Some(*retry_cnt),
+                rnr_retry: Some(*rnr_retry),
+                sq_psn: Some(*sq_psn),
+                max_rd_atomic: Some(*max_rd_atomic),
+                ..Default::default()
+            },
+            QpTransition::To(s) => model::QpModify { state: Some(to_model_state(*s)), ..Default::default() },
+        };
+        ctx.nic.modify_qp(qp.qpn, &m).map_err(sim_err("modify_qp"))
+    }
+
+    #[inline(always)]
+    fn ring_doorbell(uar: &SimUar, offset: u32, ctrl: [u8; 8]) {
+        uar.nic.uar_write64(uar.index, offset, ctrl);
+    }
+    #[inline(always)]
+    fn ring_blueflame(uar: &SimUar, offset: u32, head: &[u8], tail: &[u8]) {
+        // The model takes the register write as one burst; assemble it on the stack.
+        let mut burst = [0u8; 1024];
+        let n = head.len() + tail.len();
+        burst[..head.len()].copy_from_slice(head);
+        burst[head.len()..n].copy_from_slice(tail);
+        uar.nic.uar_write_bf(uar.index, offset, &burst[..n]);
+    }
+    #[inline(always)]
+    fn cq_idle(cq: &SimCq) {
+        if cq.deterministic {
+            cq.nic.tick();
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Queue sizing from requested capabilities (spec §1.4, §4.1): the rdma-core
+//! rules, shared so that every backend sizes rings the same way.
+
+use crate::backend::QpCaps;
+use crate::error::{Error, Result};
+use crate::types::DeviceCaps;
+
+/// Bytes of a DS unit and of a WQEBB.
+pub const DS_BYTES: u32 = 16;
+pub const WQEBB_BYTES: u32 = 64;
+/// `ds` is 6 bits: at most 63 DS per WQE.
+pub const MAX_DS: u32 = 63;
+/// Largest SQ ring: the 16-bit `wqe_index` must identify a WQEBB unambiguously.
+pub const MAX_SQ_WQEBBS: u32 = 32768;
+
+/// Ring geometry of an RC QP.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RcQpGeometry {
+    /// SQ WQEBBs (power of two).
+    pub sq_wqe_cnt: u32,
+    /// Largest WQE this QP may build, in DS units.
+    pub max_wqe_ds: u32,
+    pub rq_wqe_cnt: u32,
+    pub rq_stride: u32,
+}
+
+fn align(v: u32, a: u32) -> u32 {
+    v.div_ceil(a) * a
+}
+
+/// Size an RC QP. The largest WQE is the largest of: WRITE/READ with
+/// `max_send_sge` SGEs (ctrl + raddr + n·data), an atomic (64 B), a WRITE
+/// with `max_inline_data` inline bytes (ctrl + raddr + align16(4+n)).
+pub fn rc_qp_geometry(caps: &QpCaps, dev: &DeviceCaps) -> Result<RcQpGeometry> {
+    let max_wqe_bytes = dev.max_wqe_sz_sq.min(MAX_DS * DS_BYTES);
+    if caps.max_send_wr == 0 || caps.max_send_wr > dev.max_qp_wr {
+        return Err(Error::InvalidArgument(format!(
+            "max_send_wr {} not in 1..={}",
+            caps.max_send_wr, dev.max_qp_wr
+        )));
+    }
+    if caps.max_recv_wr > dev.max_qp_wr {
+        return Err(Error::InvalidArgument(format!("max_recv_wr {} > {}", caps.max_recv_wr, dev.max_qp_wr)));
+    }
+    if caps.max_send_sge > dev.max_sge || caps.max_recv_sge > dev.max_sge {
+        return Err(Error::InvalidArgument(format!(
+            "max_send_sge {} / max_recv_sge {} > device max_sge {}",
+            caps.max_send_sge, caps.max_recv_sge, dev.max_sge
+        )));
+    }
+    // A SEND with the full inline payload must fit the device WQE size.
+    let inline_bytes = DS_BYTES + align(4 + caps.max_inline_data, DS_BYTES);
+    if caps.max_inline_data > 0 && inline_bytes > max_wqe_bytes {
+        return Err(Error::InvalidArgument(format!(
+            "max_inline_data {} does not fit a {max_wqe_bytes}-byte WQE",
+            caps.max_inline_data
+        )));
+    }
+    let sge_bytes = 2 * DS_BYTES + DS_BYTES * caps.max_send_sge;
+    let atomic_bytes = 4 * DS_BYTES;
+    let inline_write = if caps.max_inline_data > 0 { DS_BYTES + inline_bytes } else { 0 };
+    let wqe_bytes = align(sge_bytes.max(atomic_bytes).max(inline_write).min(max_wqe_bytes), WQEBB_BYTES);
+    let sq_wqe_cnt = (caps.max_send_wr * (wqe_bytes / WQEBB_BYTES)).next_power_of_two();
+    if sq_wqe_cnt > MAX_SQ_WQEBBS {
+        return Err(Error::InvalidArgument(format!(
+            "send queue of {sq_wqe_cnt} WQEBBs exceeds {MAX_SQ_WQEBBS} (16-bit wqe_index)"
+        )));
+    }
+    let (rq_wqe_cnt, rq_stride) = if caps.max_recv_wr == 0 {
+        (0, DS_BYTES)
+    } else {
+        (caps.max_recv_wr.next_power_of_two(), (DS_BYTES * caps.max_recv_sge.max(1)).next_power_of_two())
+    };
+    Ok(RcQpGeometry { sq_wqe_cnt, max_wqe_ds: max_wqe_bytes / DS_BYTES, rq_wqe_cnt, rq_stride })
+}
