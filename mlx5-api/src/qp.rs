@@ -109,6 +109,16 @@ impl<B: Backend, T> RcQp<B, T> {
         self.shared.sq.dbrec()
     }
 
+    /// The send ring's memory, for fault-injection tests that must put bytes
+    /// no builder would write (malformed WQEs) in front of the device.
+    ///
+    /// # Safety
+    /// Writes through the pointer must stay inside the ring
+    /// (`sq_wqebbs() * 64` bytes) and only touch unpublished WQEs.
+    pub unsafe fn sq_buf(&self) -> *mut u8 {
+        self.shared.sq.buf()
+    }
+
     /// Advance the SQ counters by `wqebbs` as if that many NOPs had been
     /// posted and completed. For encoder tests that must place a WQE at a
     /// given `wqe_index` (the spec's golden examples).

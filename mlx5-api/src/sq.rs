@@ -240,6 +240,10 @@ impl<B: Backend, T> SendQueue<B, T> {
         }
     }
 
+    pub(crate) fn buf(&self) -> *mut u8 {
+        self.buf
+    }
+
     /// Copy of the ring bytes.
     pub(crate) fn ring_bytes(&self) -> Vec<u8> {
         let mut v = vec![0u8; self.byte_mask + 1];

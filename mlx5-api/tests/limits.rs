@@ -1,0 +1,179 @@
+//! Runtime limits are typed errors, raised before the offending segment is
+//! written; nothing is published to the device (producer counter, doorbell
+//! record, doorbell) for a WQE that failed, and the next WQE reuses its slot.
+
+use mlx5_api::ring_only::{RingOnly, RingOnlyDevice};
+use mlx5_api::{
+    CompletionQueue, ConnectParams, Context, Device, Error, QpState, RcQp, RcQpConfig, RemoteQpInfo, Sge,
+    WqeFlags,
+};
+
+struct Fx {
+    dev: RingOnlyDevice,
+    _ctx: Context<RingOnly>,
+    _cq: CompletionQueue<RingOnly, u32>,
+    qp: RcQp<RingOnly, u32>,
+}
+
+fn fixture(cfg: RcQpConfig, connect: bool) -> Fx {
+    let dev = RingOnlyDevice::new(0x10, 256);
+    let ctx = Device::<RingOnly>::new(dev.clone()).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64, |_, _: u32| {}).unwrap();
+    let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).unwrap();
+    if connect {
+        qp.connect(&RemoteQpInfo { qpn: 1, lid: 1, gid: None, psn: 0 }, &ConnectParams::default()).unwrap();
+    }
+    Fx { dev, _ctx: ctx, _cq: cq, qp }
+}
+
+fn small() -> RcQpConfig {
+    RcQpConfig { max_send_wr: 4, max_recv_wr: 2, max_send_sge: 4, max_recv_sge: 2, max_inline_data: 32 }
+}
+
+/// Nothing was published: counters, doorbell record and doorbell untouched.
+fn assert_unpublished(f: &Fx, pi: u32, doorbells: u64) {
+    assert_eq!(f.qp.sq_pi(), pi);
+    assert_eq!(f.qp.sq_dbrec(), pi & 0xffff);
+    assert_eq!(f.dev.log().doorbells.get(), doorbells);
+}
+
+#[test]
+fn sq_full_is_reported_before_writing() {
+    let f = fixture(small(), true);
+    let n = f.qp.sq_wqebbs();
+    for e in 0..n {
+        f.qp.wqe_builder(e).unwrap().ctrl_nop(WqeFlags::NONE).unwrap().finish().unwrap();
+    }
+    let before = f.qp.sq_ring_bytes();
+    let err = f.qp.wqe_builder(99).err().unwrap();
+    assert_eq!(err, Error::SqFull { needed: 1, free: 0 });
+    assert_eq!(f.qp.sq_ring_bytes(), before, "no byte written");
+    assert_unpublished(&f, n, n as u64);
+}
+
+#[test]
+fn sq_full_when_a_multi_wqebb_wqe_does_not_fit() {
+    let f = fixture(small(), true);
+    let n = f.qp.sq_wqebbs();
+    for e in 0..n - 1 {
+        f.qp.wqe_builder(e).unwrap().ctrl_nop(WqeFlags::NONE).unwrap().finish().unwrap();
+    }
+    // ctrl + 3 SGEs = 1 WQEBB fits; the 4th SGE needs a second WQEBB.
+    let b = f.qp.wqe_builder(7).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
+    let b = b.sge(0x1000, 8, 1).unwrap().sge(0x2000, 8, 1).unwrap().sge(0x3000, 8, 1).unwrap();
+    let err = b.sge(0x4000, 8, 1).err().unwrap();
+    assert_eq!(err, Error::SqFull { needed: 2, free: 1 });
+    assert_unpublished(&f, n - 1, (n - 1) as u64);
+}
+
+#[test]
+fn too_many_sges() {
+    let f = fixture(small(), true);
+    let mut b = f.qp.wqe_builder(1).unwrap().ctrl_rdma_write(WqeFlags::SIGNALED).unwrap().rdma(0, 1).unwrap();
+    for i in 0..4 {
+        b = b.sge(0x1000 * i, 16, 1).unwrap();
+    }
+    assert_eq!(b.sge(0x9000, 16, 1).err().unwrap(), Error::TooManySge { count: 5, max: 4 });
+    assert_unpublished(&f, 0, 0);
+    // The slot is reused by the next WQE.
+    f.qp.wqe_builder(2).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();
+    let ring = f.qp.sq_ring_bytes();
+    assert_eq!(&ring[0..8], &[0, 0, 0, 0, 0, 0, 0x10, 1], "NOP at slot 0, ds 1");
+}
+
+#[test]
+fn zero_length_sges_are_skipped() {
+    let f = fixture(small(), true);
+    let mut b = f.qp.wqe_builder(1).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
+    for _ in 0..10 {
+        b = b.sge(0x1000, 0, 1).unwrap();
+    }
+    b.sge(0x2000, 4, 1).unwrap().finish().unwrap();
+    let ring = f.qp.sq_ring_bytes();
+    assert_eq!(ring[7] & 0x3f, 2, "ctrl + one data segment");
+}
+
+#[test]
+fn inline_too_large() {
+    let f = fixture(small(), true);
+    let b = f.qp.wqe_builder(1).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
+    assert_eq!(b.inline(&[0u8; 33]).err().unwrap(), Error::InlineTooLarge { len: 33, max: 32 });
+    assert_unpublished(&f, 0, 0);
+}
+
+#[test]
+fn wqe_above_the_maximum_size() {
+    // A SEND with 988 inline bytes is exactly 63 DS; a WRITE adds a raddr segment.
+    let cfg =
+        RcQpConfig { max_send_wr: 2, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 988 };
+    let f = fixture(cfg, true);
+    let data = vec![0xabu8; 988];
+    f.qp.wqe_builder(1)
+        .unwrap()
+        .ctrl_send(WqeFlags::SIGNALED)
+        .unwrap()
+        .inline(&data)
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert_eq!(f.qp.sq_ring_bytes()[7] & 0x3f, 63);
+    let pi = f.qp.sq_pi();
+    let b = f.qp.wqe_builder(2).unwrap().ctrl_rdma_write(WqeFlags::SIGNALED).unwrap().rdma(0, 1).unwrap();
+    assert_eq!(b.inline(&data).err().unwrap(), Error::WqeTooLarge { ds: 64, max: 63 });
+    assert_unpublished(&f, pi, 1);
+}
+
+#[test]
+fn oversized_inline_capacity_is_refused_at_creation() {
+    let dev = RingOnlyDevice::new(1, 0);
+    let ctx = Device::<RingOnly>::new(dev).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(4, |_, _: u32| {}).unwrap();
+    let cfg = RcQpConfig { max_inline_data: 989, ..small() };
+    assert!(matches!(ctx.create_rc_qp(&pd, &cq, &cq, &cfg), Err(Error::InvalidArgument(_))));
+    let cfg = RcQpConfig { max_send_sge: 31, ..small() };
+    assert!(matches!(ctx.create_rc_qp(&pd, &cq, &cq, &cfg), Err(Error::InvalidArgument(_))));
+}
+
+#[test]
+fn sge_longer_than_31_bits() {
+    let f = fixture(small(), true);
+    let b = f.qp.wqe_builder(1).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
+    assert_eq!(b.sge(0, 0x8000_0000, 1).err().unwrap(), Error::SgeTooLong { len: 0x8000_0000 });
+}
+
+#[test]
+fn posting_needs_rts() {
+    let f = fixture(small(), false);
+    let e = f.qp.wqe_builder(1).err().unwrap();
+    assert_eq!(e, Error::QpState { qpn: f.qp.qpn(), state: QpState::Reset, needed: QpState::Rts });
+    assert!(matches!(f.qp.post_recv(1, &[]), Err(Error::QpState { state: QpState::Reset, .. })));
+    f.qp.modify_to_init(1, mlx5_api::AccessFlags::ALL).unwrap();
+    assert!(matches!(f.qp.wqe_builder(1).err().unwrap(), Error::QpState { state: QpState::Init, .. }));
+    f.qp.post_recv(1, &[Sge { addr: 0x1000, len: 8, lkey: 1 }]).unwrap();
+    f.qp.modify_to_error().unwrap();
+    assert!(matches!(f.qp.wqe_builder(1).err().unwrap(), Error::QpState { state: QpState::Err, .. }));
+    assert_unpublished(&f, 0, 0);
+}
+
+#[test]
+fn invalid_transitions_are_refused() {
+    let f = fixture(small(), false);
+    let p = ConnectParams::default();
+    let e = f.qp.modify_to_rts(&p).err().unwrap();
+    assert_eq!(e, Error::InvalidTransition { from: QpState::Reset, to: QpState::Rts });
+    f.qp.modify_to_init(1, p.access).unwrap();
+    assert!(f.qp.modify_to_rts(&p).is_err());
+}
+
+#[test]
+fn receive_queue_limits() {
+    let f = fixture(small(), true);
+    let sge = Sge { addr: 0x1000, len: 64, lkey: 7 };
+    assert_eq!(f.qp.post_recv(1, &[sge; 3]).err().unwrap(), Error::TooManySge { count: 3, max: 2 });
+    f.qp.post_recv(1, &[sge]).unwrap();
+    f.qp.post_recv(2, &[sge, sge]).unwrap();
+    assert_eq!(f.qp.post_recv(3, &[sge]).err().unwrap(), Error::RqFull { capacity: 2 });
+    assert_eq!(f.qp.rq_outstanding(), 2);
+}

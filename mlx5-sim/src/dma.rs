@@ -1,0 +1,302 @@
+//! The checked "DMA" layer: the only code that touches registered host memory. It turns
+//! (lkey or rkey, address, length, required access, expected PD) into a [`Region`] and
+//! copies through raw pointers (spec §3.2, §4.1, §6.2; STYLE.md §2).
+//!
+//! Host memory may be read or written by the driver at the same time, so the model never
+//! creates Rust references over it; every access is a `ptr::copy_nonoverlapping` between a
+//! checked region and a local buffer. Region checks and copies happen under the fabric
+//! lock, and `dereg_mr` takes the same lock, so a region stays registered while it is used.
+
+use std::collections::HashMap;
+
+use crate::access;
+
+/// A memory region as registered with `reg_mr`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mr {
+    pub pdn: u32,
+    pub addr: u64,
+    pub len: u64,
+    pub access: u32,
+}
+
+/// Why a memory access was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DmaError {
+    /// No MR with this key.
+    #[error("unknown key {key:#x}")]
+    UnknownKey {
+        /// The key.
+        key: u32,
+    },
+    /// The MR belongs to another protection domain.
+    #[error("key {key:#x} belongs to PD {mr_pdn:#x}, QP uses PD {pdn:#x}")]
+    PdMismatch {
+        /// The key.
+        key: u32,
+        /// The MR's PD.
+        mr_pdn: u32,
+        /// The QP's PD.
+        pdn: u32,
+    },
+    /// The range is not inside the MR.
+    #[error("[{addr:#x}, +{len:#x}) is outside the MR of key {key:#x}")]
+    OutOfBounds {
+        /// The key.
+        key: u32,
+        /// Start address.
+        addr: u64,
+        /// Length.
+        len: u64,
+    },
+    /// The MR lacks an access right.
+    #[error("key {key:#x} lacks access {need:#x}")]
+    AccessDenied {
+        /// The key.
+        key: u32,
+        /// Missing `access::*` bits.
+        need: u32,
+    },
+}
+
+/// A checked range of registered memory. Only [`MrTable::check`] creates one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Region {
+    addr: u64,
+    len: u64,
+}
+
+impl Region {
+    pub(crate) const EMPTY: Region = Region { addr: 0, len: 0 };
+}
+
+/// The MRs of one host, keyed by lkey (the model uses the same value as rkey).
+#[derive(Debug, Default)]
+pub(crate) struct MrTable {
+    mrs: HashMap<u32, Mr>,
+}
+
+impl MrTable {
+    pub(crate) fn insert(&mut self, key: u32, mr: Mr) {
+        self.mrs.insert(key, mr);
+    }
+
+    pub(crate) fn remove(&mut self, key: u32) -> Option<Mr> {
+        self.mrs.remove(&key)
+    }
+
+    pub(crate) fn uses_pd(&self, pdn: u32) -> bool {
+        self.mrs.values().any(|m| m.pdn == pdn)
+    }
+
+    /// Checks `[addr, addr+len)` against the MR of `key`: it must exist, belong to `pdn`,
+    /// contain the range and grant every bit of `need`.
+    pub(crate) fn check(
+        &self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+        pdn: u32,
+    ) -> Result<Region, DmaError> {
+        let mr = self.mrs.get(&key).ok_or(DmaError::UnknownKey { key })?;
+        if mr.pdn != pdn {
+            return Err(DmaError::PdMismatch { key, mr_pdn: mr.pdn, pdn });
+        }
+        let end = addr.checked_add(len);
+        let mr_end = mr.addr + mr.len; // cannot overflow: checked at registration
+        match end {
+            Some(end) if addr >= mr.addr && end <= mr_end => {}
+            _ => return Err(DmaError::OutOfBounds { key, addr, len }),
+        }
+        if mr.access & need != need {
+            return Err(DmaError::AccessDenied { key, need: need & !mr.access });
+        }
+        Ok(Region { addr, len })
+    }
+}
+
+/// Most regions in one scatter/gather list (63 DS per WQE; receive strides up to 1024 B).
+pub(crate) const MAX_SGL: usize = 64;
+
+/// A data source for a stream copy.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Src<'a> {
+    /// Bytes held by the model (inline data copied out of the ring).
+    Bytes(&'a [u8]),
+    /// Registered memory.
+    Mem(Region),
+}
+
+impl Src<'_> {
+    fn len(&self) -> u64 {
+        match self {
+            Src::Bytes(b) => b.len() as u64,
+            Src::Mem(r) => r.len,
+        }
+    }
+}
+
+/// A fixed-capacity list of checked regions (no heap allocation).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sgl {
+    regions: [Region; MAX_SGL],
+    n: usize,
+    total: u64,
+}
+
+impl Sgl {
+    pub(crate) const fn new() -> Sgl {
+        Sgl { regions: [Region::EMPTY; MAX_SGL], n: 0, total: 0 }
+    }
+
+    /// Appends a region; false when full.
+    pub(crate) fn push(&mut self, r: Region) -> bool {
+        if self.n == MAX_SGL {
+            return false;
+        }
+        self.regions[self.n] = r;
+        self.n += 1;
+        self.total += r.len;
+        true
+    }
+
+    pub(crate) fn total(&self) -> u64 {
+        self.total
+    }
+
+    pub(crate) fn regions(&self) -> &[Region] {
+        &self.regions[..self.n]
+    }
+}
+
+/// Copies `out.len()` bytes from offset `off` of region `r`; false if out of the region.
+pub(crate) fn read(r: &Region, off: u64, out: &mut [u8]) -> bool {
+    match off.checked_add(out.len() as u64) {
+        Some(end) if end <= r.len => {
+            // SAFETY: `r` was checked against a registered MR, whose memory the user
+            // guaranteed valid until dereg_mr (reg_mr's contract); dereg takes the fabric
+            // lock we hold. `out` is a model-owned local buffer, disjoint from user memory.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (r.addr + off) as usize as *const u8,
+                    out.as_mut_ptr(),
+                    out.len(),
+                )
+            };
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Copies `data` to offset `off` of region `r`; false (nothing written) if out of it.
+pub(crate) fn write(r: &Region, off: u64, data: &[u8]) -> bool {
+    match off.checked_add(data.len() as u64) {
+        Some(end) if end <= r.len => {
+            // SAFETY: as in `read`; `data` is a model-owned buffer.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), (r.addr + off) as usize as *mut u8, data.len())
+            };
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Streams the concatenation of `src` into the concatenation of `dst` through a stack
+/// buffer, stopping when either runs out. Returns the number of bytes copied.
+pub(crate) fn stream(src: &[Src<'_>], dst: &[Region]) -> u64 {
+    let mut buf = [0u8; 4096];
+    let (mut di, mut doff) = (0usize, 0u64);
+    let mut copied = 0u64;
+    for s in src {
+        let slen = s.len();
+        let mut soff = 0u64;
+        while soff < slen {
+            let n = (slen - soff).min(buf.len() as u64) as usize;
+            let chunk = &mut buf[..n];
+            let ok = match s {
+                Src::Bytes(b) => {
+                    chunk.copy_from_slice(&b[soff as usize..soff as usize + n]);
+                    true
+                }
+                Src::Mem(r) => read(r, soff, chunk),
+            };
+            if !ok {
+                return copied;
+            }
+            let mut w = 0usize;
+            while w < n {
+                while di < dst.len() && doff == dst[di].len {
+                    di += 1;
+                    doff = 0;
+                }
+                let Some(d) = dst.get(di) else {
+                    return copied;
+                };
+                let m = ((d.len - doff) as usize).min(n - w);
+                write(d, doff, &chunk[w..w + m]);
+                w += m;
+                doff += m as u64;
+                copied += m as u64;
+            }
+            soff += n as u64;
+        }
+    }
+    copied
+}
+
+/// Access bits an MR may carry; remote write/atomic require local write (IB rule).
+pub(crate) fn valid_mr_access(a: u32) -> bool {
+    let needs_lw = access::REMOTE_WRITE | access::REMOTE_ATOMIC;
+    a & needs_lw == 0 || a & access::LOCAL_WRITE != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(buf: &[u8], access: u32) -> MrTable {
+        let mut t = MrTable::default();
+        t.insert(7, Mr { pdn: 1, addr: buf.as_ptr() as u64, len: buf.len() as u64, access });
+        t
+    }
+
+    #[test]
+    fn checks_key_pd_bounds_access() {
+        let buf = vec![0u8; 64];
+        let a = buf.as_ptr() as u64;
+        let t = table(&buf, access::LOCAL_WRITE);
+        assert!(t.check(7, a, 64, 0, 1).is_ok());
+        assert_eq!(t.check(8, a, 1, 0, 1), Err(DmaError::UnknownKey { key: 8 }));
+        assert!(matches!(t.check(7, a, 1, 0, 2), Err(DmaError::PdMismatch { .. })));
+        assert!(matches!(t.check(7, a, 65, 0, 1), Err(DmaError::OutOfBounds { .. })));
+        assert!(matches!(t.check(7, a - 1, 1, 0, 1), Err(DmaError::OutOfBounds { .. })));
+        assert!(matches!(t.check(7, u64::MAX, 2, 0, 1), Err(DmaError::OutOfBounds { .. })));
+        assert_eq!(
+            t.check(7, a, 8, access::REMOTE_READ, 1),
+            Err(DmaError::AccessDenied { key: 7, need: access::REMOTE_READ })
+        );
+    }
+
+    #[test]
+    fn stream_crosses_regions() {
+        let src = [1u8, 2, 3, 4, 5, 6, 7];
+        let mut dst = vec![0u8; 8];
+        let a = dst.as_mut_ptr() as u64;
+        let t = table(&dst, access::LOCAL_WRITE);
+        let d1 = t.check(7, a, 3, 0, 1).unwrap();
+        let d2 = t.check(7, a + 4, 4, 0, 1).unwrap();
+        let n = stream(&[Src::Bytes(&src[..2]), Src::Bytes(&src[2..])], &[d1, d2]);
+        assert_eq!(n, 7);
+        assert_eq!(dst, [1, 2, 3, 0, 4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn mr_access_rule() {
+        assert!(valid_mr_access(access::REMOTE_READ));
+        assert!(!valid_mr_access(access::REMOTE_WRITE));
+        assert!(valid_mr_access(access::REMOTE_WRITE | access::LOCAL_WRITE));
+    }
+}

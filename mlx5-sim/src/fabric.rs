@@ -1,0 +1,501 @@
+//! The public device model: a [`Fabric`] of hosts, each with one NIC handle ([`Nic`])
+//! offering the control path (PD, MR, CQ, QP, modify) and the MMIO doorbell path
+//! (spec §1.5–§1.8, §7). In threaded mode each NIC has its own thread.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
+
+use crate::cq::Cq;
+use crate::dma::{self, Mr};
+use crate::engine::{self, FabricState, Host, Uar, BF_SIZE};
+use crate::qp::Qp;
+use crate::{
+    AsyncEvent, CqResources, ExecMode, FabricConfig, HostConfig, LinkLayer, MrKeys, NicCaps, NicInfo,
+    NicStats, QpInitAttr, QpResources, QpState, SimError,
+};
+
+/// Depth of each NIC's doorbell channel in threaded mode.
+const CHANNEL_DEPTH: usize = 1024;
+
+type State = Arc<Mutex<FabricState>>;
+
+fn lock(s: &Mutex<FabricState>) -> MutexGuard<'_, FabricState> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A UAR write as queued for a NIC thread: fixed size, no heap allocation (boxing the
+/// BlueFlame payload would allocate per doorbell, which the data path avoids).
+#[allow(clippy::large_enum_variant)]
+enum Msg {
+    Db { uar: u32, offset: u32, value: [u8; 8] },
+    Bf { uar: u32, offset: u32, len: u16, valid_len: bool, data: [u8; BF_SIZE as usize] },
+    Tick,
+}
+
+#[derive(Default)]
+struct Progress {
+    done: Mutex<u64>,
+    cv: Condvar,
+}
+
+/// The sending side of a NIC thread.
+struct Link {
+    tx: Sender<Msg>,
+    sent: AtomicU64,
+    progress: Arc<Progress>,
+}
+
+impl Link {
+    /// Queues a message without heap allocation: crossbeam's blocking `send` lazily
+    /// allocates a per-thread context when the channel is full, so spin on `try_send`.
+    fn post(&self, mut msg: Msg) {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        loop {
+            match self.tx.try_send(msg) {
+                Ok(()) => return,
+                Err(TrySendError::Full(m)) => {
+                    msg = m;
+                    std::thread::yield_now();
+                }
+                Err(TrySendError::Disconnected(_)) => return,
+            }
+        }
+    }
+}
+
+struct Front {
+    state: State,
+    links: Mutex<Vec<Option<Arc<Link>>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        // Every Nic handle is gone (they hold the Front): dropping our senders disconnects
+        // the channels and the threads return.
+        self.links.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A set of simulated hosts connected by an ideal network.
+#[derive(Clone)]
+pub struct Fabric {
+    front: Arc<Front>,
+}
+
+/// Handle to one simulated NIC (cheap to clone; `Send + Sync`).
+#[derive(Clone)]
+pub struct Nic {
+    // Declared first so that it is dropped first: the last handle must release its channel
+    // sender before it releases the Front, whose Drop joins the NIC threads.
+    link: Option<Arc<Link>>,
+    front: Arc<Front>,
+    host: usize,
+}
+
+impl std::fmt::Debug for Nic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nic").field("host", &self.host).finish()
+    }
+}
+
+impl std::fmt::Debug for Fabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fabric").finish_non_exhaustive()
+    }
+}
+
+fn nic_thread(state: State, h: usize, rx: Receiver<Msg>, progress: Arc<Progress>) {
+    let mut wait = None;
+    loop {
+        let msg = match wait {
+            Some(d) => match rx.recv_timeout(d) {
+                Ok(m) => Some(m),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return,
+            },
+            None => match rx.recv() {
+                Ok(m) => Some(m),
+                Err(_) => return,
+            },
+        };
+        {
+            let mut st = lock(&state);
+            match &msg {
+                Some(Msg::Db { uar, offset, value }) => {
+                    engine::doorbell(&mut st, h, *uar, *offset, *value, None)
+                }
+                Some(Msg::Bf { uar, offset, len, valid_len, data }) => {
+                    bf_write(&mut st, h, *uar, *offset, &data[..usize::from(*len)], *valid_len)
+                }
+                Some(Msg::Tick) | None => engine::tick(&mut st, h),
+            }
+            wait = engine::tick_interval(&st, h);
+        }
+        if msg.is_some() {
+            *progress.done.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+            progress.cv.notify_all();
+        }
+    }
+}
+
+fn bf_value(data: &[u8]) -> [u8; 8] {
+    let mut v = [0u8; 8];
+    let n = data.len().min(8);
+    v[..n].copy_from_slice(&data[..n]);
+    v
+}
+
+fn bf_write(st: &mut FabricState, h: usize, uar: u32, offset: u32, data: &[u8], valid_len: bool) {
+    let value = bf_value(data);
+    if !valid_len {
+        st.hosts[h].stats.bf_content_mismatch += 1;
+        // Still a doorbell: its first 8 bytes are checked and the ring is executed.
+        engine::doorbell(st, h, uar, offset, value, None);
+        st.hosts[h].stats.bf_writes += 1;
+        return;
+    }
+    engine::doorbell(st, h, uar, offset, value, Some(data));
+}
+
+impl Fabric {
+    /// Creates an empty fabric.
+    pub fn new(cfg: FabricConfig) -> Fabric {
+        Fabric {
+            front: Arc::new(Front {
+                state: Arc::new(Mutex::new(FabricState { cfg, hosts: Vec::new(), clock: 0 })),
+                links: Mutex::new(Vec::new()),
+                threads: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// Adds a host with one single-port NIC and returns its handle.
+    pub fn add_host(&self, cfg: HostConfig) -> Nic {
+        let mut links = self.front.links.lock().unwrap_or_else(|e| e.into_inner());
+        let (h, mode) = {
+            let mut st = lock(&self.front.state);
+            let h = st.hosts.len();
+            st.hosts.push(Host::new(h, cfg));
+            (h, st.cfg.mode)
+        };
+        let link = match mode {
+            ExecMode::Deterministic => None,
+            ExecMode::Threaded => {
+                let (tx, rx) = bounded(CHANNEL_DEPTH);
+                let progress = Arc::new(Progress::default());
+                let state = Arc::clone(&self.front.state);
+                let p2 = Arc::clone(&progress);
+                let t = std::thread::Builder::new()
+                    .name(format!("mlx5-sim-nic{h}"))
+                    .spawn(move || nic_thread(state, h, rx, p2))
+                    .expect("spawning a NIC thread");
+                self.front.threads.lock().unwrap_or_else(|e| e.into_inner()).push(t);
+                Some(Arc::new(Link { tx, sent: AtomicU64::new(0), progress }))
+            }
+        };
+        links.push(link.clone());
+        Nic { front: Arc::clone(&self.front), host: h, link }
+    }
+
+    /// The configuration the fabric was created with.
+    pub fn config(&self) -> FabricConfig {
+        lock(&self.front.state).cfg
+    }
+
+    /// The execution mode.
+    pub fn mode(&self) -> ExecMode {
+        self.config().mode
+    }
+
+    /// Handles to every NIC, in the order they were added.
+    pub fn nics(&self) -> Vec<Nic> {
+        let links = self.front.links.lock().unwrap_or_else(|e| e.into_inner());
+        links
+            .iter()
+            .enumerate()
+            .map(|(h, l)| Nic { front: Arc::clone(&self.front), host: h, link: l.clone() })
+            .collect()
+    }
+}
+
+fn bad<T>(what: &'static str) -> Result<T, SimError> {
+    Err(SimError::InvalidArgument { what })
+}
+
+impl Nic {
+    fn state(&self) -> MutexGuard<'_, FabricState> {
+        lock(&self.front.state)
+    }
+
+    /// Port and device attributes.
+    pub fn info(&self) -> NicInfo {
+        let st = self.state();
+        let c = &st.hosts[self.host].cfg;
+        NicInfo {
+            name: c.name.clone(),
+            port_num: 1,
+            lid: c.lid,
+            gid: c.gid,
+            mac: c.mac,
+            link_layer: c.link_layer,
+            active_mtu: match c.link_layer {
+                LinkLayer::InfiniBand => 4096,
+                LinkLayer::Ethernet => 1024,
+            },
+            caps: NicCaps {
+                max_qp_wr: 32768,
+                max_sge: 30,
+                max_cqe: 4_194_304,
+                max_wqe_sz_sq: 1008,
+                bf_size: BF_SIZE,
+                max_rd_atomic: 16,
+            },
+        }
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Result<u32, SimError> {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        let pdn = host.next_pdn;
+        host.next_pdn += 1;
+        host.pds.insert(pdn);
+        Ok(pdn)
+    }
+
+    /// Frees a protection domain; `Busy` while MRs or QPs use it.
+    pub fn dealloc_pd(&self, pdn: u32) -> Result<(), SimError> {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        if !host.pds.contains(&pdn) {
+            return Err(SimError::NoSuchPd(pdn));
+        }
+        if host.mrs.uses_pd(pdn) {
+            return Err(SimError::Busy { what: "PD has memory regions" });
+        }
+        if host.qps.values().any(|q| q.pdn == pdn) {
+            return Err(SimError::Busy { what: "PD has QPs" });
+        }
+        host.pds.remove(&pdn);
+        Ok(())
+    }
+
+    /// Registers `[addr, addr+len)` with `access` (`access::*` bits). lkey == rkey.
+    /// `REMOTE_WRITE` or `REMOTE_ATOMIC` without `LOCAL_WRITE` is refused (IB rule).
+    ///
+    /// # Safety
+    /// `[addr, addr+len)` must stay valid host memory until `dereg_mr` (the model reads and
+    /// writes it, through raw pointers, whenever an operation names this MR).
+    pub unsafe fn reg_mr(&self, pdn: u32, addr: u64, len: u64, access: u32) -> Result<MrKeys, SimError> {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        if !host.pds.contains(&pdn) {
+            return Err(SimError::NoSuchPd(pdn));
+        }
+        if len == 0 || addr.checked_add(len).is_none() || addr == 0 {
+            return bad("MR range must be non-empty, non-null and not wrap");
+        }
+        if access & !0xf != 0 || !dma::valid_mr_access(access) {
+            return bad("MR access: unknown bits, or remote write/atomic without local write");
+        }
+        let key = host.next_key;
+        host.next_key += 1;
+        host.mrs.insert(key, Mr { pdn, addr, len, access });
+        Ok(MrKeys { lkey: key, rkey: key })
+    }
+
+    /// Deregisters an MR by lkey.
+    pub fn dereg_mr(&self, lkey: u32) -> Result<(), SimError> {
+        let mut st = self.state();
+        st.hosts[self.host].mrs.remove(lkey).map(|_| ()).ok_or(SimError::NoSuchMr(lkey))
+    }
+
+    /// Creates a CQ of `cqe_cnt` (power of two, 2..=4194304) entries of `cqe_size` (64 or
+    /// 128) bytes. Every slot's `op_own` is 0xF0; the memory lives until `destroy_cq`.
+    pub fn create_cq(&self, cqe_cnt: u32, cqe_size: u32) -> Result<CqResources, SimError> {
+        if !cqe_cnt.is_power_of_two() || !(2..=4_194_304).contains(&cqe_cnt) {
+            return bad("cqe_cnt must be a power of two in 2..=4194304");
+        }
+        if cqe_size != 64 && cqe_size != 128 {
+            return bad("cqe_size must be 64 or 128");
+        }
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        let cqn = host.next_cqn;
+        let cq = Cq::new(cqe_cnt, cqe_size).ok_or(SimError::OutOfMemory)?;
+        host.next_cqn += 1;
+        let res =
+            CqResources { cqn, buf: cq.mem.ptr(), cqe_cnt, cqe_size, dbrec: cq.dbrec.ptr().cast::<u32>() };
+        host.cqs.insert(cqn, cq);
+        Ok(res)
+    }
+
+    /// Destroys a CQ; `Busy` while a QP uses it. Its memory is freed.
+    pub fn destroy_cq(&self, cqn: u32) -> Result<(), SimError> {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        if !host.cqs.contains_key(&cqn) {
+            return Err(SimError::NoSuchCq(cqn));
+        }
+        if host.qps.values().any(|q| q.send_cqn == cqn || q.recv_cqn == cqn) {
+            return Err(SimError::Busy { what: "CQ has QPs" });
+        }
+        host.cqs.remove(&cqn);
+        Ok(())
+    }
+
+    /// Creates a QP in RESET: one zeroed 4096-aligned buffer with the RQ at offset 0 and the
+    /// SQ after it (RQ part rounded up to 64 bytes), a zeroed doorbell record, its own UAR.
+    pub fn create_qp(&self, attr: &QpInitAttr) -> Result<QpResources, SimError> {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        if !host.pds.contains(&attr.pdn) {
+            return Err(SimError::NoSuchPd(attr.pdn));
+        }
+        for cqn in [attr.send_cqn, attr.recv_cqn] {
+            if !host.cqs.contains_key(&cqn) {
+                return Err(SimError::NoSuchCq(cqn));
+            }
+        }
+        let qpn = host.next_qpn;
+        let uar_index = host.next_uar;
+        let qp = Qp::new(qpn, uar_index, attr)?;
+        host.next_qpn += 1;
+        host.next_uar += 1;
+        let base = qp.buf.ptr();
+        let res = QpResources {
+            qpn,
+            // SAFETY (pointer arithmetic only): sq_off <= buffer length.
+            sq_buf: base.wrapping_add(qp.sq_off),
+            sq_wqe_cnt: qp.sq_wqe_cnt,
+            rq_buf: base,
+            rq_wqe_cnt: qp.rq_wqe_cnt,
+            rq_stride: qp.rq_stride,
+            dbrec: qp.dbrec.ptr().cast::<u32>(),
+            uar_index,
+            bf_size: BF_SIZE,
+        };
+        host.uars.insert(uar_index, Uar { expected_offset: 0 });
+        host.qps.insert(qpn, qp);
+        Ok(res)
+    }
+
+    /// Changes QP state per spec §7 (transition table and required attributes). To ERR
+    /// flushes both queues; to RESET discards WQEs and zeroes the doorbell record and
+    /// hardware counters; to RTS runs WQEs already posted.
+    pub fn modify_qp(&self, qpn: u32, m: &crate::QpModify) -> Result<(), SimError> {
+        let mut st = self.state();
+        let h = self.host;
+        let roce = st.hosts[h].cfg.link_layer == LinkLayer::Ethernet;
+        let qp = st.hosts[h].qps.get_mut(&qpn).ok_or(SimError::NoSuchQp(qpn))?;
+        let to = qp.apply_modify(m, roce)?;
+        match to {
+            QpState::Reset => qp.reset(),
+            QpState::Err => engine::enter_err(&mut st, h, qpn),
+            QpState::Rts => {
+                qp.state = to;
+                engine::process_sq(&mut st, h, qpn, false);
+            }
+            _ => qp.state = to,
+        }
+        Ok(())
+    }
+
+    /// Current QP state.
+    pub fn qp_state(&self, qpn: u32) -> Result<QpState, SimError> {
+        let st = self.state();
+        st.hosts[self.host].qps.get(&qpn).map(|q| q.state).ok_or(SimError::NoSuchQp(qpn))
+    }
+
+    /// Destroys a QP (any state) and frees its memory.
+    pub fn destroy_qp(&self, qpn: u32) -> Result<(), SimError> {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        let qp = host.qps.remove(&qpn).ok_or(SimError::NoSuchQp(qpn))?;
+        host.uars.remove(&qp.uar_index);
+        Ok(())
+    }
+
+    /// MMIO: 8-byte doorbell store at `offset` (0 or bf_size, alternating) of UAR register
+    /// `uar_index`. `value` = first 8 bytes of the ctrl segment of the last posted WQE.
+    pub fn uar_write64(&self, uar_index: u32, offset: u32, value: [u8; 8]) {
+        match &self.link {
+            None => {
+                let mut st = self.state();
+                engine::doorbell(&mut st, self.host, uar_index, offset, value, None);
+            }
+            Some(l) => l.post(Msg::Db { uar: uar_index, offset, value }),
+        }
+    }
+
+    /// MMIO: BlueFlame copy of the whole last WQE (length a multiple of 64, at most
+    /// bf_size) at `offset`. The model executes from the ring and compares.
+    pub fn uar_write_bf(&self, uar_index: u32, offset: u32, data: &[u8]) {
+        let valid_len = !data.is_empty() && data.len() % 64 == 0 && data.len() <= BF_SIZE as usize;
+        let n = data.len().min(BF_SIZE as usize);
+        match &self.link {
+            None => {
+                let mut st = self.state();
+                bf_write(&mut st, self.host, uar_index, offset, &data[..n], valid_len);
+            }
+            Some(l) => {
+                let mut buf = [0u8; BF_SIZE as usize];
+                buf[..n].copy_from_slice(&data[..n]);
+                l.post(Msg::Bf { uar: uar_index, offset, len: n as u16, valid_len, data: buf });
+            }
+        }
+    }
+
+    /// One RNR-timer period: retry RNR-blocked sends, run send queues whose producer moved,
+    /// flush receive WQEs posted to QPs in ERR. Threaded: queued to the NIC thread (which
+    /// also ticks itself while it has RNR-blocked or errored QPs).
+    pub fn tick(&self) {
+        match &self.link {
+            None => engine::tick(&mut self.state(), self.host),
+            Some(l) => l.post(Msg::Tick),
+        }
+    }
+
+    /// Threaded: blocks until this NIC's thread has processed every UAR write and tick sent
+    /// so far. Deterministic: no-op.
+    pub fn quiesce(&self) {
+        if let Some(l) = &self.link {
+            let target = l.sent.load(Ordering::SeqCst);
+            let mut done = l.progress.done.lock().unwrap_or_else(|e| e.into_inner());
+            while *done < target {
+                done = l.progress.cv.wait(done).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> NicStats {
+        self.state().hosts[self.host].stats
+    }
+
+    /// Drains the async event queue.
+    pub fn take_async_events(&self) -> Vec<AsyncEvent> {
+        std::mem::take(&mut self.state().hosts[self.host].events)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_are_send_sync() {
+        assert_send_sync::<Nic>();
+        assert_send_sync::<Fabric>();
+    }
+}

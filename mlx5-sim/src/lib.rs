@@ -1,0 +1,385 @@
+//! Bit-accurate software model of an NVIDIA mlx5 (ConnectX) RDMA NIC (spec §1–§9).
+//!
+//! The model sees only what real hardware sees: WQE bytes in send-queue ring memory,
+//! receive WQEs in the receive ring, doorbell records and doorbell (UAR / BlueFlame)
+//! writes. It executes RC operations between simulated hosts of one [`Fabric`] and writes
+//! real 64-byte CQEs (owner bit, opcode, syndromes) into CQ ring memory.
+//!
+//! Simplification: both sides of an RC operation are executed by the requester's NIC,
+//! under the fabric lock, when the requester's WQE is processed (see README.md).
+
+#![warn(missing_docs)]
+
+mod cq;
+pub mod dissect;
+pub mod dma;
+mod engine;
+mod fabric;
+mod mem;
+mod qp;
+pub mod wire;
+mod wqe;
+
+pub use fabric::{Fabric, Nic};
+
+/// How the NICs of a fabric process doorbells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExecMode {
+    /// UAR writes are processed synchronously in the caller's thread; virtual clock; no threads.
+    #[default]
+    Deterministic,
+    /// Each NIC has its own thread fed by a bounded channel.
+    Threaded,
+}
+
+/// Byte order of the 8-byte atomic operand in remote memory and of the result written to
+/// the local SGE (spec §6.5, `atomic_req_8B_endianness_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtomicEndianness {
+    /// Mode 1: host byte order (what upstream Linux configures).
+    #[default]
+    Host,
+    /// Mode 0: big-endian.
+    BigEndian,
+}
+
+/// Fabric-wide configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FabricConfig {
+    /// Execution mode.
+    pub mode: ExecMode,
+    /// Atomic byte order.
+    pub atomic_endianness: AtomicEndianness,
+}
+
+/// Link layer of a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkLayer {
+    /// InfiniBand: RC paths are resolved by DLID.
+    InfiniBand,
+    /// RoCE: RC paths are resolved by destination GID.
+    Ethernet,
+}
+
+/// Identity of one simulated host (one single-port NIC).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostConfig {
+    /// Device name (e.g. `mlx5_0`).
+    pub name: String,
+    /// Port LID (IB), 0 on RoCE.
+    pub lid: u16,
+    /// Port GID 0.
+    pub gid: [u8; 16],
+    /// Port MAC (RoCE), 0 on IB.
+    pub mac: [u8; 6],
+    /// Link layer.
+    pub link_layer: LinkLayer,
+}
+
+impl HostConfig {
+    /// An InfiniBand host with link-local GID `fe80::<lid>` and MAC 0.
+    pub fn infiniband(name: &str, lid: u16) -> Self {
+        let mut gid = [0u8; 16];
+        gid[0] = 0xfe;
+        gid[1] = 0x80;
+        gid[14..16].copy_from_slice(&lid.to_be_bytes());
+        HostConfig { name: name.to_string(), lid, gid, mac: [0; 6], link_layer: LinkLayer::InfiniBand }
+    }
+
+    /// A RoCE v2 host with GID `::ffff:a.b.c.d` and LID 0.
+    pub fn roce(name: &str, ipv4: [u8; 4], mac: [u8; 6]) -> Self {
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12..16].copy_from_slice(&ipv4);
+        HostConfig { name: name.to_string(), lid: 0, gid, mac, link_layer: LinkLayer::Ethernet }
+    }
+}
+
+/// Device capabilities (the subset of `ibv_device_attr` / HCA caps the driver needs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NicCaps {
+    /// Max SQ/RQ entries.
+    pub max_qp_wr: u32,
+    /// Max SGEs per WQE.
+    pub max_sge: u32,
+    /// Max CQ entries.
+    pub max_cqe: u32,
+    /// Max send WQE size in bytes (63 DS).
+    pub max_wqe_sz_sq: u32,
+    /// BlueFlame register half size.
+    pub bf_size: u32,
+    /// Max outstanding RDMA READ/atomic per QP.
+    pub max_rd_atomic: u8,
+}
+
+/// What `ibv_query_device`/`ibv_query_port` would report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NicInfo {
+    /// Device name.
+    pub name: String,
+    /// Port number (always 1).
+    pub port_num: u8,
+    /// LID.
+    pub lid: u16,
+    /// GID 0.
+    pub gid: [u8; 16],
+    /// MAC.
+    pub mac: [u8; 6],
+    /// Link layer.
+    pub link_layer: LinkLayer,
+    /// Active MTU in bytes (4096 IB, 1024 RoCE).
+    pub active_mtu: u32,
+    /// Capabilities.
+    pub caps: NicCaps,
+}
+
+/// `ibv_access_flags` values used for MRs and QP access flags.
+pub mod access {
+    /// Local write.
+    pub const LOCAL_WRITE: u32 = 1;
+    /// Remote write.
+    pub const REMOTE_WRITE: u32 = 2;
+    /// Remote read.
+    pub const REMOTE_READ: u32 = 4;
+    /// Remote atomic.
+    pub const REMOTE_ATOMIC: u32 = 8;
+}
+
+/// Keys of a registered MR (the model returns the same value for both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MrKeys {
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+/// The driver's view of a CQ (like `struct mlx5dv_cq`).
+#[derive(Debug, Clone, Copy)]
+pub struct CqResources {
+    /// CQ number.
+    pub cqn: u32,
+    /// Ring of `cqe_cnt * cqe_size` bytes, 4096-aligned, owned by the model.
+    pub buf: *mut u8,
+    /// Number of entries (power of two).
+    pub cqe_cnt: u32,
+    /// 64 or 128.
+    pub cqe_size: u32,
+    /// Two BE32 words: `[0]` = consumer index (set_ci), `[1]` = arm word.
+    pub dbrec: *mut u32,
+}
+
+// SAFETY: the pointers refer to model-owned memory that stays valid until destroy_cq; the
+// struct is plain data, like mlx5dv_cq.
+unsafe impl Send for CqResources {}
+// SAFETY: as above.
+unsafe impl Sync for CqResources {}
+
+/// QP transport type.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpType {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable datagram: only understood by the dissector for now (create_qp refuses it).
+    Ud,
+    /// DC initiator: only understood by the dissector for now (create_qp refuses it).
+    Dci,
+}
+
+/// QP creation attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInitAttr {
+    /// Transport.
+    pub qp_type: QpType,
+    /// Protection domain.
+    pub pdn: u32,
+    /// CQ for send completions.
+    pub send_cqn: u32,
+    /// CQ for receive completions.
+    pub recv_cqn: u32,
+    /// SQ size in WQEBBs (power of two).
+    pub sq_wqe_cnt: u32,
+    /// RQ size in WQEs (power of two, or 0 for no RQ).
+    pub rq_wqe_cnt: u32,
+    /// RQ stride in bytes (power of two, 16..=1024).
+    pub rq_stride: u32,
+    /// 24-bit user index reported in CQE `srqn_uidx`.
+    pub user_index: u32,
+}
+
+/// The driver's view of a QP (like `struct mlx5dv_qp`).
+#[derive(Debug, Clone, Copy)]
+pub struct QpResources {
+    /// QP number.
+    pub qpn: u32,
+    /// Send ring (`sq_wqe_cnt * 64` bytes), inside the QP buffer after the RQ.
+    pub sq_buf: *mut u8,
+    /// SQ size in WQEBBs.
+    pub sq_wqe_cnt: u32,
+    /// Receive ring at offset 0 of the QP buffer (4096-aligned).
+    pub rq_buf: *mut u8,
+    /// RQ size in WQEs.
+    pub rq_wqe_cnt: u32,
+    /// RQ stride in bytes.
+    pub rq_stride: u32,
+    /// Doorbell record: `[0]` = RQ counter, `[1]` = SQ counter, both BE32.
+    pub dbrec: *mut u32,
+    /// UAR register index to pass to `uar_write64` / `uar_write_bf`.
+    pub uar_index: u32,
+    /// BlueFlame half size (256).
+    pub bf_size: u32,
+}
+
+// SAFETY: plain data describing model-owned memory valid until destroy_qp.
+unsafe impl Send for QpResources {}
+// SAFETY: as above.
+unsafe impl Sync for QpResources {}
+
+/// QP states (spec §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpState {
+    /// Reset.
+    Reset,
+    /// Initialized.
+    Init,
+    /// Ready to receive.
+    Rtr,
+    /// Ready to send.
+    Rts,
+    /// Send queue drained.
+    Sqd,
+    /// Send queue error.
+    Sqe,
+    /// Error.
+    Err,
+}
+
+/// Remote end of an RC connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RcPath {
+    /// Destination QPN.
+    pub dest_qpn: u32,
+    /// Destination LID (InfiniBand).
+    pub dlid: u16,
+    /// Destination GID (RoCE; required there).
+    pub dgid: Option<[u8; 16]>,
+}
+
+/// `ibv_modify_qp` attributes; `state` is required.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpModify {
+    /// Target state.
+    pub state: Option<QpState>,
+    /// Port (must be 1).
+    pub port: Option<u8>,
+    /// Remote access enabled on this QP (`access::REMOTE_*`).
+    pub access_flags: Option<u32>,
+    /// Remote end.
+    pub path: Option<RcPath>,
+    /// Path MTU in bytes (256..=4096).
+    pub path_mtu: Option<u32>,
+    /// RNR NAK timer code (0..=31).
+    pub min_rnr_timer: Option<u8>,
+    /// RNR retries (0..=7, 7 = infinite).
+    pub rnr_retry: Option<u8>,
+    /// Transport retries (0..=7).
+    pub retry_cnt: Option<u8>,
+    /// Local ACK timeout code (0..=31).
+    pub timeout: Option<u8>,
+    /// Send PSN (24 bits).
+    pub sq_psn: Option<u32>,
+    /// Receive PSN (24 bits).
+    pub rq_psn: Option<u32>,
+    /// Outstanding READ/atomic as requester.
+    pub max_rd_atomic: Option<u8>,
+    /// Outstanding READ/atomic as responder.
+    pub max_dest_rd_atomic: Option<u8>,
+}
+
+/// Asynchronous events (the `ibv_get_async_event` subset the model raises).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// A CQE was dropped because the CQ was full (raised once per overrun episode).
+    CqOverrun {
+        /// CQ number.
+        cqn: u32,
+    },
+    /// A QP entered ERR and its error CQE could not be delivered (CQ overrun).
+    QpFatal {
+        /// QP number.
+        qpn: u32,
+    },
+}
+
+/// Counters of one NIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NicStats {
+    /// UAR writes, plain and BlueFlame.
+    pub doorbells: u64,
+    /// BlueFlame writes.
+    pub bf_writes: u64,
+    /// Send WQEs executed (successfully or not; flushes excluded).
+    pub wqes_executed: u64,
+    /// CQEs written.
+    pub cqes_written: u64,
+    /// UAR writes at the wrong half of the BF register.
+    pub bf_offset_mismatch: u64,
+    /// BlueFlame data different from the ring copy of the WQE.
+    pub bf_content_mismatch: u64,
+    /// Doorbells not matching the last posted WQE (or naming an unknown QP / UAR).
+    pub doorbell_mismatch: u64,
+    /// CQEs dropped on a full CQ.
+    pub cq_overruns: u64,
+    /// RNR NAKs received by requesters of this NIC.
+    pub rnr_naks: u64,
+    /// WQEs failed as malformed (LOCAL_QP_OP_ERR).
+    pub malformed_wqes: u64,
+}
+
+/// Control-path errors (what `ibv_*` calls would return as errno).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    /// Unknown protection domain.
+    #[error("no such PD {0:#x}")]
+    NoSuchPd(u32),
+    /// Unknown CQ.
+    #[error("no such CQ {0:#x}")]
+    NoSuchCq(u32),
+    /// Unknown QP.
+    #[error("no such QP {0:#x}")]
+    NoSuchQp(u32),
+    /// Unknown MR (lkey).
+    #[error("no such MR (lkey {0:#x})")]
+    NoSuchMr(u32),
+    /// An argument is out of range.
+    #[error("invalid argument: {what}")]
+    InvalidArgument {
+        /// Which argument and why.
+        what: &'static str,
+    },
+    /// The QP state transition is not in the table of spec §7.
+    #[error("invalid QP transition {from:?} -> {to:?}")]
+    InvalidTransition {
+        /// Current state.
+        from: QpState,
+        /// Requested state.
+        to: QpState,
+    },
+    /// The object is still in use.
+    #[error("busy: {what}")]
+    Busy {
+        /// What still uses it.
+        what: &'static str,
+    },
+    /// Not modelled yet.
+    #[error("unsupported: {what}")]
+    Unsupported {
+        /// What.
+        what: &'static str,
+    },
+    /// The model could not allocate ring memory.
+    #[error("out of memory")]
+    OutOfMemory,
+}

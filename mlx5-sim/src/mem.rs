@@ -1,0 +1,134 @@
+//! Device-owned memory: CQ/QP rings and doorbell records that the simulated NIC allocates
+//! and hands to the driver as raw pointers (the `mlx5dv_init_obj` view, spec §1.8).
+//!
+//! The driver reads and writes these bytes concurrently with the model, so the model never
+//! forms Rust references over them: it copies through raw pointers, loads doorbell-record
+//! words with `Acquire` and publishes a CQE's `op_own` byte with `Release` (spec §1.7, §5.5).
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+
+/// A zeroed, aligned block owned by the model; freed on drop.
+#[derive(Debug)]
+pub(crate) struct DevMem {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: DevMem owns its allocation; all accesses go through raw pointers with explicit
+// atomics where the driver synchronises with us, so sharing the handle across threads is
+// sound (the memory itself is meant to be shared with the driver).
+unsafe impl Send for DevMem {}
+// SAFETY: see above; `&DevMem` only exposes raw-pointer copies and atomic accesses.
+unsafe impl Sync for DevMem {}
+
+impl DevMem {
+    /// Allocates `len` zeroed bytes (at least 1) aligned to `align` (a power of two).
+    pub(crate) fn new(len: usize, align: usize) -> Option<DevMem> {
+        let layout = Layout::from_size_align(len.max(1), align).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { alloc_zeroed(layout) };
+        NonNull::new(p).map(|ptr| DevMem { ptr, layout })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.layout.size()
+    }
+
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Copies `out.len()` bytes starting at `off` into `out`; false if out of range.
+    pub(crate) fn read(&self, off: usize, out: &mut [u8]) -> bool {
+        match off.checked_add(out.len()) {
+            Some(end) if end <= self.len() => {
+                // SAFETY: [off, end) lies inside our allocation; `out` is a distinct local
+                // buffer, so the ranges cannot overlap.
+                unsafe { std::ptr::copy_nonoverlapping(self.ptr().add(off), out.as_mut_ptr(), out.len()) };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Copies `data` to `off`; false (and nothing written) if out of range.
+    pub(crate) fn write(&self, off: usize, data: &[u8]) -> bool {
+        match off.checked_add(data.len()) {
+            Some(end) if end <= self.len() => {
+                // SAFETY: [off, end) lies inside our allocation; `data` is not part of it
+                // (callers pass local buffers).
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr().add(off), data.len()) };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Acquire-loads the big-endian u32 at `off` (4-aligned), as a doorbell-record word.
+    pub(crate) fn load_be32(&self, off: usize) -> u32 {
+        if off % 4 != 0 || off + 4 > self.len() {
+            return 0;
+        }
+        // SAFETY: in range and 4-aligned (the block is at least 4-aligned); the driver only
+        // accesses this word atomically or before handing it to us.
+        let a = unsafe { AtomicU32::from_ptr(self.ptr().add(off).cast::<u32>()) };
+        u32::from_be(a.load(Ordering::Acquire))
+    }
+
+    /// Release-stores a big-endian u32 at `off` (tests play the driver with it).
+    #[cfg(test)]
+    pub(crate) fn store_be32(&self, off: usize, v: u32) {
+        if off % 4 != 0 || off + 4 > self.len() {
+            return;
+        }
+        // SAFETY: as in `load_be32`.
+        let a = unsafe { AtomicU32::from_ptr(self.ptr().add(off).cast::<u32>()) };
+        a.store(v.to_be(), Ordering::Release)
+    }
+
+    /// Release-stores one byte (a CQE's `op_own`, written last).
+    pub(crate) fn store_u8_release(&self, off: usize, v: u8) {
+        if off >= self.len() {
+            return;
+        }
+        // SAFETY: in range; AtomicU8 has alignment 1.
+        let a = unsafe { AtomicU8::from_ptr(self.ptr().add(off)) };
+        a.store(v, Ordering::Release)
+    }
+
+    /// Zeroes the whole block.
+    pub(crate) fn zero(&self) {
+        // SAFETY: the whole allocation is ours.
+        unsafe { std::ptr::write_bytes(self.ptr(), 0, self.len()) }
+    }
+}
+
+impl Drop for DevMem {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with exactly this layout.
+        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_are_checked() {
+        let m = DevMem::new(64, 4096).unwrap();
+        assert_eq!(m.ptr() as usize % 4096, 0);
+        let mut b = [0u8; 8];
+        assert!(m.read(56, &mut b));
+        assert!(!m.read(57, &mut b));
+        assert!(!m.write(usize::MAX, &b));
+        m.store_be32(4, 0x11);
+        let mut w = [0u8; 4];
+        m.read(4, &mut w);
+        assert_eq!(w, [0, 0, 0, 0x11]);
+        assert_eq!(m.load_be32(4), 0x11);
+        assert_eq!(m.load_be32(62), 0);
+    }
+}

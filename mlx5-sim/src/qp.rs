@@ -1,0 +1,293 @@
+//! QP context: ring memory, doorbell record, hardware counters and the state machine of
+//! spec §7 (transition table and required attributes).
+
+use crate::mem::DevMem;
+use crate::wire::{CtrlRepr, CtrlSeg, DS_SIZE, MAX_WQE_DS, WQEBB_SIZE};
+use crate::{access, QpInitAttr, QpModify, QpState, QpType, RcPath, SimError};
+
+/// Byte offset of the SQ counter in the doorbell record (spec §1.5).
+const SND_DBR: usize = 4;
+/// Byte offset of the RQ counter in the doorbell record.
+const RCV_DBR: usize = 0;
+/// Largest RQ stride the model accepts (64 scatter entries).
+pub(crate) const MAX_RQ_STRIDE: u32 = 1024;
+
+/// What the model remembers of an executed (or flushed) WQE, per SQ slot, to check later
+/// doorbells against (the ring slot may have been reused by then in threaded mode).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Shadow {
+    pub valid: bool,
+    pub counter: u16,
+    pub ctrl8: [u8; 8],
+    pub wqebbs: u16,
+}
+
+/// Connection attributes set by modify_qp.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct QpAttrs {
+    pub port: u8,
+    pub access_flags: u32,
+    pub path: Option<RcPath>,
+    pub path_mtu: u32,
+    pub min_rnr_timer: u8,
+    pub rnr_retry: u8,
+    pub retry_cnt: u8,
+    pub timeout: u8,
+    pub sq_psn: u32,
+    pub rq_psn: u32,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+}
+
+#[derive(Debug)]
+pub(crate) struct Qp {
+    pub qpn: u32,
+    pub qp_type: QpType,
+    pub pdn: u32,
+    pub send_cqn: u32,
+    pub recv_cqn: u32,
+    pub user_index: u32,
+    pub state: QpState,
+    pub buf: DevMem,
+    pub sq_off: usize,
+    pub sq_wqe_cnt: u32,
+    pub rq_wqe_cnt: u32,
+    pub rq_stride: u32,
+    pub dbrec: DevMem,
+    pub uar_index: u32,
+    /// Hardware SQ consumer counter (WQEBB units, 16 bits).
+    pub sq_ci: u16,
+    /// Hardware RQ consumer counter (WQE units, 16 bits).
+    pub rq_ci: u16,
+    pub attrs: QpAttrs,
+    /// `Some(n)`: the SQ is blocked at `sq_ci` by an RNR NAK after `n` failed retries.
+    pub rnr: Option<u8>,
+    pub shadow: Vec<Shadow>,
+}
+
+fn pow2_in(v: u32, lo: u32, hi: u32) -> bool {
+    v.is_power_of_two() && v >= lo && v <= hi
+}
+
+impl Qp {
+    /// Validates `attr` and allocates the QP buffer: RQ at offset 0, SQ after it (the RQ
+    /// part is rounded up to 64 bytes so that the SQ is WQEBB-aligned), 4096-aligned.
+    pub(crate) fn new(qpn: u32, uar_index: u32, attr: &QpInitAttr) -> Result<Qp, SimError> {
+        let bad = |what| Err(SimError::InvalidArgument { what });
+        if attr.qp_type != QpType::Rc {
+            return Err(SimError::Unsupported { what: "only RC QPs are modelled so far" });
+        }
+        if !pow2_in(attr.sq_wqe_cnt, 1, 32768) {
+            return bad("sq_wqe_cnt must be a power of two in 1..=32768");
+        }
+        if attr.rq_wqe_cnt != 0 && !pow2_in(attr.rq_wqe_cnt, 1, 32768) {
+            return bad("rq_wqe_cnt must be 0 or a power of two <= 32768");
+        }
+        if attr.rq_wqe_cnt != 0 && !pow2_in(attr.rq_stride, 16, MAX_RQ_STRIDE) {
+            return bad("rq_stride must be a power of two in 16..=1024");
+        }
+        if attr.user_index > 0xff_ffff {
+            return bad("user_index must fit in 24 bits");
+        }
+        let rq_bytes = if attr.rq_wqe_cnt == 0 {
+            0
+        } else {
+            (attr.rq_wqe_cnt as usize * attr.rq_stride as usize).max(WQEBB_SIZE)
+        };
+        let sq_bytes = attr.sq_wqe_cnt as usize * WQEBB_SIZE;
+        let buf = DevMem::new(rq_bytes + sq_bytes, 4096).ok_or(SimError::OutOfMemory)?;
+        let dbrec = DevMem::new(64, 64).ok_or(SimError::OutOfMemory)?;
+        Ok(Qp {
+            qpn,
+            qp_type: attr.qp_type,
+            pdn: attr.pdn,
+            send_cqn: attr.send_cqn,
+            recv_cqn: attr.recv_cqn,
+            user_index: attr.user_index,
+            state: QpState::Reset,
+            buf,
+            sq_off: rq_bytes,
+            sq_wqe_cnt: attr.sq_wqe_cnt,
+            rq_wqe_cnt: attr.rq_wqe_cnt,
+            rq_stride: attr.rq_stride,
+            dbrec,
+            uar_index,
+            sq_ci: 0,
+            rq_ci: 0,
+            attrs: QpAttrs::default(),
+            rnr: None,
+            shadow: vec![Shadow::default(); attr.sq_wqe_cnt as usize],
+        })
+    }
+
+    /// SQ producer counter from doorbell record word 1 (Acquire).
+    pub(crate) fn sq_producer(&self) -> u16 {
+        self.dbrec.load_be32(SND_DBR) as u16
+    }
+
+    /// RQ producer counter from doorbell record word 0 (Acquire).
+    pub(crate) fn rq_producer(&self) -> u16 {
+        self.dbrec.load_be32(RCV_DBR) as u16
+    }
+
+    fn sq_ring_len(&self) -> usize {
+        self.sq_wqe_cnt as usize * WQEBB_SIZE
+    }
+
+    /// Copies `out.len()` bytes of the SQ byte ring starting at the WQEBB of `counter`,
+    /// wrapping at the ring end (spec §1.3).
+    pub(crate) fn read_sq(&self, counter: u16, skip: usize, out: &mut [u8]) {
+        let ring = self.sq_ring_len();
+        let start = (usize::from(counter) & (self.sq_wqe_cnt as usize - 1)) * WQEBB_SIZE;
+        let mut pos = (start + skip) % ring;
+        let mut done = 0;
+        while done < out.len() {
+            let n = (ring - pos).min(out.len() - done);
+            self.buf.read(self.sq_off + pos, &mut out[done..done + n]);
+            done += n;
+            pos = 0;
+        }
+    }
+
+    /// Reads the ctrl segment at `counter`.
+    pub(crate) fn read_ctrl(&self, counter: u16) -> CtrlRepr {
+        let mut c = [0u8; DS_SIZE];
+        self.read_sq(counter, 0, &mut c);
+        CtrlRepr::parse(&CtrlSeg::new_unchecked(&c[..]))
+    }
+
+    /// Copies the WQE at `counter` (its `ds` units, at most 63) into `out`; returns the ctrl
+    /// and the number of bytes copied. Returns `None` when the WQE is larger than the ring.
+    pub(crate) fn fetch_wqe(
+        &self,
+        counter: u16,
+        out: &mut [u8; MAX_WQE_DS * DS_SIZE],
+    ) -> (CtrlRepr, Option<usize>) {
+        let ctrl = self.read_ctrl(counter);
+        let len = usize::from(ctrl.ds) * DS_SIZE;
+        if len > self.sq_ring_len() {
+            return (ctrl, None);
+        }
+        self.read_sq(counter, 0, &mut out[..len]);
+        (ctrl, Some(len))
+    }
+
+    /// Copies the receive WQE of `counter` (one stride) into `out`; returns its length.
+    pub(crate) fn read_rq(&self, counter: u16, out: &mut [u8; MAX_RQ_STRIDE as usize]) -> usize {
+        let stride = self.rq_stride as usize;
+        let off = (usize::from(counter) & (self.rq_wqe_cnt as usize - 1)) * stride;
+        self.buf.read(off, &mut out[..stride]);
+        stride
+    }
+
+    /// Back to RESET: forget WQEs, zero doorbell record and hardware counters.
+    pub(crate) fn reset(&mut self) {
+        self.state = QpState::Reset;
+        self.dbrec.zero();
+        self.sq_ci = 0;
+        self.rq_ci = 0;
+        self.rnr = None;
+        self.attrs = QpAttrs::default();
+        self.shadow.iter_mut().for_each(|s| *s = Shadow::default());
+    }
+
+    /// Validates a modify_qp request against the transition table and required attributes
+    /// of spec §7 and applies its attributes (not the state change's side effects).
+    pub(crate) fn apply_modify(&mut self, m: &QpModify, roce: bool) -> Result<QpState, SimError> {
+        use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
+        let to = m.state.ok_or(SimError::InvalidArgument { what: "QpModify.state is required" })?;
+        let from = self.state;
+        let ok = match from {
+            Reset => matches!(to, Reset | Init | QpState::Err),
+            Init => matches!(to, Init | Rtr | Reset | QpState::Err),
+            Rtr | Rts | Sqd | Sqe => matches!(to, Rts | Reset | QpState::Err),
+            QpState::Err => matches!(to, Reset | QpState::Err),
+        };
+        if !ok {
+            return Err(SimError::InvalidTransition { from, to });
+        }
+        let need = |present: bool, what: &'static str| {
+            if present {
+                Ok(())
+            } else {
+                Err(SimError::InvalidArgument { what })
+            }
+        };
+        match (from, to) {
+            (Reset, Init) => {
+                need(m.port.is_some(), "RESET->INIT needs port")?;
+                need(m.access_flags.is_some(), "RESET->INIT needs access_flags")?;
+            }
+            (Init, Rtr) => {
+                need(m.path.is_some(), "INIT->RTR needs path")?;
+                need(m.path_mtu.is_some(), "INIT->RTR needs path_mtu")?;
+                need(m.rq_psn.is_some(), "INIT->RTR needs rq_psn")?;
+                need(m.max_dest_rd_atomic.is_some(), "INIT->RTR needs max_dest_rd_atomic")?;
+                need(m.min_rnr_timer.is_some(), "INIT->RTR needs min_rnr_timer")?;
+            }
+            (Rtr, Rts) => {
+                need(m.timeout.is_some(), "RTR->RTS needs timeout")?;
+                need(m.retry_cnt.is_some(), "RTR->RTS needs retry_cnt")?;
+                need(m.rnr_retry.is_some(), "RTR->RTS needs rnr_retry")?;
+                need(m.sq_psn.is_some(), "RTR->RTS needs sq_psn")?;
+                need(m.max_rd_atomic.is_some(), "RTR->RTS needs max_rd_atomic")?;
+            }
+            _ => {}
+        }
+        let bad = |what| Err(SimError::InvalidArgument { what });
+        if matches!(m.port, Some(p) if p != 1) {
+            return bad("port must be 1");
+        }
+        let remote = access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
+        if matches!(m.access_flags, Some(a) if a & !(remote | access::LOCAL_WRITE) != 0) {
+            return bad("access_flags has unknown bits");
+        }
+        if matches!(m.path_mtu, Some(v) if !pow2_in(v, 256, 4096)) {
+            return bad("path_mtu must be 256, 512, 1024, 2048 or 4096");
+        }
+        if matches!(m.rnr_retry, Some(v) if v > 7) || matches!(m.retry_cnt, Some(v) if v > 7) {
+            return bad("rnr_retry and retry_cnt must be <= 7");
+        }
+        if matches!(m.min_rnr_timer, Some(v) if v > 31) || matches!(m.timeout, Some(v) if v > 31) {
+            return bad("min_rnr_timer and timeout must be <= 31");
+        }
+        if matches!(m.sq_psn, Some(v) if v > 0xff_ffff) || matches!(m.rq_psn, Some(v) if v > 0xff_ffff) {
+            return bad("PSNs must fit in 24 bits");
+        }
+        if let Some(p) = m.path {
+            if p.dest_qpn > 0xff_ffff {
+                return bad("dest_qpn must fit in 24 bits");
+            }
+            if roce && p.dgid.is_none() {
+                return bad("RoCE paths need dgid");
+            }
+            if !roce && p.dlid == 0 {
+                return bad("InfiniBand paths need a non-zero dlid");
+            }
+        }
+        if to == Reset {
+            return Ok(to);
+        }
+        let a = &mut self.attrs;
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = m.$f { a.$f = v; } )* };
+        }
+        set!(
+            port,
+            access_flags,
+            path_mtu,
+            min_rnr_timer,
+            rnr_retry,
+            retry_cnt,
+            timeout,
+            sq_psn,
+            rq_psn,
+            max_rd_atomic,
+            max_dest_rd_atomic
+        );
+        if m.path.is_some() {
+            a.path = m.path;
+        }
+        Ok(to)
+    }
+}

@@ -1,0 +1,305 @@
+//! Send WQE layout: which segment each DS of a WQE is, per QP type and opcode
+//! (spec §3.8), and validation of a WQE before execution (spec §8 step 3).
+
+use crate::wire::{opcode, AtomicSeg, CtrlRepr, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg, DS_SIZE};
+use crate::QpType;
+
+/// The fixed segments that follow the ctrl segment for an opcode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FixedLayout {
+    /// An address vector (UD/DCI) follows the ctrl segment.
+    pub av: bool,
+    /// A raddr segment follows.
+    pub raddr: bool,
+    /// An atomic segment follows the raddr segment.
+    pub atomic: bool,
+    /// Data/inline segments may follow.
+    pub data: bool,
+    /// Inline segments are legal in the data part.
+    pub inline_ok: bool,
+}
+
+/// Fixed layout of `op` on a QP of type `t`, `None` when the opcode is not supported there.
+pub(crate) fn fixed_layout(t: QpType, op: u8) -> Option<FixedLayout> {
+    let base = |raddr, atomic, data, inline_ok| FixedLayout { av: false, raddr, atomic, data, inline_ok };
+    let rc = match op {
+        opcode::NOP => Some(base(false, false, false, false)),
+        opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL => Some(base(false, false, true, true)),
+        opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => Some(base(true, false, true, true)),
+        opcode::RDMA_READ => Some(base(true, false, true, false)),
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA => Some(base(true, true, true, false)),
+        _ => None,
+    };
+    match t {
+        QpType::Rc => rc,
+        QpType::Ud => match op {
+            opcode::NOP => rc,
+            opcode::SEND | opcode::SEND_IMM => rc.map(|l| FixedLayout { av: true, ..l }),
+            _ => None,
+        },
+        QpType::Dci => match op {
+            opcode::NOP => rc,
+            opcode::SEND_INVAL => None,
+            _ => rc.map(|l| FixedLayout { av: true, ..l }),
+        },
+    }
+}
+
+/// Kind of one DS of a WQE, for dissection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DsKind {
+    Ctrl,
+    /// Address vector, part `0..n` of it.
+    Av(u8),
+    Raddr,
+    Atomic,
+    Data,
+    /// First DS of an inline segment (payload length).
+    InlineHead(u32),
+    InlineCont,
+    /// Beyond what the layout explains.
+    Unknown,
+}
+
+/// A piece of the payload / scatter list, in WQE order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Piece {
+    /// Inline bytes at `off..off+len` of the WQE bytes.
+    Inline { off: usize, len: usize },
+    /// A data pointer segment.
+    Sge { len: u32, lkey: u32, addr: u64 },
+}
+
+/// A validated send WQE (its bytes live in a separate buffer, unwrapped from the ring).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SendWqe {
+    pub ctrl: CtrlRepr,
+    pub raddr: u64,
+    pub rkey: u32,
+    /// CS: swap; FA: add.
+    pub swap_add: u64,
+    pub compare: u64,
+    /// First DS of the data part.
+    pub data_ds: usize,
+    /// Number of data pieces.
+    pub n_pieces: usize,
+    /// Sum of piece lengths (payload of SEND/WRITE, scatter length of READ/atomics).
+    pub len: u64,
+}
+
+/// Largest message the model accepts (2 GiB, the 31-bit length field).
+pub(crate) const MAX_MSG: u64 = 0x8000_0000;
+
+/// Length of the address vector at DS `i`: 48 bytes, 16 when the ext bit is clear.
+fn av_ds(wqe: &[u8], i: usize) -> usize {
+    match DatagramSeg::new_checked(&wqe[i * DS_SIZE..]) {
+        Ok(av) if !av.ext() => 1,
+        _ => 3,
+    }
+}
+
+/// Walks the DS of `wqe` (`ds` units present in `wqe`), reporting each kind to `f`.
+/// Returns an error string for the first inconsistency; kinds are reported up to it.
+pub(crate) fn walk(
+    t: QpType,
+    wqe: &[u8],
+    ds: usize,
+    mut f: impl FnMut(usize, DsKind, Option<Piece>),
+) -> Result<(), &'static str> {
+    if ds == 0 {
+        return Err("ds is 0");
+    }
+    if wqe.len() < ds * DS_SIZE {
+        return Err("WQE shorter than ds");
+    }
+    f(0, DsKind::Ctrl, None);
+    let ctrl = CtrlSeg::new_unchecked(&wqe[..DS_SIZE]);
+    let unknown_rest = |from: usize, f: &mut dyn FnMut(usize, DsKind, Option<Piece>)| {
+        for i in from..ds {
+            f(i, DsKind::Unknown, None);
+        }
+    };
+    let Some(lay) = fixed_layout(t, ctrl.opcode()) else {
+        unknown_rest(1, &mut f);
+        return Err("unknown opcode");
+    };
+    let mut i = 1;
+    if lay.av {
+        let n = av_ds(wqe, i.min(ds - 1));
+        if i + n > ds {
+            unknown_rest(i, &mut f);
+            return Err("ds too small for the address vector");
+        }
+        for k in 0..n {
+            f(i + k, DsKind::Av(k as u8), None);
+        }
+        i += n;
+    }
+    for (present, kind, what) in [
+        (lay.raddr, DsKind::Raddr, "ds too small for the raddr segment"),
+        (lay.atomic, DsKind::Atomic, "ds too small for the atomic segment"),
+    ] {
+        if present {
+            if i >= ds {
+                return Err(what);
+            }
+            f(i, kind, None);
+            i += 1;
+        }
+    }
+    if !lay.data {
+        // NOP: extra DS are ignored.
+        unknown_rest(i, &mut f);
+        return Ok(());
+    }
+    let mut inlines = 0;
+    while i < ds {
+        let seg = DataSeg::new_unchecked(&wqe[i * DS_SIZE..(i + 1) * DS_SIZE]);
+        if seg.is_inline() {
+            let inl = InlineSeg::new_unchecked(&wqe[i * DS_SIZE..]);
+            let n = inl.ds_count();
+            let len = inl.len();
+            if !lay.inline_ok {
+                unknown_rest(i, &mut f);
+                return Err("inline segment not allowed for this opcode");
+            }
+            inlines += 1;
+            if inlines > 1 {
+                unknown_rest(i, &mut f);
+                return Err("more than one inline segment");
+            }
+            if i + n > ds {
+                unknown_rest(i, &mut f);
+                return Err("inline data longer than ds");
+            }
+            let piece = Piece::Inline { off: i * DS_SIZE + 4, len: len as usize };
+            f(i, DsKind::InlineHead(len), Some(piece));
+            for k in 1..n {
+                f(i + k, DsKind::InlineCont, None);
+            }
+            i += n;
+        } else {
+            let piece = Piece::Sge { len: seg.byte_count(), lkey: seg.lkey(), addr: seg.addr() };
+            f(i, DsKind::Data, Some(piece));
+            i += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Validates and decodes a send WQE whose `ds*16` bytes are in `wqe`.
+pub(crate) fn parse(t: QpType, wqe: &[u8]) -> Result<SendWqe, &'static str> {
+    let ctrl_seg = CtrlSeg::new_checked(wqe).map_err(|_| "WQE shorter than the ctrl segment")?;
+    let ctrl = CtrlRepr::parse(&ctrl_seg);
+    let ds = usize::from(ctrl.ds);
+    let mut w =
+        SendWqe { ctrl, raddr: 0, rkey: 0, swap_add: 0, compare: 0, data_ds: ds, n_pieces: 0, len: 0 };
+    let mut raddr_ds = None;
+    let mut atomic_ds = None;
+    let mut first_piece = None;
+    let mut atomic_bad_len = false;
+    walk(t, wqe, ds, |i, kind, piece| {
+        match kind {
+            DsKind::Raddr => raddr_ds = Some(i),
+            DsKind::Atomic => atomic_ds = Some(i),
+            _ => {}
+        }
+        if let Some(p) = piece {
+            first_piece.get_or_insert(i);
+            w.n_pieces += 1;
+            let l = match p {
+                Piece::Inline { len, .. } => len as u64,
+                Piece::Sge { len, .. } => u64::from(len),
+            };
+            if matches!(p, Piece::Sge { len, .. } if len != 8) {
+                atomic_bad_len = true;
+            }
+            w.len += l;
+        }
+    })?;
+    if let Some(i) = raddr_ds {
+        let r = RaddrSeg::new_unchecked(&wqe[i * DS_SIZE..(i + 1) * DS_SIZE]);
+        w.raddr = r.raddr();
+        w.rkey = r.rkey();
+    }
+    if let Some(i) = atomic_ds {
+        let a = AtomicSeg::new_unchecked(&wqe[i * DS_SIZE..(i + 1) * DS_SIZE]);
+        w.swap_add = a.swap_add();
+        w.compare = a.compare();
+        if w.n_pieces != 1 || atomic_bad_len {
+            return Err("atomic WQE needs exactly one 8-byte data segment");
+        }
+    }
+    if let Some(i) = first_piece {
+        w.data_ds = i;
+    }
+    if w.len > MAX_MSG {
+        return Err("message longer than 2 GiB");
+    }
+    Ok(w)
+}
+
+/// Iterates the pieces of a parsed WQE.
+pub(crate) fn pieces(t: QpType, wqe: &[u8], mut f: impl FnMut(Piece)) {
+    let ds = CtrlSeg::new_checked(wqe).map(|c| usize::from(c.ds())).unwrap_or(0);
+    let _ = walk(t, wqe, ds, |_, _, p| {
+        if let Some(p) = p {
+            f(p)
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctrl(op: u8, ds: u8) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        CtrlRepr { opcode: op, ds, qpn: 0x123, ..Default::default() }
+            .emit(&mut CtrlSeg::new_unchecked(&mut b[..]));
+        b
+    }
+
+    #[test]
+    fn ds_zero_is_malformed() {
+        let w = ctrl(opcode::SEND, 0);
+        assert_eq!(parse(QpType::Rc, &w).unwrap_err(), "ds is 0");
+    }
+
+    #[test]
+    fn write_without_raddr_is_malformed() {
+        let w = ctrl(opcode::RDMA_WRITE, 1);
+        assert!(parse(QpType::Rc, &w).is_err());
+    }
+
+    #[test]
+    fn unknown_opcode_is_malformed() {
+        let w = ctrl(0x33, 1);
+        assert_eq!(parse(QpType::Rc, &w).unwrap_err(), "unknown opcode");
+    }
+
+    #[test]
+    fn two_inline_segments_are_malformed() {
+        let mut w = [0u8; 48];
+        w[..16].copy_from_slice(&ctrl(opcode::SEND, 3));
+        w[16..20].copy_from_slice(&0x8000_0004u32.to_be_bytes());
+        w[32..36].copy_from_slice(&0x8000_0004u32.to_be_bytes());
+        assert_eq!(parse(QpType::Rc, &w).unwrap_err(), "more than one inline segment");
+    }
+
+    #[test]
+    fn inline_past_ds_is_malformed() {
+        let mut w = [0u8; 32];
+        w[..16].copy_from_slice(&ctrl(opcode::SEND, 2));
+        w[16..20].copy_from_slice(&0x8000_0020u32.to_be_bytes());
+        assert_eq!(parse(QpType::Rc, &w).unwrap_err(), "inline data longer than ds");
+    }
+
+    #[test]
+    fn nop_ignores_extra_ds() {
+        let mut w = [0u8; 32];
+        w[..16].copy_from_slice(&ctrl(opcode::NOP, 2));
+        let p = parse(QpType::Rc, &w).unwrap();
+        assert_eq!(p.n_pieces, 0);
+    }
+}

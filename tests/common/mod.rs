@@ -1,0 +1,102 @@
+//! Shared fixture of the cross-crate suites: two simulated hosts, each with a
+//! PD, one CQ for sends and receives, an RC QP and a registered buffer.
+#![allow(dead_code)]
+
+use mlx5::model::{ExecMode, Fabric};
+use mlx5::sim::{two_hosts, Sim};
+use mlx5::{
+    AccessFlags, Completion, CompletionQueue, ConnectParams, Context, Device, MemoryRegion, ProtectionDomain,
+    RcQp, RcQpConfig,
+};
+
+pub const MR_LEN: usize = 1 << 20;
+
+pub struct Side {
+    pub qp: RcQp<Sim, u64>,
+    pub cq: CompletionQueue<Sim, u64>,
+    pub mr: MemoryRegion<Sim>,
+    pub pd: ProtectionDomain<Sim>,
+    pub ctx: Context<Sim>,
+}
+
+impl Side {
+    pub fn new(dev: &Device<Sim>, cfg: &RcQpConfig, mr_access: AccessFlags) -> Side {
+        let ctx = dev.open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(1024, |_, _: u64| {}).unwrap();
+        let qp = ctx.create_rc_qp(&pd, &cq, &cq, cfg).unwrap();
+        let mr = pd.alloc_mr(MR_LEN, mr_access).unwrap();
+        Side { qp, cq, mr, pd, ctx }
+    }
+
+    /// Poll until the CQ is empty; deterministic mode executes at doorbell
+    /// time, so everything due is already there.
+    pub fn drain(&mut self) -> Vec<(Completion, u64)> {
+        let mut v = Vec::new();
+        while self.cq.poll_with(64, |c, e| v.push((c, e))).consumed() > 0 {}
+        assert!(self.cq.take_unknown().is_none(), "no unattributable CQE");
+        v
+    }
+
+    /// Poll until `n` completions arrived (threaded mode), bounded in time.
+    pub fn wait(&mut self, n: usize) -> Vec<(Completion, u64)> {
+        let mut v = Vec::new();
+        let t0 = std::time::Instant::now();
+        while v.len() < n {
+            self.cq.poll_with(64, |c, e| v.push((c, e)));
+            assert!(t0.elapsed().as_secs() < 20, "timed out waiting for {n} completions, got {}", v.len());
+        }
+        v
+    }
+
+    /// Poll with virtual-time ticks (each empty poll advances the simulator's
+    /// clock by one RNR period) until `n` completions or `max_polls` polls.
+    pub fn poll_ticks(&mut self, n: usize, max_polls: usize) -> Vec<(Completion, u64)> {
+        let mut v = Vec::new();
+        for _ in 0..max_polls {
+            self.cq.poll_with(64, |c, e| v.push((c, e)));
+            if v.len() >= n {
+                break;
+            }
+        }
+        v
+    }
+}
+
+pub struct Pair {
+    pub a: Side,
+    pub b: Side,
+    pub fabric: Fabric,
+}
+
+pub fn small_cfg() -> RcQpConfig {
+    RcQpConfig { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 128 }
+}
+
+/// Two connected RC QPs; `access` is B's responder access (A gets ALL).
+pub fn pair_with(mode: ExecMode, cfg: &RcQpConfig, b_access: AccessFlags, params: &ConnectParams) -> Pair {
+    let (fabric, da, db) = two_hosts(mode);
+    let a = Side::new(&da, cfg, AccessFlags::ALL);
+    let b = Side::new(&db, cfg, AccessFlags::ALL);
+    let ia = a.qp.local_info(1, 0).unwrap();
+    let ib = b.qp.local_info(1, 0).unwrap();
+    a.qp.connect(&ib, &ConnectParams { access: AccessFlags::ALL, ..params.clone() }).unwrap();
+    b.qp.connect(&ia, &ConnectParams { access: b_access, ..params.clone() }).unwrap();
+    Pair { a, b, fabric }
+}
+
+pub fn pair() -> Pair {
+    pair_with(ExecMode::Deterministic, &small_cfg(), AccessFlags::ALL, &ConnectParams::default())
+}
+
+/// Fill `mr[off..off+len]` with a recognisable pattern.
+pub fn fill(mr: &MemoryRegion<Sim>, off: usize, len: usize, seed: u8) {
+    let v: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+    mr.write(off, &v).unwrap();
+}
+
+pub fn bytes(mr: &MemoryRegion<Sim>, off: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0; len];
+    mr.read(off, &mut v).unwrap();
+    v
+}

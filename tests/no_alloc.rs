@@ -1,0 +1,134 @@
+//! No heap allocation on post or poll, proven with a counting global
+//! allocator. Counting is per thread: on the threaded simulator the device
+//! model runs on its own threads, so what is counted here is exactly the
+//! front-end's post path (WQE writes, doorbell record, doorbell/BlueFlame
+//! write into the model's channel), receive posting and CQ polling.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+mod common;
+use common::*;
+use mlx5::model::ExecMode;
+use mlx5::ring_only::{RingOnly, RingOnlyDevice};
+use mlx5::{AccessFlags, ConnectParams, Device, RcQpConfig, RemoteQpInfo, Sge, WqeFlags};
+
+struct Counting;
+
+thread_local! {
+    static ON: Cell<bool> = const { Cell::new(false) };
+    static COUNT: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if ON.with(|o| o.get()) {
+            COUNT.with(|c| c.set(c.get() + 1));
+        }
+        // SAFETY: forwarded.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: forwarded.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        if ON.with(|o| o.get()) {
+            COUNT.with(|c| c.set(c.get() + 1));
+        }
+        // SAFETY: forwarded.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+fn counted(f: impl FnOnce()) -> u64 {
+    COUNT.with(|c| c.set(0));
+    ON.with(|o| o.set(true));
+    f();
+    ON.with(|o| o.set(false));
+    COUNT.with(|c| c.get())
+}
+
+#[test]
+fn post_and_poll_do_not_allocate() {
+    let mut p = pair_with(ExecMode::Threaded, &small_cfg(), AccessFlags::ALL, &ConnectParams::default());
+    let (la, lka, rb, rkb) = (p.a.mr.addr(), p.a.mr.lkey(), p.b.mr.addr(), p.b.mr.rkey());
+    let rsge = [Sge { addr: rb, len: 4096, lkey: p.b.mr.lkey() }];
+    let round = |p: &mut Pair, i: u64| {
+        let qp = &p.a.qp;
+        qp.wqe_builder(i)
+            .unwrap()
+            .ctrl_rdma_write(WqeFlags::SIGNALED)
+            .unwrap()
+            .rdma(rb, rkb)
+            .unwrap()
+            .sge(la, 64, lka)
+            .unwrap()
+            .finish()
+            .unwrap();
+        qp.wqe_builder(i)
+            .unwrap()
+            .ctrl_rdma_write(WqeFlags::SIGNALED)
+            .unwrap()
+            .rdma(rb, rkb)
+            .unwrap()
+            .inline(&[1; 32])
+            .unwrap()
+            .finish_with_blueflame()
+            .unwrap();
+        qp.wqe_builder(i).unwrap().ctrl_nop(WqeFlags::NONE).unwrap().finish_batch().unwrap();
+        p.b.qp.post_recv(i, &rsge).unwrap();
+        qp.wqe_builder(i)
+            .unwrap()
+            .ctrl_send_imm(WqeFlags::SIGNALED, 7)
+            .unwrap()
+            .sge(la, 128, lka)
+            .unwrap()
+            .finish_batch()
+            .unwrap();
+        qp.ring_sq_doorbell();
+        let (mut sends, mut recvs) = (0, 0);
+        while sends < 3 || recvs < 1 {
+            sends += p.a.cq.poll(16).completions;
+            recvs += p.b.cq.poll(16).completions;
+        }
+    };
+    for i in 0..100 {
+        round(&mut p, i); // warm-up: lazily initialised state in std and the channels
+    }
+    let n = counted(|| {
+        for i in 0..1000 {
+            round(&mut p, i);
+        }
+    });
+    assert_eq!(n, 0, "allocations on the post/poll path");
+}
+
+#[test]
+fn post_into_ring_only_does_not_allocate() {
+    let ctx = Device::<RingOnly>::new(RingOnlyDevice::new(1, 256)).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_mono_cq(64, |_, _: u64| {}).unwrap();
+    let qp = ctx.create_rc_qp(&pd, &cq, &cq, &RcQpConfig::default()).unwrap();
+    qp.connect(&RemoteQpInfo { qpn: 2, lid: 2, gid: None, psn: 0 }, &ConnectParams::default()).unwrap();
+    let n = counted(|| {
+        for i in 0..100 {
+            qp.wqe_builder(i)
+                .unwrap()
+                .ctrl_rdma_write(WqeFlags::NONE)
+                .unwrap()
+                .rdma(0x1000, 1)
+                .unwrap()
+                .sge(0x2000, 8, 2)
+                .unwrap()
+                .finish()
+                .unwrap();
+            qp.post_recv(i, &[Sge { addr: 0x3000, len: 8, lkey: 2 }]).ok();
+        }
+    });
+    assert_eq!(n, 0);
+}
