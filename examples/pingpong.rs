@@ -109,7 +109,7 @@ fn main() {
     println!("RC SEND ping-pong on the mlx5 simulator ({mode:?} mode), one-way latency = RTT/2, msg/s counts both directions");
     println!("{:-<96}", "");
     println!(
-        " {:>8} {:>12} {:>12} {:>14} {:>12} {:>12} {:>14}",
+        " {:>8} {:>12} {:>12} {:>15} {:>12} {:>12} {:>14}",
         "#bytes", "#iterations", "t_min[usec]", "t_typical[usec]", "t_max[usec]", "t_avg[usec]", "msg/s"
     );
     for &size in &sizes {
@@ -137,7 +137,7 @@ fn main() {
         sorted.sort_by(f64::total_cmp);
         let avg = samples.iter().sum::<f64>() / samples.len() as f64;
         println!(
-            " {:>8} {:>12} {:>12.2} {:>14.2} {:>12.2} {:>12.2} {:>14.0}",
+            " {:>8} {:>12} {:>12.2} {:>15.2} {:>12.2} {:>12.2} {:>14.0}",
             size,
             iters,
             sorted[0],

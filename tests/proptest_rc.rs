@@ -37,6 +37,8 @@ struct Op {
     inline: bool,
     signaled: bool,
     batch: bool,
+    /// Post through the BlueFlame register (when not batched).
+    blueflame: bool,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -51,17 +53,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Kind::Nop),
     ];
     let len = prop_oneof![3 => 0usize..=300, 1 => 0usize..=MAX_LEN];
-    (
-        kind,
-        len,
-        0usize..HALF - MAX_LEN,
-        0usize..HALF - MAX_LEN,
-        1usize..=3,
-        any::<bool>(),
-        any::<bool>(),
-        any::<bool>(),
-    )
-        .prop_map(|(kind, len, src, dst, sges, inline, signaled, batch)| Op {
+    let flags = (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>());
+    (kind, len, 0usize..HALF - MAX_LEN, 0usize..HALF - MAX_LEN, 1usize..=3, flags).prop_map(
+        |(kind, len, src, dst, sges, (inline, signaled, batch, blueflame))| Op {
             inline: inline && len <= INLINE as usize && !matches!(kind, Kind::Read),
             kind,
             len,
@@ -70,7 +64,9 @@ fn op() -> impl Strategy<Value = Op> {
             sges,
             signaled,
             batch,
-        })
+            blueflame,
+        },
+    )
 }
 
 /// Split `len` bytes at `base` into `n` consecutive SGEs.
@@ -135,12 +131,26 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 mb[op.dst..op.dst + len].copy_from_slice(&payload);
                 if op.inline {
                     let b = b.inline(&payload).unwrap();
-                    if op.batch { b.finish_batch() } else { b.finish() }.unwrap();
+                    if op.batch {
+                        b.finish_batch()
+                    } else if op.blueflame {
+                        b.finish_with_blueflame()
+                    } else {
+                        b.finish()
+                    }
+                    .unwrap();
                 } else {
                     for s in split(src, len, op.sges, lka) {
                         b = b.sge(s.addr, s.len, s.lkey).unwrap();
                     }
-                    if op.batch { b.finish_batch() } else { b.finish() }.unwrap();
+                    if op.batch {
+                        b.finish_batch()
+                    } else if op.blueflame {
+                        b.finish_with_blueflame()
+                    } else {
+                        b.finish()
+                    }
+                    .unwrap();
                 }
                 (
                     if matches!(op.kind, Kind::Write) { WcOpcode::RdmaWrite } else { WcOpcode::RdmaWriteImm },
@@ -164,13 +174,27 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 ));
                 if op.inline {
                     let b = b.inline(&payload).unwrap();
-                    if op.batch { b.finish_batch() } else { b.finish() }.unwrap();
+                    if op.batch {
+                        b.finish_batch()
+                    } else if op.blueflame {
+                        b.finish_with_blueflame()
+                    } else {
+                        b.finish()
+                    }
+                    .unwrap();
                 } else {
                     let mut b = b;
                     for s in split(src, len, op.sges, lka) {
                         b = b.sge(s.addr, s.len, s.lkey).unwrap();
                     }
-                    if op.batch { b.finish_batch() } else { b.finish() }.unwrap();
+                    if op.batch {
+                        b.finish_batch()
+                    } else if op.blueflame {
+                        b.finish_with_blueflame()
+                    } else {
+                        b.finish()
+                    }
+                    .unwrap();
                 }
                 (if imm.is_some() { WcOpcode::SendImm } else { WcOpcode::Send }, len as u32)
             }
@@ -180,7 +204,14 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 for s in split(la + sink as u64, len, op.sges, lka) {
                     b = b.sge(s.addr, s.len, s.lkey).unwrap();
                 }
-                if op.batch { b.finish_batch() } else { b.finish() }.unwrap();
+                if op.batch {
+                    b.finish_batch()
+                } else if op.blueflame {
+                    b.finish_with_blueflame()
+                } else {
+                    b.finish()
+                }
+                .unwrap();
                 let data = mb[op.dst..op.dst + len].to_vec();
                 ma[sink..sink + len].copy_from_slice(&data);
                 (WcOpcode::RdmaRead, len as u32)
@@ -197,14 +228,28 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     _ => unreachable!(),
                 };
                 let b = b.rdma(rb + op.dst as u64, rkb).unwrap().result(la + sink as u64, lka).unwrap();
-                if op.batch { b.finish_batch() } else { b.finish() }.unwrap();
+                if op.batch {
+                    b.finish_batch()
+                } else if op.blueflame {
+                    b.finish_with_blueflame()
+                } else {
+                    b.finish()
+                }
+                .unwrap();
                 mb[op.dst..op.dst + 8].copy_from_slice(&new.to_ne_bytes());
                 ma[sink..sink + 8].copy_from_slice(&old.to_ne_bytes());
                 (if matches!(op.kind, Kind::Fa(_)) { WcOpcode::AtomicFa } else { WcOpcode::AtomicCs }, 8)
             }
             Kind::Nop => {
                 let b = b.ctrl_nop(flags).unwrap();
-                if op.batch { b.finish_batch() } else { b.finish() }.unwrap();
+                if op.batch {
+                    b.finish_batch()
+                } else if op.blueflame {
+                    b.finish_with_blueflame()
+                } else {
+                    b.finish()
+                }
+                .unwrap();
                 (WcOpcode::Nop, 0)
             }
         };
@@ -230,6 +275,10 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     for (c, _) in &got {
         prop_assert_eq!(c.qpn, p.a.qp.qpn());
     }
+    // The model saw every doorbell and BlueFlame write agree with the ring.
+    let st = p.fabric.nics()[0].stats();
+    prop_assert_eq!((st.doorbell_mismatch, st.bf_offset_mismatch, st.bf_content_mismatch), (0, 0, 0));
+    prop_assert_eq!(st.malformed_wqes, 0);
     let (ra, rb_) = (p.a.mr.to_vec(), p.b.mr.to_vec());
     prop_assert!(
         ra == ma,

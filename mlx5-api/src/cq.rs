@@ -308,6 +308,9 @@ impl CqeFields {
     }
 }
 
+/// QPN → QP of the QPs reporting to a CQ (weak: a dropped QP is not kept alive).
+type QpTable<B, T> = Vec<(u32, Weak<QpShared<B, T>>)>;
+
 /// The CQ state shared by the user's CQ handle and the QPs that use it.
 #[doc(hidden)]
 pub struct CqShared<B: Backend, T> {
@@ -319,7 +322,7 @@ pub struct CqShared<B: Backend, T> {
     pub(crate) cqn: u32,
     ci: Cell<u32>,
     /// QPs that report to this CQ; weak so a dropped QP is not kept alive.
-    qps: RefCell<Vec<(u32, Weak<QpShared<B, T>>)>>,
+    qps: RefCell<QpTable<B, T>>,
     last_unknown: Cell<Option<UnknownCqe>>,
     pub(crate) raw: B::Cq,
     pub(crate) _ctx: Rc<CtxInner<B>>,
