@@ -524,6 +524,16 @@ macro_rules! cq_common {
         pub fn take_unknown(&self) -> Option<UnknownCqe> {
             self.shared.take_unknown()
         }
+        /// The CQE ring: (buffer, entry count, entry size). For tests that
+        /// play the device and put CQEs no device of ours writes (unknown
+        /// opcodes, compressed sessions) in front of the poller.
+        ///
+        /// # Safety
+        /// Writes must stay inside the ring and follow the ownership
+        /// protocol (spec §5.5): all bytes first, `op_own` last.
+        pub unsafe fn raw_ring(&self) -> (*mut u8, u32, u32) {
+            (self.shared.buf, self.shared.mask + 1, self.shared.cqe_size)
+        }
         /// Poll with a one-off closure instead of the stored callback.
         #[inline(always)]
         pub fn poll_with<G: FnMut(Completion, T)>(&self, budget: u32, mut g: G) -> PollOutcome {
