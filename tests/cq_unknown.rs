@@ -52,7 +52,7 @@ fn unknown_opcode_format_and_counter_are_consumed_and_reported() {
 
 #[test]
 fn budget_bounds_one_poll() {
-    let mut p = pair();
+    let p = pair();
     for e in 0..10 {
         p.a.qp.wqe_builder(e).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();
     }
@@ -64,14 +64,14 @@ fn budget_bounds_one_poll() {
 
 #[test]
 fn cqes_of_a_dropped_qp_are_reported_not_dispatched() {
-    let mut p = pair();
+    let p = pair();
     for e in 0..3 {
         p.a.qp.wqe_builder(e).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();
     }
     let qpn = p.a.qp.qpn();
     // The CQ holds no strong reference: dropping the QP destroys it.
     let Pair { a, b: _b, fabric: _f } = p;
-    let common::Side { qp, mut cq, mr: _mr, pd: _pd, ctx: _ctx } = a;
+    let common::Side { qp, cq, mr: _mr, pd: _pd, ctx: _ctx } = a;
     drop(qp);
     let mut dispatched = 0;
     let out = cq.poll_with(16, |_, _| dispatched += 1);
