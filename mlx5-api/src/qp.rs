@@ -206,7 +206,9 @@ impl<B: Backend, T> RcQp<B, T> {
         if state != QpState::Rts {
             return Err(Error::QpState { qpn: self.shared.qpn, state, needed: QpState::Rts });
         }
-        self.shared.sq.reserve(1)?;
+        if self.shared.sq.free() == 0 {
+            return Err(Error::SqFull { needed: 1, free: 0 });
+        }
         Ok(WqeBuilder::new(&self.shared.sq, entry))
     }
 

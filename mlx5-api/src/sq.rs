@@ -97,19 +97,21 @@ impl<B: Backend, T> SendQueue<B, T> {
         self.wqe_cnt
     }
 
-    /// Check that a WQE starting at the producer and `ds` DS long fits both
-    /// the WQE size limit and the free part of the ring.
+    /// The most DS a WQE starting at the producer may have: the WQE size
+    /// limit or the free part of the ring, whichever is smaller. Computed
+    /// once per WQE; each segment then costs one compare.
     #[inline(always)]
-    pub(crate) fn reserve(&self, ds: u32) -> Result<()> {
+    pub(crate) fn ds_budget(&self) -> u32 {
+        self.max_ds.min(self.free() * 4)
+    }
+
+    /// The error for a WQE of `ds` DS that exceeds [`Self::ds_budget`].
+    #[cold]
+    pub(crate) fn over_budget(&self, ds: u32) -> Error {
         if ds > self.max_ds {
-            return Err(Error::WqeTooLarge { ds, max: self.max_ds });
+            return Error::WqeTooLarge { ds, max: self.max_ds };
         }
-        let needed = ds.div_ceil(4);
-        let free = self.free();
-        if needed > free {
-            return Err(Error::SqFull { needed, free });
-        }
-        Ok(())
+        Error::SqFull { needed: ds.div_ceil(4), free: self.free() }
     }
 
     /// Address of DS `i` of the WQE at counter `start`, with the modulo rule

@@ -70,6 +70,8 @@ pub struct WqeBuilder<'q, B: Backend, T, S> {
     start: u32,
     /// DS units written so far, ctrl included.
     ds: u32,
+    /// Largest DS count this WQE may reach (ring space and size limit).
+    budget: u32,
     nsge: u32,
     opcode: u8,
     fm_ce_se: u8,
@@ -87,6 +89,7 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Init> {
             entry,
             start: sq.pi(),
             ds: 1,
+            budget: sq.ds_budget(),
             nsge: 0,
             opcode: 0,
             fm_ce_se: 0,
@@ -103,6 +106,7 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Init> {
             entry: self.entry,
             start: self.start,
             ds: 1,
+            budget: self.budget,
             nsge: 0,
             opcode,
             fm_ce_se: flags.bits(),
@@ -174,6 +178,16 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Init> {
 }
 
 impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
+    /// Check that the WQE may grow to `ds` DS before writing its next segment.
+    #[inline(always)]
+    fn reserve(&self, ds: u32) -> Result<()> {
+        if ds <= self.budget {
+            Ok(())
+        } else {
+            Err(self.sq.over_budget(ds))
+        }
+    }
+
     #[inline(always)]
     fn to<N>(self, state: N) -> WqeBuilder<'q, B, T, N> {
         WqeBuilder {
@@ -181,6 +195,7 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
             entry: self.entry,
             start: self.start,
             ds: self.ds,
+            budget: self.budget,
             nsge: self.nsge,
             opcode: self.opcode,
             fm_ce_se: self.fm_ce_se,
@@ -203,7 +218,7 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         if self.nsge >= self.sq.max_sge {
             return Err(Error::TooManySge { count: self.nsge + 1, max: self.sq.max_sge });
         }
-        self.sq.reserve(self.ds + 1)?;
+        self.reserve(self.ds + 1)?;
         let mut seg = [0u8; 16];
         seg[0..4].copy_from_slice(&len.to_be_bytes());
         seg[4..8].copy_from_slice(&lkey.to_be_bytes());
@@ -291,7 +306,7 @@ impl AfterRaddr for AtomicArgs {
     /// Atomic segment (spec §3.4): swap/add at +0, compare at +8.
     #[inline(always)]
     fn after_raddr<B: Backend, T>(self, b: &mut WqeBuilder<'_, B, T, ()>) -> Result<NeedsResult> {
-        b.sq.reserve(b.ds + 1)?;
+        b.reserve(b.ds + 1)?;
         let mut seg = [0u8; 16];
         seg[0..8].copy_from_slice(&self.swap_add.to_be_bytes());
         seg[8..16].copy_from_slice(&self.compare.to_be_bytes());
@@ -305,7 +320,7 @@ impl<'q, B: Backend, T, N: AfterRaddr> WqeBuilder<'q, B, T, NeedsRaddr<N>> {
     /// Remote address segment (spec §3.1).
     #[inline(always)]
     pub fn rdma(self, raddr: u64, rkey: u32) -> Result<WqeBuilder<'q, B, T, N::Next>> {
-        self.sq.reserve(self.ds + 1)?;
+        self.reserve(self.ds + 1)?;
         let mut seg = [0u8; 16];
         seg[0..8].copy_from_slice(&raddr.to_be_bytes());
         seg[8..12].copy_from_slice(&rkey.to_be_bytes());
@@ -316,6 +331,7 @@ impl<'q, B: Backend, T, N: AfterRaddr> WqeBuilder<'q, B, T, NeedsRaddr<N>> {
             entry: self.entry,
             start: self.start,
             ds: self.ds + 1,
+            budget: self.budget,
             nsge: 0,
             opcode: self.opcode,
             fm_ce_se: self.fm_ce_se,
@@ -349,7 +365,7 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Data> {
             return Err(Error::InlineTooLarge { len: data.len(), max });
         }
         let seg_ds = (4 + data.len() as u32).div_ceil(16);
-        b.sq.reserve(b.ds + seg_ds)?;
+        b.reserve(b.ds + seg_ds)?;
         let hdr = (data.len() as u32 | INLINE_SEG).to_be_bytes();
         let base = b.ds * 16;
         b.sq.write_bytes(b.start, base, &hdr);
