@@ -133,9 +133,14 @@ fn quiesce_waits_for_the_nic_thread() {
 fn threaded_rnr_retries_on_its_own_timer() {
     let mut p = threaded();
     p.qa.post(op::SEND, SIGNALED, [0; 4], &[Seg::Inline(b"wait")]);
-    p.a.quiesce();
-    std::thread::sleep(Duration::from_millis(5));
-    assert!(p.scq_a.poll().is_none());
+    // Wait (bounded) for the NIC thread's own timer to retry at least twice;
+    // no assumption about how long that takes.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.a.stats().rnr_naks < 2 {
+        assert!(Instant::now() < deadline, "the NIC thread never retried");
+        std::thread::yield_now();
+    }
+    assert!(p.scq_a.poll().is_none(), "still blocked: no receive posted");
     let rb = Buf::new(&p.b, p.pdb, 16, 1);
     p.qb.post_recv(&[(rb.addr(), 16, rb.keys.lkey)]);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -147,6 +152,5 @@ fn threaded_rnr_retries_on_its_own_timer() {
         std::thread::yield_now();
     };
     assert_eq!(c.opcode(), cqe_opcode::REQ);
-    assert!(p.a.stats().rnr_naks >= 2);
     assert_eq!(&rb.read()[..4], b"wait");
 }
