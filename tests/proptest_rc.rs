@@ -69,6 +69,18 @@ fn op() -> impl Strategy<Value = Op> {
     )
 }
 
+/// Post through the path the op asks for: batched, BlueFlame, or doorbell.
+fn finish<S: mlx5::wqe::Finishable>(b: mlx5::WqeBuilder<'_, mlx5::sim::Sim, u64, S>, op: &Op) {
+    if op.batch {
+        b.finish_batch()
+    } else if op.blueflame {
+        b.finish_with_blueflame()
+    } else {
+        b.finish()
+    }
+    .unwrap();
+}
+
 /// Split `len` bytes at `base` into `n` consecutive SGEs.
 fn split(base: u64, len: usize, n: usize, lkey: u32) -> Vec<Sge> {
     let n = n.min(len.max(1));
@@ -131,26 +143,12 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 mb[op.dst..op.dst + len].copy_from_slice(&payload);
                 if op.inline {
                     let b = b.inline(&payload).unwrap();
-                    if op.batch {
-                        b.finish_batch()
-                    } else if op.blueflame {
-                        b.finish_with_blueflame()
-                    } else {
-                        b.finish()
-                    }
-                    .unwrap();
+                    finish(b, op);
                 } else {
                     for s in split(src, len, op.sges, lka) {
                         b = b.sge(s.addr, s.len, s.lkey).unwrap();
                     }
-                    if op.batch {
-                        b.finish_batch()
-                    } else if op.blueflame {
-                        b.finish_with_blueflame()
-                    } else {
-                        b.finish()
-                    }
-                    .unwrap();
+                    finish(b, op);
                 }
                 (
                     if matches!(op.kind, Kind::Write) { WcOpcode::RdmaWrite } else { WcOpcode::RdmaWriteImm },
@@ -174,27 +172,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 ));
                 if op.inline {
                     let b = b.inline(&payload).unwrap();
-                    if op.batch {
-                        b.finish_batch()
-                    } else if op.blueflame {
-                        b.finish_with_blueflame()
-                    } else {
-                        b.finish()
-                    }
-                    .unwrap();
+                    finish(b, op);
                 } else {
                     let mut b = b;
                     for s in split(src, len, op.sges, lka) {
                         b = b.sge(s.addr, s.len, s.lkey).unwrap();
                     }
-                    if op.batch {
-                        b.finish_batch()
-                    } else if op.blueflame {
-                        b.finish_with_blueflame()
-                    } else {
-                        b.finish()
-                    }
-                    .unwrap();
+                    finish(b, op);
                 }
                 (if imm.is_some() { WcOpcode::SendImm } else { WcOpcode::Send }, len as u32)
             }
@@ -204,14 +188,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 for s in split(la + sink as u64, len, op.sges, lka) {
                     b = b.sge(s.addr, s.len, s.lkey).unwrap();
                 }
-                if op.batch {
-                    b.finish_batch()
-                } else if op.blueflame {
-                    b.finish_with_blueflame()
-                } else {
-                    b.finish()
-                }
-                .unwrap();
+                finish(b, op);
                 let data = mb[op.dst..op.dst + len].to_vec();
                 ma[sink..sink + len].copy_from_slice(&data);
                 (WcOpcode::RdmaRead, len as u32)
@@ -228,28 +205,14 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     _ => unreachable!(),
                 };
                 let b = b.rdma(rb + op.dst as u64, rkb).unwrap().result(la + sink as u64, lka).unwrap();
-                if op.batch {
-                    b.finish_batch()
-                } else if op.blueflame {
-                    b.finish_with_blueflame()
-                } else {
-                    b.finish()
-                }
-                .unwrap();
+                finish(b, op);
                 mb[op.dst..op.dst + 8].copy_from_slice(&new.to_ne_bytes());
                 ma[sink..sink + 8].copy_from_slice(&old.to_ne_bytes());
                 (if matches!(op.kind, Kind::Fa(_)) { WcOpcode::AtomicFa } else { WcOpcode::AtomicCs }, 8)
             }
             Kind::Nop => {
                 let b = b.ctrl_nop(flags).unwrap();
-                if op.batch {
-                    b.finish_batch()
-                } else if op.blueflame {
-                    b.finish_with_blueflame()
-                } else {
-                    b.finish()
-                }
-                .unwrap();
+                finish(b, op);
                 (WcOpcode::Nop, 0)
             }
         };
