@@ -46,7 +46,7 @@ fn post_only_noop_doorbell(c: &mut Criterion) {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_mono_cq(64, |_, _: u64| {}).unwrap();
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &RcQpConfig::default()).unwrap();
-    let remote = RemoteQpInfo { qpn: 2, lid: 2, gid: None, psn: 0 };
+    let remote = RemoteQpInfo::ib(2, 2);
     let p = ConnectParams::default();
     let cap = qp.sq_wqebbs() as u64;
     c.bench_function("post_only/rdma_write_1sge/noop_doorbell", |b| {

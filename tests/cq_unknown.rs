@@ -30,7 +30,7 @@ fn unknown_opcode_format_and_counter_are_consumed_and_reported() {
     let mut seen = 0;
     let mut cq = ctx.create_mono_cq(16, |_, _: u32| seen += 1).unwrap();
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &RcQpConfig::default()).unwrap();
-    qp.connect(&RemoteQpInfo { qpn: 1, lid: 1, gid: None, psn: 0 }, &ConnectParams::default()).unwrap();
+    qp.connect(&RemoteQpInfo::ib(1, 1), &ConnectParams::default()).unwrap();
     qp.wqe_builder(1).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();
     // SAFETY: the test plays the device of a ring-only CQ.
     let ring = unsafe { cq.raw_ring() };

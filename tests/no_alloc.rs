@@ -114,7 +114,7 @@ fn post_into_ring_only_does_not_allocate() {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_mono_cq(64, |_, _: u64| {}).unwrap();
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &RcQpConfig::default()).unwrap();
-    qp.connect(&RemoteQpInfo { qpn: 2, lid: 2, gid: None, psn: 0 }, &ConnectParams::default()).unwrap();
+    qp.connect(&RemoteQpInfo::ib(2, 2), &ConnectParams::default()).unwrap();
     let n = counted(|| {
         for i in 0..100 {
             qp.wqe_builder(i)

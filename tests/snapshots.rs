@@ -59,7 +59,7 @@ fn fixture(pi: u32) -> Fx {
     let cfg =
         RcQpConfig { max_send_wr: 4, max_recv_wr: 1, max_send_sge: 4, max_recv_sge: 1, max_inline_data: 64 };
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).unwrap();
-    qp.connect(&RemoteQpInfo { qpn: 0x456, lid: 2, gid: None, psn: 0 }, &ConnectParams::default()).unwrap();
+    qp.connect(&RemoteQpInfo::ib(0x456, 2), &ConnectParams::default()).unwrap();
     // SAFETY: ring-only backend, empty queue.
     unsafe { qp.skip_sq(pi).unwrap() };
     Fx { _ctx: ctx, _cq: cq, qp, dev }

@@ -57,7 +57,38 @@ pub struct QpCaps {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum QpKind {
+    /// Reliable connected.
     Rc,
+    /// Unreliable datagram.
+    Ud,
+    /// DC initiator (send side of Dynamically Connected), `mlx5dv_create_qp` with `MLX5DV_DCTYPE_DCI`.
+    Dci,
+    /// DC target (receive side, on an SRQ), `MLX5DV_DCTYPE_DCT`.
+    Dct,
+}
+
+/// Raw SRQ resources (`struct mlx5dv_srq`).
+#[derive(Clone, Copy, Debug)]
+pub struct SrqResources {
+    pub srqn: u32,
+    /// `wqe_cnt` WQEs of `stride` bytes; the front-end initialises the
+    /// next-WQE-index list (spec §4.3).
+    pub buf: *mut u8,
+    pub wqe_cnt: u32,
+    pub stride: u32,
+    /// Word 0: BE count of WQEs posted.
+    pub dbrec: *mut u32,
+}
+
+/// SRQ creation attributes.
+#[derive(Clone, Debug)]
+pub struct SrqCreate {
+    /// WQEs (power of two; one more than the usable capacity).
+    pub wqe_cnt: u32,
+    /// Bytes per WQE (power of two, >= 32).
+    pub stride: u32,
+    pub max_sge: u32,
+    pub user_index: u32,
 }
 
 /// Creation attributes handed to the backend.
@@ -72,16 +103,19 @@ pub struct QpCreate {
     pub rq_stride: u32,
     /// CQE version 1 user index (reported in every CQE's `srqn_uidx`).
     pub user_index: u32,
+    /// DCT: the DC access key checked against every initiator's AV.
+    pub dc_key: u64,
 }
 
 /// One step of the QP state machine with the attributes it needs (spec §7).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum QpTransition {
-    /// RESET→INIT: port, P_Key index 0, responder access rights.
-    Init { port: u8, access: AccessFlags },
-    /// INIT→RTR: remote path and receive parameters.
-    Rtr { remote: RemoteQpInfo, path_mtu: u32, min_rnr_timer: u8, max_dest_rd_atomic: u8 },
+    /// RESET→INIT: port, P_Key index 0, responder access rights (RC, DCT),
+    /// Q_Key (UD).
+    Init { port: u8, access: AccessFlags, qkey: Option<u32> },
+    /// INIT→RTR: remote path (RC only) and receive parameters.
+    Rtr { remote: Option<RemoteQpInfo>, path_mtu: u32, min_rnr_timer: u8, max_dest_rd_atomic: u8 },
     /// RTR→RTS: send parameters.
     Rts { timeout: u8, retry_cnt: u8, rnr_retry: u8, sq_psn: u32, max_rd_atomic: u8 },
     /// Any→ERR or Any→RESET.
@@ -102,6 +136,7 @@ pub trait Backend: Sized + 'static {
     type Mr;
     type Cq;
     type Qp;
+    type Srq;
     /// Doorbell / BlueFlame register of a QP.
     type Uar;
 
@@ -123,14 +158,21 @@ pub trait Backend: Sized + 'static {
         access: AccessFlags,
     ) -> Result<(Self::Mr, u32, u32)>;
     fn create_cq(ctx: &Self::Context, cqe: u32) -> Result<(Self::Cq, CqResources)>;
+    fn create_srq(ctx: &Self::Context, pd: &Self::Pd, attr: &SrqCreate) -> Result<(Self::Srq, SrqResources)>;
+    /// Create a QP. `send_cq` is `None` for a DCT; `srq` replaces the own
+    /// receive queue (required for a DCT).
     fn create_qp(
         ctx: &Self::Context,
         pd: &Self::Pd,
-        send_cq: &Self::Cq,
+        send_cq: Option<&Self::Cq>,
         recv_cq: &Self::Cq,
+        srq: Option<&Self::Srq>,
         attr: &QpCreate,
     ) -> Result<(Self::Qp, QpResources<Self::Uar>)>;
     fn modify_qp(ctx: &Self::Context, qp: &Self::Qp, t: &QpTransition) -> Result<()>;
+    /// The DCT number of a DCT, assigned by the device at INIT→RTR (read
+    /// live: it does not exist before).
+    fn dct_number(ctx: &Self::Context, qp: &Self::Qp) -> Result<u32>;
 
     /// Plain doorbell: one 8-byte store of `ctrl` (the first 8 bytes of the
     /// last WQE's ctrl segment) at `offset` of the register, with the MMIO

@@ -185,9 +185,27 @@ pub struct Completion {
     pub slid: u16,
     /// Whether the sender asked for a solicited event.
     pub solicited: bool,
+    /// Receives: a GRH (InfiniBand) or IP header (RoCE) is in the first 40
+    /// bytes of the receive buffer (`flags_rqpn[29:28]`; UD, spec §6.6).
+    pub grh: bool,
+    /// Receives over InfiniBand: the sender's service level (`flags_rqpn[27:24]`).
+    pub sl: u8,
+    /// Receives over RoCE: which network header sits in the GRH slot.
+    pub network: Option<RoceL3>,
     pub timestamp: u64,
     /// CQE version 1 user index (`srqn_uidx[23:0]`).
     pub user_index: u32,
+}
+
+/// The network header of a RoCE receive (`flags_rqpn[25:24]`, spec §5.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoceL3 {
+    /// RoCE v1 GRH.
+    Grh,
+    /// RoCE v2 over IPv6: a 40-byte IPv6 header.
+    Ipv6,
+    /// RoCE v2 over IPv4: the 20-byte IPv4 header is in bytes 20..40.
+    Ipv4,
 }
 
 /// A CQE the poller consumed but could not attribute to a posted work
@@ -439,6 +457,9 @@ impl<B: Backend, T> CqShared<B, T> {
             src_qpn: 0,
             slid: 0,
             solicited: f.se,
+            grh: false,
+            sl: 0,
+            network: None,
             timestamp: f.timestamp,
             user_index: f.srqn_uidx & 0xff_ffff,
         };
@@ -447,7 +468,7 @@ impl<B: Backend, T> CqShared<B, T> {
         };
         match f.opcode {
             cqe_opcode::REQ | cqe_opcode::REQ_ERR => {
-                let Some(r) = qp.sq.retire(f.wqe_counter) else {
+                let Some(r) = qp.sq.as_ref().and_then(|sq| sq.retire(f.wqe_counter)) else {
                     return Err(unknown(UnknownReason::NoSuchWqe));
                 };
                 c.opcode = WcOpcode::from_send(r.opcode);
@@ -455,12 +476,12 @@ impl<B: Backend, T> CqShared<B, T> {
                     c.byte_len = 8;
                 }
                 if f.error.is_some() {
-                    qp.enter_error();
+                    qp.enter_error(true);
                 }
                 Ok((c, r.entry))
             }
             cqe_opcode::RESP_WR_IMM..=cqe_opcode::RESP_SEND_INV | cqe_opcode::RESP_ERR => {
-                let Some(entry) = qp.rq.retire(f.wqe_counter) else {
+                let Some(entry) = qp.retire_recv(f.wqe_counter) else {
                     return Err(unknown(UnknownReason::NoSuchWqe));
                 };
                 c.opcode = match f.opcode {
@@ -476,10 +497,25 @@ impl<B: Backend, T> CqShared<B, T> {
                     _ => {}
                 }
                 if f.error.is_some() {
-                    qp.enter_error();
+                    // A receive error moves an RC QP to ERR; a UD QP or a
+                    // DCT keeps receiving (see the simulator's README).
+                    if qp.kind() == crate::backend::QpKind::Rc {
+                        qp.enter_error(false);
+                    }
                 } else {
                     c.src_qpn = f.flags_rqpn & 0xff_ffff;
                     c.slid = f.slid;
+                    c.grh = (f.flags_rqpn >> 28) & 3 != 0;
+                    match qp.link {
+                        crate::types::LinkLayer::InfiniBand => c.sl = ((f.flags_rqpn >> 24) & 0xf) as u8,
+                        crate::types::LinkLayer::Ethernet => {
+                            c.network = Some(match (f.flags_rqpn >> 24) & 3 {
+                                2 => RoceL3::Ipv4,
+                                1 => RoceL3::Ipv6,
+                                _ => RoceL3::Grh,
+                            })
+                        }
+                    }
                 }
                 Ok((c, entry))
             }

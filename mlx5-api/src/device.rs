@@ -5,13 +5,14 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::cell::Cell;
 use std::rc::Rc;
 
-use crate::backend::{Backend, QpCaps, QpCreate, QpKind};
+use crate::backend::{Backend, QpCaps, QpCreate, QpKind, SrqCreate};
 use crate::cq::{AsCq, Completion, CompletionQueue, CqShared, MonoCq};
 use crate::error::{Error, Result};
-use crate::qp::RcQp;
+use crate::qp::{Dci, Dct, QpParts, QpShared, RcQp, RecvSide, UdQp};
 use crate::rq::RecvQueue;
-use crate::sizing::rc_qp_geometry;
+use crate::sizing::{qp_geometry, srq_geometry, QpGeometry};
 use crate::sq::SendQueue;
+use crate::srq::{SharedReceiveQueue, SrqShared};
 use crate::types::{AccessFlags, DeviceCaps, PortInfo};
 
 /// A device that can be opened.
@@ -105,33 +106,175 @@ impl<B: Backend> Context<B> {
         recv_cq: &impl AsCq<B, T>,
         config: &RcQpConfig,
     ) -> Result<RcQp<B, T>> {
+        let shared =
+            self.create_qp(QpKind::Rc, pd, Some(send_cq.shared()), recv_cq.shared(), None, config, 0)?;
+        Ok(RcQp { shared })
+    }
+
+    /// An RC QP whose receives come from `srq` (its own receive queue is
+    /// not created: `config.max_recv_wr` is ignored).
+    pub fn create_rc_qp_with_srq<T>(
+        &self,
+        pd: &ProtectionDomain<B>,
+        send_cq: &impl AsCq<B, T>,
+        recv_cq: &impl AsCq<B, T>,
+        srq: &SharedReceiveQueue<B, T>,
+        config: &RcQpConfig,
+    ) -> Result<RcQp<B, T>> {
+        let shared = self.create_qp(
+            QpKind::Rc,
+            pd,
+            Some(send_cq.shared()),
+            recv_cq.shared(),
+            Some(&srq.shared),
+            config,
+            0,
+        )?;
+        Ok(RcQp { shared })
+    }
+
+    /// A UD QP in RESET. Messages are limited to the port's active MTU,
+    /// checked when the WQE is built.
+    pub fn create_ud_qp<T>(
+        &self,
+        pd: &ProtectionDomain<B>,
+        send_cq: &impl AsCq<B, T>,
+        recv_cq: &impl AsCq<B, T>,
+        srq: Option<&SharedReceiveQueue<B, T>>,
+        config: &RcQpConfig,
+    ) -> Result<UdQp<B, T>> {
+        let srq = srq.map(|s| &s.shared);
+        let shared =
+            self.create_qp(QpKind::Ud, pd, Some(send_cq.shared()), recv_cq.shared(), srq, config, 0)?;
+        Ok(UdQp { shared })
+    }
+
+    /// A DC initiator in RESET (send queue only; completions to `send_cq`).
+    pub fn create_dci<T>(
+        &self,
+        pd: &ProtectionDomain<B>,
+        send_cq: &impl AsCq<B, T>,
+        config: &RcQpConfig,
+    ) -> Result<Dci<B, T>> {
+        let config = RcQpConfig { max_recv_wr: 0, max_recv_sge: 0, ..config.clone() };
+        let shared =
+            self.create_qp(QpKind::Dci, pd, Some(send_cq.shared()), send_cq.shared(), None, &config, 0)?;
+        Ok(Dci { shared })
+    }
+
+    /// A DC target in RESET receiving on `srq`, reporting to `recv_cq`;
+    /// initiators must present `dc_key`.
+    pub fn create_dct<T>(
+        &self,
+        pd: &ProtectionDomain<B>,
+        recv_cq: &impl AsCq<B, T>,
+        srq: &SharedReceiveQueue<B, T>,
+        dc_key: u64,
+    ) -> Result<Dct<B, T>> {
+        let config = RcQpConfig {
+            max_send_wr: 0,
+            max_recv_wr: 0,
+            max_send_sge: 0,
+            max_recv_sge: 0,
+            max_inline_data: 0,
+        };
+        let shared =
+            self.create_qp(QpKind::Dct, pd, None, recv_cq.shared(), Some(&srq.shared), &config, dc_key)?;
+        Ok(Dct { shared })
+    }
+
+    /// A shared receive queue of at least `max_wr` receives of up to
+    /// `max_sge` SGEs each.
+    pub fn create_srq<T>(
+        &self,
+        pd: &ProtectionDomain<B>,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<SharedReceiveQueue<B, T>> {
+        let (wqe_cnt, stride) = srq_geometry(max_wr, max_sge, &self.inner.caps)?;
+        let attr = SrqCreate { wqe_cnt, stride, max_sge, user_index: self.next_user_index() };
+        let (raw, res) = B::create_srq(&self.inner.raw, &pd.inner.raw, &attr)?;
+        let shared = Rc::new(SrqShared::new(raw, res, max_sge, pd.inner.clone()));
+        Ok(SharedReceiveQueue { shared })
+    }
+
+    fn next_user_index(&self) -> u32 {
+        let uidx = self.inner.next_uidx.get();
+        self.inner.next_uidx.set((uidx + 1) & 0xff_ffff);
+        uidx
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create_qp<T>(
+        &self,
+        kind: QpKind,
+        pd: &ProtectionDomain<B>,
+        send_cq: Option<&Rc<CqShared<B, T>>>,
+        recv_cq: &Rc<CqShared<B, T>>,
+        srq: Option<&Rc<SrqShared<B, T>>>,
+        config: &RcQpConfig,
+        dc_key: u64,
+    ) -> Result<Rc<QpShared<B, T>>> {
         if !Rc::ptr_eq(&pd.inner.ctx, &self.inner) {
             return Err(Error::InvalidArgument("PD belongs to another context".into()));
         }
         let caps = QpCaps {
             max_send_wr: config.max_send_wr,
-            max_recv_wr: config.max_recv_wr,
+            max_recv_wr: if srq.is_some() { 0 } else { config.max_recv_wr },
             max_send_sge: config.max_send_sge,
-            max_recv_sge: config.max_recv_sge,
+            max_recv_sge: if srq.is_some() { 0 } else { config.max_recv_sge },
             max_inline_data: config.max_inline_data,
         };
-        let geo = rc_qp_geometry(&caps, &self.inner.caps)?;
-        let uidx = self.inner.next_uidx.get();
-        self.inner.next_uidx.set((uidx + 1) & 0xff_ffff);
+        let geo = if kind == QpKind::Dct {
+            QpGeometry { sq_wqe_cnt: 0, max_wqe_ds: 0, rq_wqe_cnt: 0, rq_stride: 0 }
+        } else {
+            qp_geometry(kind, &caps, &self.inner.caps)?
+        };
+        let port = B::query_port(&self.inner.raw, 1)?;
         let attr = QpCreate {
-            kind: QpKind::Rc,
+            kind,
             caps: caps.clone(),
             sq_wqe_cnt: geo.sq_wqe_cnt,
             rq_wqe_cnt: geo.rq_wqe_cnt,
             rq_stride: geo.rq_stride,
-            user_index: uidx,
+            user_index: self.next_user_index(),
+            dc_key,
         };
-        let (scq, rcq) = (send_cq.shared(), recv_cq.shared());
-        let (raw, res) = B::create_qp(&self.inner.raw, &pd.inner.raw, &scq.raw, &rcq.raw, &attr)?;
-        let rq = RecvQueue::new(res.rq_buf, res.rq_wqe_cnt, res.rq_stride, res.dbrec, caps.max_recv_sge);
+        let (raw, res) = B::create_qp(
+            &self.inner.raw,
+            &pd.inner.raw,
+            send_cq.map(|c| &c.raw),
+            &recv_cq.raw,
+            srq.map(|s| s.raw()),
+            &attr,
+        )?;
+        let recv = match srq {
+            Some(s) => RecvSide::Srq(s.clone()),
+            None if res.rq_wqe_cnt > 0 => RecvSide::Rq(RecvQueue::new(
+                res.rq_buf,
+                res.rq_wqe_cnt,
+                res.rq_stride,
+                res.dbrec,
+                caps.max_recv_sge,
+            )),
+            None => RecvSide::None,
+        };
         let qpn = res.qpn;
-        let sq = SendQueue::new(res, caps.max_send_sge, caps.max_inline_data, geo.max_wqe_ds);
-        Ok(RcQp::new(raw, sq, rq, qpn, caps, scq.clone(), rcq.clone(), pd.inner.clone()))
+        let max_msg = if kind == QpKind::Ud { port.active_mtu } else { 1 << 31 };
+        let sq = (kind != QpKind::Dct)
+            .then(|| SendQueue::new(res, caps.max_send_sge, caps.max_inline_data, geo.max_wqe_ds, max_msg));
+        Ok(QpShared::new(QpParts {
+            raw,
+            sq,
+            recv,
+            qpn,
+            kind,
+            link: port.link_layer,
+            caps,
+            send_cq: send_cq.cloned(),
+            recv_cq: recv_cq.clone(),
+            pd: pd.inner.clone(),
+        }))
     }
 }
 

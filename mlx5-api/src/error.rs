@@ -23,6 +23,15 @@ pub enum Error {
     /// The WQE would exceed the maximum WQE size (in 16-byte DS units).
     #[error("WQE of {ds} DS exceeds the maximum of {max} DS")]
     WqeTooLarge { ds: u32, max: u32 },
+    /// The message exceeds what the QP can carry (UD: the path MTU).
+    #[error("message of {len} bytes exceeds the limit of {max} bytes")]
+    MessageTooLong { len: u64, max: u32 },
+    /// The shared receive queue has no free WQE.
+    #[error("shared receive queue full ({capacity} WQEs outstanding)")]
+    SrqFull { capacity: u32 },
+    /// The DCT has no number yet: it is assigned at INIT→RTR.
+    #[error("DCT has no number before RTR (state {state:?})")]
+    DctNotReady { state: QpState },
     /// An SGE length that does not fit the 31-bit byte_count field.
     #[error("SGE length {len} exceeds 2^31-1")]
     SgeTooLong { len: u64 },

@@ -7,6 +7,7 @@
 //! paths allocate nothing, take no lock and make no dynamic call (except
 //! `CompletionQueue`'s boxed callback, which `MonoCq` avoids).
 
+pub mod av;
 pub mod backend;
 pub mod barrier;
 pub mod cq;
@@ -19,18 +20,21 @@ pub mod rq;
 pub mod sim;
 pub mod sizing;
 mod sq;
+pub mod srq;
 pub mod types;
 pub mod wqe;
 
-pub use backend::{Backend, CqResources, QpCaps, QpResources};
+pub use av::{AddressVector, IbGrh, RoceAv};
+pub use backend::{Backend, CqResources, QpCaps, QpKind, QpResources, SrqResources};
 pub use cq::{
-    AsCq, Completion, CompletionQueue, CqeError, CqeFields, MonoCq, PollOutcome, Status, Syndrome,
+    AsCq, Completion, CompletionQueue, CqeError, CqeFields, MonoCq, PollOutcome, RoceL3, Status, Syndrome,
     UnknownCqe, UnknownReason, WcOpcode,
 };
 pub use device::{Context, Device, MemoryRegion, ProtectionDomain, RcQpConfig};
 pub use error::{Error, Result};
-pub use qp::RcQp;
+pub use qp::{Dci, Dct, RcQp, UdQp};
 pub use rq::Sge;
+pub use srq::SharedReceiveQueue;
 pub use types::{
     AccessFlags, ConnectParams, DeviceCaps, LinkLayer, PortInfo, QpState, RemoteQpInfo, WqeFlags,
 };

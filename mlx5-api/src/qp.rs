@@ -1,187 +1,346 @@
-//! RC queue pair: the state machine of spec §7 on the front-end side, the
-//! entry point of the WQE builder, and receive posting.
+//! Queue pairs: the state machine of spec §7 on the front-end side, the
+//! entry points of the WQE builder, and receive posting. One shared core
+//! serves every transport; the handle types (`RcQp`, `UdQp`, `Dci`, `Dct`)
+//! expose what each transport allows.
 
 use std::cell::Cell;
 use std::rc::Rc;
 
-use crate::backend::{Backend, QpCaps, QpTransition};
+use crate::backend::{Backend, QpCaps, QpKind, QpTransition};
 use crate::cq::CqShared;
 use crate::device::PdInner;
 use crate::error::{Error, Result};
 use crate::rq::{RecvQueue, Sge};
 use crate::sq::SendQueue;
-use crate::types::{AccessFlags, ConnectParams, QpState, RemoteQpInfo};
-use crate::wqe::{state::Init, WqeBuilder};
+use crate::srq::SrqShared;
+use crate::types::{AccessFlags, ConnectParams, LinkLayer, QpState, RemoteQpInfo};
+use crate::wqe::state::{DcInit, Init, UdInit};
+use crate::wqe::WqeBuilder;
+
+/// Where a QP's receives come from.
+pub(crate) enum RecvSide<B: Backend, T> {
+    None,
+    Rq(RecvQueue<T>),
+    Srq(Rc<SrqShared<B, T>>),
+}
 
 /// QP state shared by the user's handle and the CQs it reports to.
 #[doc(hidden)]
 pub struct QpShared<B: Backend, T> {
-    /// Destroyed first: the backend QP goes before the CQs and the PD below.
+    /// Destroyed first: the backend QP goes before the CQs, SRQ and PD below.
     raw: B::Qp,
-    pub(crate) sq: SendQueue<B, T>,
-    pub(crate) rq: RecvQueue<T>,
+    pub(crate) sq: Option<SendQueue<B, T>>,
+    pub(crate) recv: RecvSide<B, T>,
     state: Cell<QpState>,
-    qpn: u32,
+    /// QPN; for a DCT, the DCT number once in RTR (0 before).
+    qpn: Cell<u32>,
+    kind: QpKind,
+    pub(crate) link: LinkLayer,
     caps: QpCaps,
-    send_cq: Rc<CqShared<B, T>>,
+    send_cq: Option<Rc<CqShared<B, T>>>,
     recv_cq: Rc<CqShared<B, T>>,
     pd: Rc<PdInner<B>>,
 }
 
+/// Everything `QpShared::new` needs.
+pub(crate) struct QpParts<B: Backend, T> {
+    pub raw: B::Qp,
+    pub sq: Option<SendQueue<B, T>>,
+    pub recv: RecvSide<B, T>,
+    pub qpn: u32,
+    pub kind: QpKind,
+    pub link: LinkLayer,
+    pub caps: QpCaps,
+    pub send_cq: Option<Rc<CqShared<B, T>>>,
+    pub recv_cq: Rc<CqShared<B, T>>,
+    pub pd: Rc<PdInner<B>>,
+}
+
 impl<B: Backend, T> QpShared<B, T> {
-    /// An error CQE moved the QP to ERR (spec §6.1).
-    pub(crate) fn enter_error(&self) {
-        self.state.set(QpState::Err);
-    }
-}
-
-/// A reliable-connected queue pair. `T` is the entry type returned with
-/// each completion.
-pub struct RcQp<B: Backend, T> {
-    shared: Rc<QpShared<B, T>>,
-}
-
-impl<B: Backend, T> RcQp<B, T> {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        raw: B::Qp,
-        sq: SendQueue<B, T>,
-        rq: RecvQueue<T>,
-        qpn: u32,
-        caps: QpCaps,
-        send_cq: Rc<CqShared<B, T>>,
-        recv_cq: Rc<CqShared<B, T>>,
-        pd: Rc<PdInner<B>>,
-    ) -> Self {
+    pub(crate) fn new(p: QpParts<B, T>) -> Rc<Self> {
         let shared = Rc::new(QpShared {
-            raw,
-            sq,
-            rq,
+            raw: p.raw,
+            sq: p.sq,
+            recv: p.recv,
             state: Cell::new(QpState::Reset),
-            qpn,
-            caps,
-            send_cq,
-            recv_cq,
-            pd,
+            qpn: Cell::new(p.qpn),
+            kind: p.kind,
+            link: p.link,
+            caps: p.caps,
+            send_cq: p.send_cq,
+            recv_cq: p.recv_cq,
+            pd: p.pd,
         });
-        shared.send_cq.register(qpn, Rc::downgrade(&shared));
-        if !Rc::ptr_eq(&shared.send_cq, &shared.recv_cq) {
-            shared.recv_cq.register(qpn, Rc::downgrade(&shared));
+        // A DCT is known to its CQ by its DCT number, which exists from RTR on.
+        if shared.kind != QpKind::Dct {
+            shared.register(shared.qpn.get());
         }
-        RcQp { shared }
+        shared
     }
 
-    /// QP number.
-    pub fn qpn(&self) -> u32 {
-        self.shared.qpn
-    }
-    /// State as last set by a transition or observed through an error CQE.
-    pub fn state(&self) -> QpState {
-        self.shared.state.get()
-    }
-    /// The capabilities the QP was created with.
-    pub fn caps(&self) -> &QpCaps {
-        &self.shared.caps
-    }
-    /// Free WQEBBs in the send queue.
-    pub fn sq_free(&self) -> u32 {
-        self.shared.sq.free()
-    }
-    /// Size of the send queue in WQEBBs.
-    pub fn sq_wqebbs(&self) -> u32 {
-        self.shared.sq.wqe_cnt()
-    }
-    /// Producer counter of the next WQE (its `wqe_index` is this & 0xffff).
-    pub fn sq_pi(&self) -> u32 {
-        self.shared.sq.pi()
-    }
-    /// Receive WQEs posted and not yet completed.
-    pub fn rq_outstanding(&self) -> u32 {
-        self.shared.rq.outstanding()
+    fn register(self: &Rc<Self>, qpn: u32) {
+        if let Some(scq) = &self.send_cq {
+            scq.register(qpn, Rc::downgrade(self));
+        }
+        if self.send_cq.as_ref().is_none_or(|s| !Rc::ptr_eq(s, &self.recv_cq)) {
+            self.recv_cq.register(qpn, Rc::downgrade(self));
+        }
     }
 
-    /// A copy of the send ring's bytes (for dissection and snapshots).
-    pub fn sq_ring_bytes(&self) -> Vec<u8> {
-        self.shared.sq.ring_bytes()
-    }
-    /// The SQ doorbell record word as the device reads it (host value).
-    pub fn sq_dbrec(&self) -> u32 {
-        self.shared.sq.dbrec()
-    }
-
-    /// The send ring's memory, for fault-injection tests that must put bytes
-    /// no builder would write (malformed WQEs) in front of the device.
-    ///
-    /// # Safety
-    /// Writes through the pointer must stay inside the ring
-    /// (`sq_wqebbs() * 64` bytes) and only touch unpublished WQEs.
-    pub unsafe fn sq_buf(&self) -> *mut u8 {
-        self.shared.sq.buf()
+    fn unregister(&self) {
+        let qpn = self.qpn.get();
+        if let Some(scq) = &self.send_cq {
+            scq.unregister(qpn);
+        }
+        self.recv_cq.unregister(qpn);
     }
 
-    /// Advance the SQ counters by `wqebbs` as if that many NOPs had been
-    /// posted and completed. For encoder tests that must place a WQE at a
-    /// given `wqe_index` (the spec's golden examples).
-    ///
-    /// # Safety
-    /// No device may be executing this QP: use it with the ring-only backend
-    /// only, on an empty send queue (otherwise it returns an error).
-    pub unsafe fn skip_sq(&self, wqebbs: u32) -> Result<()> {
-        self.shared.sq.skip(wqebbs)
+    /// An error CQE moved the QP to ERR (spec §6.1); a UD send error to SQE.
+    pub(crate) fn enter_error(&self, send_side: bool) {
+        let s = if send_side && self.kind == QpKind::Ud { QpState::Sqe } else { QpState::Err };
+        if self.state.get() != QpState::Err {
+            self.state.set(s);
+        }
     }
 
-    /// What a peer needs to connect to this QP on `port`.
-    pub fn local_info(&self, port: u8, psn: u32) -> Result<RemoteQpInfo> {
-        let p = B::query_port(&self.shared.pd.ctx.raw, port)?;
-        let gid = match p.link_layer {
-            crate::types::LinkLayer::Ethernet => Some(p.gid),
-            crate::types::LinkLayer::InfiniBand => None,
-        };
-        Ok(RemoteQpInfo { qpn: self.qpn(), lid: p.lid, gid, psn })
+    pub(crate) fn kind(&self) -> QpKind {
+        self.kind
     }
 
-    fn transition(&self, to: QpState, t: &QpTransition) -> Result<()> {
-        let from = self.state();
+    /// Retire the receive named by a responder CQE.
+    #[inline(always)]
+    pub(crate) fn retire_recv(&self, wqe_counter: u16) -> Option<T> {
+        match &self.recv {
+            RecvSide::Rq(rq) => rq.retire(wqe_counter),
+            RecvSide::Srq(srq) => srq.retire(wqe_counter),
+            RecvSide::None => None,
+        }
+    }
+
+    fn transition(self: &Rc<Self>, to: QpState, t: &QpTransition) -> Result<()> {
+        let from = self.state.get();
         if !from.can_transition_to(to) {
             return Err(Error::InvalidTransition { from, to });
         }
-        B::modify_qp(&self.shared.pd.ctx.raw, &self.shared.raw, t)?;
+        B::modify_qp(&self.pd.ctx.raw, &self.raw, t)?;
         if to == QpState::Reset {
-            self.shared.sq.reset();
-            self.shared.rq.reset();
+            if let Some(sq) = &self.sq {
+                sq.reset();
+            }
+            if let RecvSide::Rq(rq) = &self.recv {
+                rq.reset();
+            }
         }
-        self.shared.state.set(to);
+        self.state.set(to);
+        if self.kind == QpKind::Dct && to == QpState::Rtr {
+            let n = B::dct_number(&self.pd.ctx.raw, &self.raw)?;
+            self.qpn.set(n);
+            self.register(n);
+        }
         Ok(())
+    }
+
+    fn sq(&self) -> &SendQueue<B, T> {
+        self.sq.as_ref().expect("only QP kinds with a send queue expose it")
+    }
+
+    #[inline(always)]
+    fn builder<S>(&self, entry: T, init: S) -> Result<WqeBuilder<'_, B, T, S>> {
+        let state = self.state.get();
+        if state != QpState::Rts {
+            return Err(Error::QpState { qpn: self.qpn.get(), state, needed: QpState::Rts });
+        }
+        let sq = self.sq();
+        if sq.free() == 0 {
+            return Err(Error::SqFull { needed: 1, free: 0 });
+        }
+        Ok(WqeBuilder::new(sq, entry, init))
+    }
+
+    #[inline(always)]
+    fn post_recv(&self, entry: T, sges: &[Sge]) -> Result<()> {
+        let state = self.state.get();
+        if state == QpState::Reset {
+            return Err(Error::QpState { qpn: self.qpn.get(), state, needed: QpState::Init });
+        }
+        match &self.recv {
+            RecvSide::Rq(rq) => rq.post(entry, sges),
+            RecvSide::Srq(_) => {
+                Err(Error::InvalidArgument("this QP receives from an SRQ: post there".into()))
+            }
+            RecvSide::None => Err(Error::InvalidArgument("this QP has no receive queue".into())),
+        }
+    }
+
+    fn port_info(&self, port: u8) -> Result<crate::types::PortInfo> {
+        B::query_port(&self.pd.ctx.raw, port)
+    }
+}
+
+/// Methods every handle has.
+macro_rules! common {
+    () => {
+        /// QP number (for a DCT: the DCT number, 0 before RTR).
+        pub fn qpn(&self) -> u32 {
+            self.shared.qpn.get()
+        }
+        /// State as last set by a transition or observed through an error CQE.
+        pub fn state(&self) -> QpState {
+            self.shared.state.get()
+        }
+        /// The capabilities the QP was created with.
+        pub fn caps(&self) -> &QpCaps {
+            &self.shared.caps
+        }
+        /// Move to ERR: outstanding work completes with flush errors.
+        pub fn modify_to_error(&self) -> Result<()> {
+            self.shared.transition(QpState::Err, &QpTransition::To(QpState::Err))
+        }
+        /// Move to RESET: every outstanding WQE and its entry is discarded.
+        pub fn reset(&self) -> Result<()> {
+            self.shared.transition(QpState::Reset, &QpTransition::To(QpState::Reset))
+        }
+    };
+}
+
+/// Methods of handles with a send queue.
+macro_rules! send_queue {
+    () => {
+        /// Free WQEBBs in the send queue.
+        pub fn sq_free(&self) -> u32 {
+            self.shared.sq().free()
+        }
+        /// Size of the send queue in WQEBBs.
+        pub fn sq_wqebbs(&self) -> u32 {
+            self.shared.sq().wqe_cnt()
+        }
+        /// Producer counter of the next WQE (its `wqe_index` is this & 0xffff).
+        pub fn sq_pi(&self) -> u32 {
+            self.shared.sq().pi()
+        }
+        /// Ring the doorbell for WQEs written with `finish_batch()`.
+        #[inline(always)]
+        pub fn ring_sq_doorbell(&self) {
+            self.shared.sq().ring_doorbell();
+        }
+        /// A copy of the send ring's bytes (for dissection and snapshots).
+        pub fn sq_ring_bytes(&self) -> Vec<u8> {
+            self.shared.sq().ring_bytes()
+        }
+        /// The SQ doorbell record word as the device reads it (host value).
+        pub fn sq_dbrec(&self) -> u32 {
+            self.shared.sq().dbrec()
+        }
+        /// The send ring's memory, for fault-injection tests that must put
+        /// bytes no builder would write (malformed WQEs) in front of the device.
+        ///
+        /// # Safety
+        /// Writes through the pointer must stay inside the ring
+        /// (`sq_wqebbs() * 64` bytes) and only touch unpublished WQEs.
+        pub unsafe fn sq_buf(&self) -> *mut u8 {
+            self.shared.sq().buf()
+        }
+        /// Advance the SQ counters by `wqebbs` as if that many NOPs had been
+        /// posted and completed. For encoder tests that must place a WQE at a
+        /// given `wqe_index` (the spec's golden examples).
+        ///
+        /// # Safety
+        /// No device may be executing this QP: use it with the ring-only
+        /// backend only, on an empty send queue (otherwise it returns an error).
+        pub unsafe fn skip_sq(&self, wqebbs: u32) -> Result<()> {
+            self.shared.sq().skip(wqebbs)
+        }
+        /// Largest message one WQE may carry (UD: the path MTU).
+        pub fn max_message(&self) -> u32 {
+            self.shared.sq().max_msg
+        }
+    };
+}
+
+/// Methods of handles with their own receive queue (or an SRQ).
+macro_rules! recv_queue {
+    () => {
+        /// Post one receive WQE on the QP's own receive queue (allowed from
+        /// INIT on). A QP created on an SRQ receives from the SRQ instead.
+        #[inline(always)]
+        pub fn post_recv(&self, entry: T, sges: &[Sge]) -> Result<()> {
+            self.shared.post_recv(entry, sges)
+        }
+        /// Receive WQEs posted on the own receive queue and not yet completed.
+        pub fn rq_outstanding(&self) -> u32 {
+            match &self.shared.recv {
+                RecvSide::Rq(rq) => rq.outstanding(),
+                _ => 0,
+            }
+        }
+    };
+}
+
+macro_rules! handle {
+    ($(#[$m:meta])* $name:ident) => {
+        $(#[$m])*
+        pub struct $name<B: Backend, T> {
+            pub(crate) shared: Rc<QpShared<B, T>>,
+        }
+        impl<B: Backend, T> Drop for $name<B, T> {
+            fn drop(&mut self) {
+                self.shared.unregister();
+            }
+        }
+    };
+}
+
+handle!(
+    /// A reliable-connected queue pair. `T` is the entry type returned with
+    /// each completion.
+    RcQp
+);
+handle!(
+    /// An unreliable-datagram queue pair.
+    UdQp
+);
+handle!(
+    /// A DC initiator: sends to any DCT, addressed per WQE.
+    Dci
+);
+handle!(
+    /// A DC target: receives from any DCI through its SRQ; its number exists
+    /// from RTR on.
+    Dct
+);
+
+impl<B: Backend, T> RcQp<B, T> {
+    common!();
+    send_queue!();
+    recv_queue!();
+
+    /// What a peer needs to connect to this QP on `port` (LID on InfiniBand;
+    /// GID and MAC on RoCE).
+    pub fn local_info(&self, port: u8, psn: u32) -> Result<RemoteQpInfo> {
+        let p = self.shared.port_info(port)?;
+        Ok(match p.link_layer {
+            LinkLayer::Ethernet => RemoteQpInfo { psn, ..RemoteQpInfo::roce(self.qpn(), p.gid, p.mac) },
+            LinkLayer::InfiniBand => RemoteQpInfo { psn, ..RemoteQpInfo::ib(self.qpn(), p.lid) },
+        })
     }
 
     /// RESET→INIT with the responder access rights of this QP.
     pub fn modify_to_init(&self, port: u8, access: AccessFlags) -> Result<()> {
-        self.transition(QpState::Init, &QpTransition::Init { port, access })
+        self.shared.transition(QpState::Init, &QpTransition::Init { port, access, qkey: None })
     }
     /// INIT→RTR towards `remote`.
     pub fn modify_to_rtr(&self, remote: &RemoteQpInfo, p: &ConnectParams) -> Result<()> {
-        self.transition(
-            QpState::Rtr,
-            &QpTransition::Rtr {
-                remote: remote.clone(),
-                path_mtu: p.path_mtu,
-                min_rnr_timer: p.min_rnr_timer,
-                max_dest_rd_atomic: p.max_dest_rd_atomic,
-            },
-        )
+        let t = QpTransition::Rtr {
+            remote: Some(remote.clone()),
+            path_mtu: p.path_mtu,
+            min_rnr_timer: p.min_rnr_timer,
+            max_dest_rd_atomic: p.max_dest_rd_atomic,
+        };
+        self.shared.transition(QpState::Rtr, &t)
     }
     /// RTR→RTS.
     pub fn modify_to_rts(&self, p: &ConnectParams) -> Result<()> {
-        self.transition(
-            QpState::Rts,
-            &QpTransition::Rts {
-                timeout: p.timeout,
-                retry_cnt: p.retry_cnt,
-                rnr_retry: p.rnr_retry,
-                sq_psn: p.sq_psn,
-                max_rd_atomic: p.max_rd_atomic,
-            },
-        )
+        self.shared.transition(QpState::Rts, &rts(p))
     }
     /// RESET→INIT→RTR→RTS in one call.
     pub fn connect(&self, remote: &RemoteQpInfo, p: &ConnectParams) -> Result<()> {
@@ -189,49 +348,105 @@ impl<B: Backend, T> RcQp<B, T> {
         self.modify_to_rtr(remote, p)?;
         self.modify_to_rts(p)
     }
-    /// Move to ERR: outstanding work completes with flush errors.
-    pub fn modify_to_error(&self) -> Result<()> {
-        self.transition(QpState::Err, &QpTransition::To(QpState::Err))
-    }
-    /// Move to RESET: every outstanding WQE and its entry is discarded.
-    pub fn reset(&self) -> Result<()> {
-        self.transition(QpState::Reset, &QpTransition::To(QpState::Reset))
-    }
 
     /// Start a send WQE carrying `entry`, returned with its completion.
     /// Fails if the QP is not in RTS or the send queue is full.
     #[inline(always)]
     pub fn wqe_builder(&self, entry: T) -> Result<WqeBuilder<'_, B, T, Init>> {
-        let state = self.shared.state.get();
-        if state != QpState::Rts {
-            return Err(Error::QpState { qpn: self.shared.qpn, state, needed: QpState::Rts });
-        }
-        if self.shared.sq.free() == 0 {
-            return Err(Error::SqFull { needed: 1, free: 0 });
-        }
-        Ok(WqeBuilder::new(&self.shared.sq, entry))
-    }
-
-    /// Ring the doorbell for WQEs written with `finish_batch()`.
-    #[inline(always)]
-    pub fn ring_sq_doorbell(&self) {
-        self.shared.sq.ring_doorbell();
-    }
-
-    /// Post one receive WQE (allowed from INIT on).
-    #[inline(always)]
-    pub fn post_recv(&self, entry: T, sges: &[Sge]) -> Result<()> {
-        let state = self.shared.state.get();
-        if state == QpState::Reset {
-            return Err(Error::QpState { qpn: self.shared.qpn, state, needed: QpState::Init });
-        }
-        self.shared.rq.post(entry, sges)
+        self.shared.builder(entry, Init)
     }
 }
 
-impl<B: Backend, T> Drop for RcQp<B, T> {
-    fn drop(&mut self) {
-        self.shared.send_cq.unregister(self.shared.qpn);
-        self.shared.recv_cq.unregister(self.shared.qpn);
+fn rts(p: &ConnectParams) -> QpTransition {
+    QpTransition::Rts {
+        timeout: p.timeout,
+        retry_cnt: p.retry_cnt,
+        rnr_retry: p.rnr_retry,
+        sq_psn: p.sq_psn,
+        max_rd_atomic: p.max_rd_atomic,
+    }
+}
+
+impl<B: Backend, T> UdQp<B, T> {
+    common!();
+    send_queue!();
+    recv_queue!();
+
+    /// RESET→INIT→RTR→RTS with the Q_Key that incoming datagrams must carry.
+    pub fn activate(&self, port: u8, qkey: u32) -> Result<()> {
+        let s = &self.shared;
+        s.transition(
+            QpState::Init,
+            &QpTransition::Init { port, access: AccessFlags::NONE, qkey: Some(qkey) },
+        )?;
+        let rtr = QpTransition::Rtr { remote: None, path_mtu: 0, min_rnr_timer: 0, max_dest_rd_atomic: 0 };
+        s.transition(QpState::Rtr, &rtr)?;
+        s.transition(QpState::Rts, &rts(&ConnectParams::default()))
+    }
+
+    /// SQE→RTS after a send error (the receive side kept working).
+    pub fn recover(&self) -> Result<()> {
+        self.shared.transition(QpState::Rts, &rts(&ConnectParams::default()))
+    }
+
+    /// Start a UD SEND carrying `entry`: ctrl, then the datagram segment.
+    #[inline(always)]
+    pub fn wqe_builder(&self, entry: T) -> Result<WqeBuilder<'_, B, T, UdInit>> {
+        self.shared.builder(entry, UdInit)
+    }
+}
+
+impl<B: Backend, T> Dci<B, T> {
+    common!();
+    send_queue!();
+
+    /// RESET→INIT→RTR→RTS (spec §7: INIT needs the port, RTR the path MTU,
+    /// RTS the retry parameters). The destination comes with every WQE.
+    pub fn activate(&self, p: &ConnectParams) -> Result<()> {
+        let s = &self.shared;
+        s.transition(
+            QpState::Init,
+            &QpTransition::Init { port: p.port, access: AccessFlags::NONE, qkey: None },
+        )?;
+        let rtr = QpTransition::Rtr {
+            remote: None,
+            path_mtu: p.path_mtu,
+            min_rnr_timer: p.min_rnr_timer,
+            max_dest_rd_atomic: 0,
+        };
+        s.transition(QpState::Rtr, &rtr)?;
+        s.transition(QpState::Rts, &rts(p))
+    }
+
+    /// Start a WQE to some DCT: ctrl, then the address vector.
+    #[inline(always)]
+    pub fn wqe_builder(&self, entry: T) -> Result<WqeBuilder<'_, B, T, DcInit>> {
+        self.shared.builder(entry, DcInit)
+    }
+}
+
+impl<B: Backend, T> Dct<B, T> {
+    common!();
+
+    /// RESET→INIT→RTR (a DCT's final state): the DCT number is assigned
+    /// here and the DCT starts receiving on its SRQ.
+    pub fn activate(&self, p: &ConnectParams) -> Result<()> {
+        let s = &self.shared;
+        s.transition(QpState::Init, &QpTransition::Init { port: p.port, access: p.access, qkey: None })?;
+        let rtr = QpTransition::Rtr {
+            remote: None,
+            path_mtu: p.path_mtu,
+            min_rnr_timer: p.min_rnr_timer,
+            max_dest_rd_atomic: p.max_dest_rd_atomic,
+        };
+        s.transition(QpState::Rtr, &rtr)
+    }
+
+    /// The DCT number initiators address (read live: it exists from RTR on).
+    pub fn dct_number(&self) -> Result<u32> {
+        match self.state() {
+            QpState::Rtr => Ok(self.shared.qpn.get()),
+            state => Err(Error::DctNotReady { state }),
+        }
     }
 }

@@ -8,7 +8,9 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::cell::Cell;
 use std::rc::Rc;
 
-use crate::backend::{Backend, CqResources, QpCreate, QpResources, QpTransition};
+use crate::backend::{
+    Backend, CqResources, QpCreate, QpKind, QpResources, QpTransition, SrqCreate, SrqResources,
+};
 use crate::error::{Error, Result};
 use crate::types::{AccessFlags, DeviceCaps, LinkLayer, PortInfo};
 
@@ -94,6 +96,13 @@ pub struct RoCq {
 pub struct RoQp {
     _buf: Region,
     _dbrec: Region,
+    dct: bool,
+    qpn: u32,
+}
+/// A ring-only SRQ: its WQE buffer and doorbell record.
+pub struct RoSrq {
+    _buf: Region,
+    _dbrec: Region,
 }
 /// The doorbell register: records into the device's log.
 pub struct RoUar {
@@ -107,6 +116,7 @@ impl Backend for RingOnly {
     type Mr = ();
     type Cq = RoCq;
     type Qp = RoQp;
+    type Srq = RoSrq;
     type Uar = RoUar;
 
     fn device_name(_: &RingOnlyDevice) -> String {
@@ -161,11 +171,26 @@ impl Backend for RingOnly {
             CqResources { buf: buf.ptr, cqe_cnt: cnt, cqe_size: 64, dbrec: dbrec.ptr as *mut u32, cqn: 1 };
         Ok((RoCq { _buf: buf, _dbrec: dbrec }, res))
     }
+    fn create_srq(dev: &RingOnlyDevice, _: &(), attr: &SrqCreate) -> Result<(RoSrq, SrqResources)> {
+        let buf = Region::new((attr.wqe_cnt * attr.stride) as usize)?;
+        let dbrec = Region::new(64)?;
+        let srqn = dev.next_qpn.get();
+        dev.next_qpn.set(srqn + 1);
+        let res = SrqResources {
+            srqn,
+            buf: buf.ptr,
+            wqe_cnt: attr.wqe_cnt,
+            stride: attr.stride,
+            dbrec: dbrec.ptr as *mut u32,
+        };
+        Ok((RoSrq { _buf: buf, _dbrec: dbrec }, res))
+    }
     fn create_qp(
         dev: &RingOnlyDevice,
         _: &(),
+        _: Option<&RoCq>,
         _: &RoCq,
-        _: &RoCq,
+        _: Option<&RoSrq>,
         attr: &QpCreate,
     ) -> Result<(RoQp, QpResources<RoUar>)> {
         let rq_bytes = (attr.rq_wqe_cnt * attr.rq_stride) as usize;
@@ -186,10 +211,17 @@ impl Backend for RingOnly {
             uar: RoUar { log: dev.log.clone() },
             bf_size: dev.bf_size,
         };
-        Ok((RoQp { _buf: buf, _dbrec: dbrec }, res))
+        Ok((RoQp { _buf: buf, _dbrec: dbrec, dct: attr.kind == QpKind::Dct, qpn }, res))
     }
     fn modify_qp(_: &RingOnlyDevice, _: &RoQp, _: &QpTransition) -> Result<()> {
         Ok(())
+    }
+    /// A ring-only DCT's number is its QPN with bit 23 set.
+    fn dct_number(_: &RingOnlyDevice, qp: &RoQp) -> Result<u32> {
+        if !qp.dct {
+            return Err(Error::InvalidArgument("not a DCT".into()));
+        }
+        Ok(qp.qpn | 0x80_0000)
     }
     #[inline(always)]
     fn ring_doorbell(uar: &RoUar, offset: u32, ctrl: [u8; 8]) {

@@ -5,7 +5,9 @@
 
 use mlx5_sim::{self as model, ExecMode, Fabric, Nic};
 
-use crate::backend::{Backend, CqResources, QpCreate, QpKind, QpResources, QpTransition};
+use crate::backend::{
+    Backend, CqResources, QpCreate, QpKind, QpResources, QpTransition, SrqCreate, SrqResources,
+};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::types::{AccessFlags, DeviceCaps, LinkLayer, PortInfo, QpState};
@@ -93,6 +95,15 @@ impl Drop for SimQp {
         let _ = self.nic.destroy_qp(self.qpn);
     }
 }
+pub struct SimSrq {
+    nic: Nic,
+    srqn: u32,
+}
+impl Drop for SimSrq {
+    fn drop(&mut self) {
+        let _ = self.nic.destroy_srq(self.srqn);
+    }
+}
 /// The QP's UAR register in the model.
 pub struct SimUar {
     nic: Nic,
@@ -118,6 +129,7 @@ impl Backend for Sim {
     type Mr = SimMr;
     type Cq = SimCq;
     type Qp = SimQp;
+    type Srq = SimSrq;
     type Uar = SimUar;
 
     fn device_name(dev: &SimDevice) -> String {
@@ -178,27 +190,47 @@ impl Backend for Sim {
             CqResources { buf: r.buf, cqe_cnt: r.cqe_cnt, cqe_size: r.cqe_size, dbrec: r.dbrec, cqn: r.cqn };
         Ok((SimCq { nic: ctx.nic.clone(), cqn: r.cqn, deterministic: ctx.deterministic }, res))
     }
+    fn create_srq(ctx: &SimDevice, pd: &SimPd, attr: &SrqCreate) -> Result<(SimSrq, SrqResources)> {
+        let r = ctx
+            .nic
+            .create_srq(&model::SrqInitAttr {
+                pdn: pd.pdn,
+                wqe_cnt: attr.wqe_cnt,
+                stride: attr.stride,
+                user_index: attr.user_index,
+            })
+            .map_err(sim_err("create_srq"))?;
+        let res =
+            SrqResources { srqn: r.srqn, buf: r.buf, wqe_cnt: r.wqe_cnt, stride: r.stride, dbrec: r.dbrec };
+        Ok((SimSrq { nic: ctx.nic.clone(), srqn: r.srqn }, res))
+    }
     fn create_qp(
         ctx: &SimDevice,
         pd: &SimPd,
-        send_cq: &SimCq,
+        send_cq: Option<&SimCq>,
         recv_cq: &SimCq,
+        srq: Option<&SimSrq>,
         attr: &QpCreate,
     ) -> Result<(SimQp, QpResources<SimUar>)> {
         let qp_type = match attr.kind {
             QpKind::Rc => model::QpType::Rc,
+            QpKind::Ud => model::QpType::Ud,
+            QpKind::Dci => model::QpType::Dci,
+            QpKind::Dct => model::QpType::Dct,
         };
         let r = ctx
             .nic
             .create_qp(&model::QpInitAttr {
                 qp_type,
                 pdn: pd.pdn,
-                send_cqn: send_cq.cqn,
+                send_cqn: send_cq.unwrap_or(recv_cq).cqn,
                 recv_cqn: recv_cq.cqn,
                 sq_wqe_cnt: attr.sq_wqe_cnt,
                 rq_wqe_cnt: attr.rq_wqe_cnt,
                 rq_stride: attr.rq_stride,
                 user_index: attr.user_index,
+                srqn: srq.map(|s| s.srqn),
+                dc_key: attr.dc_key,
             })
             .map_err(sim_err("create_qp"))?;
         let res = QpResources {
@@ -216,18 +248,25 @@ impl Backend for Sim {
     }
     fn modify_qp(ctx: &SimDevice, qp: &SimQp, t: &QpTransition) -> Result<()> {
         let m = match t {
-            QpTransition::Init { port, access } => model::QpModify {
+            QpTransition::Init { port, access, qkey } => model::QpModify {
                 state: Some(model::QpState::Init),
                 port: Some(*port),
                 access_flags: Some(access.bits()),
+                qkey: *qkey,
                 ..Default::default()
             },
             QpTransition::Rtr { remote, path_mtu, min_rnr_timer, max_dest_rd_atomic } => model::QpModify {
                 state: Some(model::QpState::Rtr),
-                path: Some(model::RcPath { dest_qpn: remote.qpn, dlid: remote.lid, dgid: remote.gid }),
-                path_mtu: Some(*path_mtu),
+                path: remote.as_ref().map(|r| model::RcPath {
+                    dest_qpn: r.qpn,
+                    dlid: r.lid,
+                    dgid: r.gid,
+                    dmac: r.mac,
+                    sl: 0,
+                }),
+                path_mtu: (*path_mtu != 0).then_some(*path_mtu),
                 min_rnr_timer: Some(*min_rnr_timer),
-                rq_psn: Some(remote.psn),
+                rq_psn: remote.as_ref().map(|r| r.psn),
                 max_dest_rd_atomic: Some(*max_dest_rd_atomic),
                 ..Default::default()
             },
@@ -243,6 +282,10 @@ impl Backend for Sim {
             QpTransition::To(s) => model::QpModify { state: Some(to_model_state(*s)), ..Default::default() },
         };
         ctx.nic.modify_qp(qp.qpn, &m).map_err(sim_err("modify_qp"))
+    }
+
+    fn dct_number(ctx: &SimDevice, qp: &SimQp) -> Result<u32> {
+        ctx.nic.dct_number(qp.qpn).map_err(sim_err("dct_number"))
     }
 
     #[inline(always)]

@@ -51,11 +51,20 @@ pub(crate) struct SendQueue<B: Backend, T> {
     pub(crate) max_sge: u32,
     pub(crate) max_inline: u32,
     pub(crate) max_ds: u32,
+    /// Largest message (UD: the path MTU; otherwise 2^31).
+    pub(crate) max_msg: u32,
 }
 
 impl<B: Backend, T> SendQueue<B, T> {
     /// Take over the SQ half of `res` (the RQ half is the caller's).
-    pub(crate) fn new(res: QpResources<B::Uar>, max_sge: u32, max_inline: u32, max_ds: u32) -> Self {
+    /// A QP without a send queue (DCT) has none.
+    pub(crate) fn new(
+        res: QpResources<B::Uar>,
+        max_sge: u32,
+        max_inline: u32,
+        max_ds: u32,
+        max_msg: u32,
+    ) -> Self {
         let wqe_cnt = res.sq_wqe_cnt;
         let slots = (0..wqe_cnt)
             .map(|_| Slot { nbb: Cell::new(0), opcode: Cell::new(0), entry: UnsafeCell::new(None) })
@@ -78,6 +87,7 @@ impl<B: Backend, T> SendQueue<B, T> {
             max_sge,
             max_inline,
             max_ds,
+            max_msg,
         }
     }
 

@@ -138,8 +138,21 @@ pub struct RemoteQpInfo {
     pub lid: u16,
     /// Destination GID; `Some` selects GRH/RoCE addressing.
     pub gid: Option<[u8; 16]>,
+    /// Destination MAC (RoCE).
+    pub mac: Option<[u8; 6]>,
     /// Start packet sequence number of the peer's send queue.
     pub psn: u32,
+}
+
+impl RemoteQpInfo {
+    /// An InfiniBand peer, addressed by LID.
+    pub fn ib(qpn: u32, lid: u16) -> Self {
+        RemoteQpInfo { qpn, lid, gid: None, mac: None, psn: 0 }
+    }
+    /// A RoCE v2 peer, addressed by GID and MAC.
+    pub fn roce(qpn: u32, gid: [u8; 16], mac: [u8; 6]) -> Self {
+        RemoteQpInfo { qpn, lid: 0, gid: Some(gid), mac: Some(mac), psn: 0 }
+    }
 }
 
 /// Connection parameters for RESET→INIT→RTR→RTS (spec §7 attribute table).

@@ -3,21 +3,24 @@
 //! Each state is a marker type; a method exists only in the state where its
 //! segment is legal and `finish` only where the WQE is complete, so a wrong
 //! segment sequence does not compile. Runtime limits (ring space, SGE count,
-//! inline size, WQE size) are checked before the offending segment's bytes are
-//! written; segments are written only into free ring slots, and the producer
-//! counter and doorbell record move only in `finish`, so a WQE abandoned on
-//! an error is never visible to the NIC.
+//! inline size, WQE size, UD message size) are checked before the offending
+//! segment's bytes are written; segments are written only into free ring
+//! slots, and the producer counter and doorbell record move only in
+//! `finish`, so a WQE abandoned on an error is never visible to the NIC.
 //!
 //! ```text
-//! Init ─ctrl_send/_imm/_inv──────────────────────────▶ Data ─sge*─▶ Data ─finish
-//!      ─ctrl_rdma_write/_imm─▶ NeedsRaddr<Data> ─rdma─▶ Data ─inline─▶ Complete ─finish
-//!      ─ctrl_rdma_read──────▶ NeedsRaddr<Scatter> ─rdma─▶ Scatter ─sge*─▶ finish
-//!      ─ctrl_atomic_cs/_fa──▶ NeedsRaddr<AtomicArgs> ─rdma─▶ NeedsResult ─result─▶ Complete
-//!      ─ctrl_nop───────────────────────────────────────▶ Complete
+//! RC  Init   ─ctrl_send/_imm/_inv─────────────────────────▶ Data ─sge*─▶ Data ─finish
+//!            ─ctrl_rdma_write/_imm─▶ NeedsRaddr<Data> ─rdma─▶ Data ─inline─▶ Complete ─finish
+//!            ─ctrl_rdma_read──────▶ NeedsRaddr<Scatter> ─rdma─▶ Scatter ─sge*─▶ finish
+//!            ─ctrl_atomic_cs/_fa──▶ NeedsRaddr<AtomicArgs> ─rdma─▶ NeedsResult ─result─▶ Complete
+//!            ─ctrl_nop────────────────────────────────────▶ Complete
+//! DCI DcInit ─ctrl_*─▶ NeedsAv<X> ─av_ib/av_roce/av─▶ X   (X as for RC: ctrl, AV, then the RC segments)
+//! UD  UdInit ─ctrl_send/_imm─▶ NeedsDatagram<Data> ─datagram/datagram_ib─▶ Data
 //! ```
 
 use std::marker::PhantomData;
 
+use crate::av::AddressVector;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::sq::SendQueue;
@@ -41,8 +44,16 @@ const INLINE_SEG: u32 = 0x8000_0000;
 
 /// Builder states (zero-sized unless they carry operands).
 pub mod state {
-    /// Nothing written yet: choose the opcode.
+    /// RC: nothing written yet; choose the opcode.
     pub struct Init;
+    /// DCI: nothing written yet; every opcode but NOP is followed by an AV.
+    pub struct DcInit;
+    /// UD: nothing written yet; SEND or SEND_IMM, then the datagram segment.
+    pub struct UdInit;
+    /// DCI: the address vector comes next; `N` is the state after it.
+    pub struct NeedsAv<N>(pub(crate) N);
+    /// UD: the datagram segment comes next; `N` is the state after it.
+    pub struct NeedsDatagram<N>(pub(crate) N);
     /// The remote address segment comes next; `N` is the state after it.
     pub struct NeedsRaddr<N>(pub(crate) N);
     /// Gather list (SGEs) or one inline segment may follow; complete as is.
@@ -73,6 +84,8 @@ pub struct WqeBuilder<'q, B: Backend, T, S> {
     /// Largest DS count this WQE may reach (ring space and size limit).
     budget: u32,
     nsge: u32,
+    /// Message bytes so far (gather SGEs or inline).
+    msg_len: u32,
     opcode: u8,
     fm_ce_se: u8,
     /// Immediate / invalidate rkey, already in wire (big-endian) byte order.
@@ -81,9 +94,9 @@ pub struct WqeBuilder<'q, B: Backend, T, S> {
     _not_send: PhantomData<*const ()>,
 }
 
-impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Init> {
+impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
     #[inline(always)]
-    pub(crate) fn new(sq: &'q SendQueue<B, T>, entry: T) -> Self {
+    pub(crate) fn new(sq: &'q SendQueue<B, T>, entry: T, state: S) -> Self {
         WqeBuilder {
             sq,
             entry,
@@ -91,93 +104,78 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Init> {
             ds: 1,
             budget: sq.ds_budget(),
             nsge: 0,
+            msg_len: 0,
             opcode: 0,
             fm_ce_se: 0,
             imm: [0; 4],
-            state: Init,
+            state,
             _not_send: PhantomData,
         }
     }
 
+    /// Take the state out, leaving a builder in the unit state.
     #[inline(always)]
-    fn ctrl<S>(self, opcode: u8, flags: WqeFlags, imm: [u8; 4], state: S) -> Result<WqeBuilder<'q, B, T, S>> {
-        Ok(WqeBuilder {
-            sq: self.sq,
-            entry: self.entry,
-            start: self.start,
-            ds: 1,
-            budget: self.budget,
-            nsge: 0,
+    fn split(self) -> (S, WqeBuilder<'q, B, T, ()>) {
+        let WqeBuilder {
+            sq,
+            entry,
+            start,
+            ds,
+            budget,
+            nsge,
+            msg_len,
             opcode,
-            fm_ce_se: flags.bits(),
+            fm_ce_se,
             imm,
             state,
-            _not_send: PhantomData,
-        })
+            _not_send,
+        } = self;
+        let b = WqeBuilder {
+            sq,
+            entry,
+            start,
+            ds,
+            budget,
+            nsge,
+            msg_len,
+            opcode,
+            fm_ce_se,
+            imm,
+            state: (),
+            _not_send,
+        };
+        (state, b)
     }
 
-    /// SEND.
+    /// Move to state `N`, keeping everything written so far.
     #[inline(always)]
-    pub fn ctrl_send(self, flags: WqeFlags) -> Result<WqeBuilder<'q, B, T, Data>> {
-        self.ctrl(opcode::SEND, flags, [0; 4], Data)
+    fn to<N>(self, state: N) -> WqeBuilder<'q, B, T, N> {
+        let WqeBuilder {
+            sq,
+            entry,
+            start,
+            ds,
+            budget,
+            nsge,
+            msg_len,
+            opcode,
+            fm_ce_se,
+            imm,
+            state: _,
+            _not_send,
+        } = self;
+        WqeBuilder { sq, entry, start, ds, budget, nsge, msg_len, opcode, fm_ce_se, imm, state, _not_send }
     }
-    /// SEND with immediate data (`imm` is delivered to the responder CQE).
-    #[inline(always)]
-    pub fn ctrl_send_imm(self, flags: WqeFlags, imm: u32) -> Result<WqeBuilder<'q, B, T, Data>> {
-        self.ctrl(opcode::SEND_IMM, flags, imm.to_be_bytes(), Data)
-    }
-    /// SEND with invalidate of the responder's `rkey`.
-    #[inline(always)]
-    pub fn ctrl_send_inv(self, flags: WqeFlags, rkey: u32) -> Result<WqeBuilder<'q, B, T, Data>> {
-        self.ctrl(opcode::SEND_INVAL, flags, rkey.to_be_bytes(), Data)
-    }
-    /// RDMA WRITE.
-    #[inline(always)]
-    pub fn ctrl_rdma_write(self, flags: WqeFlags) -> Result<WqeBuilder<'q, B, T, NeedsRaddr<Data>>> {
-        self.ctrl(opcode::RDMA_WRITE, flags, [0; 4], NeedsRaddr(Data))
-    }
-    /// RDMA WRITE with immediate (consumes a receive WQE at the responder).
-    #[inline(always)]
-    pub fn ctrl_rdma_write_imm(
-        self,
-        flags: WqeFlags,
-        imm: u32,
-    ) -> Result<WqeBuilder<'q, B, T, NeedsRaddr<Data>>> {
-        self.ctrl(opcode::RDMA_WRITE_IMM, flags, imm.to_be_bytes(), NeedsRaddr(Data))
-    }
-    /// RDMA READ into the local scatter list.
-    #[inline(always)]
-    pub fn ctrl_rdma_read(self, flags: WqeFlags) -> Result<WqeBuilder<'q, B, T, NeedsRaddr<Scatter>>> {
-        self.ctrl(opcode::RDMA_READ, flags, [0; 4], NeedsRaddr(Scatter))
-    }
-    /// ATOMIC compare-and-swap: `if *r == compare { *r = swap }`; the old value
-    /// lands in the result buffer.
-    #[inline(always)]
-    pub fn ctrl_atomic_cs(
-        self,
-        flags: WqeFlags,
-        swap: u64,
-        compare: u64,
-    ) -> Result<WqeBuilder<'q, B, T, NeedsRaddr<AtomicArgs>>> {
-        self.ctrl(opcode::ATOMIC_CS, flags, [0; 4], NeedsRaddr(AtomicArgs { swap_add: swap, compare }))
-    }
-    /// ATOMIC fetch-and-add: `*r += add`; the old value lands in the result buffer.
-    #[inline(always)]
-    pub fn ctrl_atomic_fa(
-        self,
-        flags: WqeFlags,
-        add: u64,
-    ) -> Result<WqeBuilder<'q, B, T, NeedsRaddr<AtomicArgs>>> {
-        self.ctrl(opcode::ATOMIC_FA, flags, [0; 4], NeedsRaddr(AtomicArgs { swap_add: add, compare: 0 }))
-    }
-    /// NOP (ctrl segment only).
-    #[inline(always)]
-    pub fn ctrl_nop(self, flags: WqeFlags) -> Result<WqeBuilder<'q, B, T, Complete>> {
-        self.ctrl(opcode::NOP, flags, [0; 4], Complete)
-    }
-}
 
-impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
+    #[inline(always)]
+    fn ctrl<N>(self, opcode: u8, flags: WqeFlags, imm: [u8; 4], state: N) -> Result<WqeBuilder<'q, B, T, N>> {
+        let mut b = self.to(state);
+        b.opcode = opcode;
+        b.fm_ce_se = flags.bits();
+        b.imm = imm;
+        Ok(b)
+    }
+
     /// Check that the WQE may grow to `ds` DS before writing its next segment.
     #[inline(always)]
     fn reserve(&self, ds: u32) -> Result<()> {
@@ -188,21 +186,25 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         }
     }
 
+    /// Append one 16-byte segment after the budget check.
     #[inline(always)]
-    fn to<N>(self, state: N) -> WqeBuilder<'q, B, T, N> {
-        WqeBuilder {
-            sq: self.sq,
-            entry: self.entry,
-            start: self.start,
-            ds: self.ds,
-            budget: self.budget,
-            nsge: self.nsge,
-            opcode: self.opcode,
-            fm_ce_se: self.fm_ce_se,
-            imm: self.imm,
-            state,
-            _not_send: PhantomData,
+    fn push_ds(&mut self, seg: [u8; 16]) -> Result<()> {
+        self.reserve(self.ds + 1)?;
+        self.sq.write_ds(self.start, self.ds, seg);
+        self.ds += 1;
+        Ok(())
+    }
+
+    /// Count `len` message bytes against the QP's message limit (the path
+    /// MTU on UD).
+    #[inline(always)]
+    fn add_msg(&mut self, len: u32) -> Result<()> {
+        let total = self.msg_len as u64 + len as u64;
+        if total > self.sq.max_msg as u64 {
+            return Err(Error::MessageTooLong { len: total, max: self.sq.max_msg });
         }
+        self.msg_len = total as u32;
+        Ok(())
     }
 
     /// Append one data pointer segment (spec §3.2) after the limit checks.
@@ -219,6 +221,7 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
             return Err(Error::TooManySge { count: self.nsge + 1, max: self.sq.max_sge });
         }
         self.reserve(self.ds + 1)?;
+        self.add_msg(len)?;
         let mut seg = [0u8; 16];
         seg[0..4].copy_from_slice(&len.to_be_bytes());
         seg[4..8].copy_from_slice(&lkey.to_be_bytes());
@@ -242,6 +245,171 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         ctrl[12..16].copy_from_slice(&self.imm);
         sq.write_ds(self.start, 0, ctrl);
         sq.commit(self.start, self.ds, self.opcode, self.entry);
+    }
+}
+
+/// The opcode choices. `$wrap` wraps the state that follows the ctrl
+/// segment: identity for RC, `NeedsAv` for DCI.
+macro_rules! ctrl_methods {
+    ($init:ident, $wrap:ident) => {
+        impl<'q, B: Backend, T> WqeBuilder<'q, B, T, $init> {
+            /// SEND.
+            #[inline(always)]
+            pub fn ctrl_send(self, flags: WqeFlags) -> Result<WqeBuilder<'q, B, T, $wrap<Data>>> {
+                self.ctrl(opcode::SEND, flags, [0; 4], $wrap(Data))
+            }
+            /// SEND with immediate data (`imm` is delivered to the responder CQE).
+            #[inline(always)]
+            pub fn ctrl_send_imm(
+                self,
+                flags: WqeFlags,
+                imm: u32,
+            ) -> Result<WqeBuilder<'q, B, T, $wrap<Data>>> {
+                self.ctrl(opcode::SEND_IMM, flags, imm.to_be_bytes(), $wrap(Data))
+            }
+            /// RDMA WRITE.
+            #[inline(always)]
+            pub fn ctrl_rdma_write(
+                self,
+                flags: WqeFlags,
+            ) -> Result<WqeBuilder<'q, B, T, $wrap<NeedsRaddr<Data>>>> {
+                self.ctrl(opcode::RDMA_WRITE, flags, [0; 4], $wrap(NeedsRaddr(Data)))
+            }
+            /// RDMA WRITE with immediate (consumes a receive WQE at the responder).
+            #[inline(always)]
+            pub fn ctrl_rdma_write_imm(
+                self,
+                flags: WqeFlags,
+                imm: u32,
+            ) -> Result<WqeBuilder<'q, B, T, $wrap<NeedsRaddr<Data>>>> {
+                self.ctrl(opcode::RDMA_WRITE_IMM, flags, imm.to_be_bytes(), $wrap(NeedsRaddr(Data)))
+            }
+            /// RDMA READ into the local scatter list.
+            #[inline(always)]
+            pub fn ctrl_rdma_read(
+                self,
+                flags: WqeFlags,
+            ) -> Result<WqeBuilder<'q, B, T, $wrap<NeedsRaddr<Scatter>>>> {
+                self.ctrl(opcode::RDMA_READ, flags, [0; 4], $wrap(NeedsRaddr(Scatter)))
+            }
+            /// ATOMIC compare-and-swap: `if *r == compare { *r = swap }`; the
+            /// old value lands in the result buffer.
+            #[inline(always)]
+            pub fn ctrl_atomic_cs(
+                self,
+                flags: WqeFlags,
+                swap: u64,
+                compare: u64,
+            ) -> Result<WqeBuilder<'q, B, T, $wrap<NeedsRaddr<AtomicArgs>>>> {
+                let args = AtomicArgs { swap_add: swap, compare };
+                self.ctrl(opcode::ATOMIC_CS, flags, [0; 4], $wrap(NeedsRaddr(args)))
+            }
+            /// ATOMIC fetch-and-add: `*r += add`; the old value lands in the result buffer.
+            #[inline(always)]
+            pub fn ctrl_atomic_fa(
+                self,
+                flags: WqeFlags,
+                add: u64,
+            ) -> Result<WqeBuilder<'q, B, T, $wrap<NeedsRaddr<AtomicArgs>>>> {
+                let args = AtomicArgs { swap_add: add, compare: 0 };
+                self.ctrl(opcode::ATOMIC_FA, flags, [0; 4], $wrap(NeedsRaddr(args)))
+            }
+            /// NOP (ctrl segment only).
+            #[inline(always)]
+            pub fn ctrl_nop(self, flags: WqeFlags) -> Result<WqeBuilder<'q, B, T, Complete>> {
+                self.ctrl(opcode::NOP, flags, [0; 4], Complete)
+            }
+        }
+    };
+}
+
+/// The identity wrapper: RC continues directly with the segment after ctrl.
+#[allow(non_snake_case)]
+#[inline(always)]
+fn Direct<N>(n: N) -> N {
+    n
+}
+#[allow(non_camel_case_types)]
+type Direct<N> = N;
+
+ctrl_methods!(Init, Direct);
+ctrl_methods!(DcInit, NeedsAv);
+
+impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Init> {
+    /// SEND with invalidate of the responder's `rkey` (RC only).
+    #[inline(always)]
+    pub fn ctrl_send_inv(self, flags: WqeFlags, rkey: u32) -> Result<WqeBuilder<'q, B, T, Data>> {
+        self.ctrl(opcode::SEND_INVAL, flags, rkey.to_be_bytes(), Data)
+    }
+}
+
+impl<'q, B: Backend, T> WqeBuilder<'q, B, T, UdInit> {
+    /// UD SEND.
+    #[inline(always)]
+    pub fn ctrl_send(self, flags: WqeFlags) -> Result<WqeBuilder<'q, B, T, NeedsDatagram<Data>>> {
+        self.ctrl(opcode::SEND, flags, [0; 4], NeedsDatagram(Data))
+    }
+    /// UD SEND with immediate.
+    #[inline(always)]
+    pub fn ctrl_send_imm(
+        self,
+        flags: WqeFlags,
+        imm: u32,
+    ) -> Result<WqeBuilder<'q, B, T, NeedsDatagram<Data>>> {
+        self.ctrl(opcode::SEND_IMM, flags, imm.to_be_bytes(), NeedsDatagram(Data))
+    }
+}
+
+impl<'q, B: Backend, T, N> WqeBuilder<'q, B, T, NeedsAv<N>> {
+    /// The address vector of the target DCT (spec §3.6): DC access key, DCT
+    /// number and the pre-encoded path (`AddressVector::ib` / `roce_v2`).
+    #[inline(always)]
+    pub fn av(mut self, dc_key: u64, dctn: u32, av: &AddressVector) -> Result<WqeBuilder<'q, B, T, N>> {
+        self.push_av(dc_key, dctn, av)?;
+        let (NeedsAv(next), b) = self.split();
+        Ok(b.to(next))
+    }
+    /// InfiniBand AV without GRH: DC key, DCT number, destination LID (SL 0).
+    #[inline(always)]
+    pub fn av_ib(self, dc_key: u64, dctn: u32, dlid: u16) -> Result<WqeBuilder<'q, B, T, N>> {
+        self.av(dc_key, dctn, &AddressVector::ib(dlid, 0))
+    }
+    /// RoCE v2 AV: DC key, DCT number, and the RoCE path.
+    #[inline(always)]
+    pub fn av_roce(
+        self,
+        dc_key: u64,
+        dctn: u32,
+        roce: &crate::av::RoceAv,
+    ) -> Result<WqeBuilder<'q, B, T, N>> {
+        self.av(dc_key, dctn, &AddressVector::roce_v2(roce))
+    }
+}
+
+impl<'q, B: Backend, T, N> WqeBuilder<'q, B, T, NeedsDatagram<N>> {
+    /// The datagram segment (spec §3.6): destination QPN, Q_Key and path.
+    #[inline(always)]
+    pub fn datagram(
+        mut self,
+        av: &AddressVector,
+        remote_qpn: u32,
+        qkey: u32,
+    ) -> Result<WqeBuilder<'q, B, T, N>> {
+        self.push_av((qkey as u64) << 32, remote_qpn, av)?;
+        let (NeedsDatagram(next), b) = self.split();
+        Ok(b.to(next))
+    }
+}
+
+impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
+    #[inline(always)]
+    fn push_av(&mut self, key: u64, dqpn: u32, av: &AddressVector) -> Result<()> {
+        self.reserve(self.ds + 3)?;
+        for seg in av.segment(key, dqpn) {
+            self.sq.write_ds(self.start, self.ds, seg);
+            self.ds += 1;
+        }
+        Ok(())
     }
 }
 
@@ -306,12 +474,10 @@ impl AfterRaddr for AtomicArgs {
     /// Atomic segment (spec §3.4): swap/add at +0, compare at +8.
     #[inline(always)]
     fn after_raddr<B: Backend, T>(self, b: &mut WqeBuilder<'_, B, T, ()>) -> Result<NeedsResult> {
-        b.reserve(b.ds + 1)?;
         let mut seg = [0u8; 16];
         seg[0..8].copy_from_slice(&self.swap_add.to_be_bytes());
         seg[8..16].copy_from_slice(&self.compare.to_be_bytes());
-        b.sq.write_ds(b.start, b.ds, seg);
-        b.ds += 1;
+        b.push_ds(seg)?;
         Ok(NeedsResult)
     }
 }
@@ -320,25 +486,11 @@ impl<'q, B: Backend, T, N: AfterRaddr> WqeBuilder<'q, B, T, NeedsRaddr<N>> {
     /// Remote address segment (spec §3.1).
     #[inline(always)]
     pub fn rdma(self, raddr: u64, rkey: u32) -> Result<WqeBuilder<'q, B, T, N::Next>> {
-        self.reserve(self.ds + 1)?;
         let mut seg = [0u8; 16];
         seg[0..8].copy_from_slice(&raddr.to_be_bytes());
         seg[8..12].copy_from_slice(&rkey.to_be_bytes());
-        self.sq.write_ds(self.start, self.ds, seg);
-        let NeedsRaddr(next) = self.state;
-        let mut b = WqeBuilder {
-            sq: self.sq,
-            entry: self.entry,
-            start: self.start,
-            ds: self.ds + 1,
-            budget: self.budget,
-            nsge: 0,
-            opcode: self.opcode,
-            fm_ce_se: self.fm_ce_se,
-            imm: self.imm,
-            state: (),
-            _not_send: PhantomData,
-        };
+        let (NeedsRaddr(next), mut b) = self.split();
+        b.push_ds(seg)?;
         let next = next.after_raddr(&mut b)?;
         Ok(b.to(next))
     }
@@ -353,7 +505,8 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Data> {
     }
 
     /// The whole payload inline in the WQE (spec §3.3): one inline segment,
-    /// split at the ring end at byte granularity. Empty data writes nothing.
+    /// split at the ring end at byte granularity, pad zeroed. Empty data
+    /// writes nothing.
     #[inline(always)]
     pub fn inline(self, data: &[u8]) -> Result<WqeBuilder<'q, B, T, Complete>> {
         let mut b = self;
@@ -366,6 +519,7 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Data> {
         }
         let seg_ds = (4 + data.len() as u32).div_ceil(16);
         b.reserve(b.ds + seg_ds)?;
+        b.add_msg(data.len() as u32)?;
         let hdr = (data.len() as u32 | INLINE_SEG).to_be_bytes();
         let base = b.ds * 16;
         b.sq.write_bytes(b.start, base, &hdr);

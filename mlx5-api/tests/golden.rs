@@ -37,7 +37,7 @@ fn qp_at(pi: u32) -> Fixture {
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).unwrap();
     assert_eq!(qp.qpn(), 0x123);
     assert_eq!(qp.sq_wqebbs(), 8, "the goldens use a ring of 8 WQEBBs");
-    qp.connect(&RemoteQpInfo { qpn: 0x456, lid: 2, gid: None, psn: 0 }, &ConnectParams::default()).unwrap();
+    qp.connect(&RemoteQpInfo::ib(0x456, 2), &ConnectParams::default()).unwrap();
     // SAFETY: ring-only backend, empty send queue.
     unsafe { qp.skip_sq(pi).unwrap() };
     Fixture { dev, _ctx: ctx, qp, _keep: vec![], _cq: cq }

@@ -22,7 +22,7 @@ fn fixture(cfg: RcQpConfig, connect: bool) -> Fx {
     let cq = ctx.create_cq(64, |_, _: u32| {}).unwrap();
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).unwrap();
     if connect {
-        qp.connect(&RemoteQpInfo { qpn: 1, lid: 1, gid: None, psn: 0 }, &ConnectParams::default()).unwrap();
+        qp.connect(&RemoteQpInfo::ib(1, 1), &ConnectParams::default()).unwrap();
     }
     Fx { dev, _ctx: ctx, _cq: cq, qp }
 }

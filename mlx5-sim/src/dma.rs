@@ -68,6 +68,12 @@ pub(crate) struct Region {
 
 impl Region {
     pub(crate) const EMPTY: Region = Region { addr: 0, len: 0 };
+
+    /// The part of this (checked) region after its first `n` bytes.
+    fn after(&self, n: u64) -> Region {
+        let n = n.min(self.len);
+        Region { addr: self.addr + n, len: self.len - n }
+    }
 }
 
 /// The MRs of one host, keyed by lkey (the model uses the same value as rkey).
@@ -167,6 +173,20 @@ impl Sgl {
 
     pub(crate) fn regions(&self) -> &[Region] {
         &self.regions[..self.n]
+    }
+
+    /// The list without its first `n` bytes (sub-ranges of checked regions).
+    pub(crate) fn skip(&self, mut n: u64) -> Sgl {
+        let mut out = Sgl::new();
+        for r in self.regions() {
+            if n >= r.len {
+                n -= r.len;
+                continue;
+            }
+            out.push(r.after(n));
+            n = 0;
+        }
+        out
     }
 }
 

@@ -7,9 +7,10 @@ use std::collections::{HashMap, HashSet};
 use crate::cq::Cq;
 use crate::dma::{self, MrTable, Region, Sgl, Src, MAX_SGL};
 use crate::qp::{Qp, Shadow, MAX_RQ_STRIDE};
+use crate::srq::Srq;
 use crate::wire::{
-    cqe_opcode, opcode, syndrome, Cqe64, CqeRepr, CtrlSeg, ErrCqe, ErrCqeRepr, RecvDataSeg, DS_SIZE,
-    MAX_WQE_DS, WQEBB_SIZE,
+    cqe_opcode, opcode, syndrome, Cqe64, CqeRepr, CtrlSeg, DatagramSeg, ErrCqe, ErrCqeRepr, RecvDataSeg,
+    DS_SIZE, MAX_WQE_DS, WQEBB_SIZE,
 };
 use crate::wqe::{self, Piece, SendWqe};
 use crate::{
@@ -53,6 +54,9 @@ pub(crate) struct Host {
     pub mrs: MrTable,
     pub cqs: HashMap<u32, Cq>,
     pub qps: HashMap<u32, Qp>,
+    pub srqs: HashMap<u32, Srq>,
+    /// DCT number → QP handle of the DCT (only DCTs in RTR or later have a number).
+    pub dcts: HashMap<u32, u32>,
     pub uars: HashMap<u32, Uar>,
     pub stats: NicStats,
     pub events: Vec<AsyncEvent>,
@@ -61,6 +65,8 @@ pub(crate) struct Host {
     pub next_cqn: u32,
     pub next_qpn: u32,
     pub next_uar: u32,
+    pub next_srqn: u32,
+    pub next_dct: u32,
     scratch: Vec<u32>,
 }
 
@@ -74,6 +80,8 @@ impl Host {
             mrs: MrTable::default(),
             cqs: HashMap::new(),
             qps: HashMap::new(),
+            srqs: HashMap::new(),
+            dcts: HashMap::new(),
             uars: HashMap::new(),
             stats: NicStats::default(),
             events: Vec::new(),
@@ -82,6 +90,10 @@ impl Host {
             next_cqn: base << 8,
             next_qpn: base << 12,
             next_uar: 0,
+            next_srqn: base << 8,
+            // DCT numbers come from their own range (bit 23 set), so a driver that puts the
+            // DCT's QP handle into an address vector reaches nothing.
+            next_dct: 0x80_0000 | (base << 12),
             scratch: Vec::new(),
         }
     }
@@ -210,7 +222,8 @@ fn flush_rq(st: &mut FabricState, h: usize, qpn: u32) {
     }
 }
 
-/// Moves a QP to ERR and flushes both of its queues.
+/// Moves a QP to ERR and flushes both of its queues (its own RQ only: SRQ WQEs belong to
+/// every QP sharing the SRQ and are never flushed, spec §6.1).
 pub(crate) fn enter_err(st: &mut FabricState, h: usize, qpn: u32) {
     let Some(qp) = st.hosts[h].qps.get_mut(&qpn) else {
         return;
@@ -221,8 +234,27 @@ pub(crate) fn enter_err(st: &mut FabricState, h: usize, qpn: u32) {
     flush_rq(st, h, qpn);
 }
 
+/// UD send error (spec §7): the QP moves to SQE, its remaining send WQEs are flushed and its
+/// receive side keeps working; SQE→RTS recovers.
+pub(crate) fn enter_sqe(st: &mut FabricState, h: usize, qpn: u32) {
+    let Some(qp) = st.hosts[h].qps.get_mut(&qpn) else {
+        return;
+    };
+    qp.state = QpState::Sqe;
+    qp.rnr = None;
+    flush_sq(st, h, qpn);
+}
+
+/// A send WQE of QP `qpn` failed: UD QPs go to SQE, all others to ERR.
+fn fail_qp(st: &mut FabricState, h: usize, qpn: u32) {
+    match st.hosts[h].qps.get(&qpn).map(|q| q.qp_type) {
+        Some(QpType::Ud) => enter_sqe(st, h, qpn),
+        _ => enter_err(st, h, qpn),
+    }
+}
+
 // ---------------------------------------------------------------------------------------
-// Execution of one RC WQE
+// Execution of one send WQE
 
 enum Outcome {
     Done {
@@ -240,16 +272,53 @@ fn fail(synd: u8) -> Outcome {
     Outcome::Fail { synd, responder: None }
 }
 
-/// Finds the host a path leads to (DLID on IB, DGID on RoCE).
-fn resolve(st: &FabricState, h: usize, dlid: u16, dgid: Option<[u8; 16]>) -> Option<usize> {
+/// Finds the host an RC path leads to: DLID on IB; DGID on RoCE, and the host's MAC must
+/// equal `dmac` when one is given.
+fn resolve(
+    st: &FabricState,
+    h: usize,
+    dlid: u16,
+    dgid: Option<[u8; 16]>,
+    dmac: Option<[u8; 6]>,
+) -> Option<usize> {
     let ll = st.hosts[h].cfg.link_layer;
     st.hosts.iter().position(|o| {
         o.cfg.link_layer == ll
             && match ll {
                 LinkLayer::InfiniBand => o.cfg.lid == dlid && dlid != 0,
-                LinkLayer::Ethernet => Some(o.cfg.gid) == dgid,
+                LinkLayer::Ethernet => Some(o.cfg.gid) == dgid && dmac.is_none_or(|m| m == o.cfg.mac),
             }
     })
+}
+
+/// Finds the host an address vector leads to (spec §3.6): IB by `rlid`, and when the GRH
+/// bit is set also by `rgid`; RoCE by `rgid`, and `rmac` must be the host's MAC.
+fn resolve_av(st: &FabricState, h: usize, av: &DatagramSeg<&[u8]>) -> Option<usize> {
+    let ll = st.hosts[h].cfg.link_layer;
+    let (rlid, rgid, rmac, grh) = (av.rlid(), av.rgid(), av.rmac(), av.grh());
+    st.hosts.iter().position(|o| {
+        o.cfg.link_layer == ll
+            && match ll {
+                LinkLayer::InfiniBand => rlid != 0 && o.cfg.lid == rlid && (!grh || o.cfg.gid == rgid),
+                LinkLayer::Ethernet => o.cfg.gid == rgid && o.cfg.mac == rmac,
+            }
+    })
+}
+
+/// Copies the address vector at DS 1 of `wqe` into a 48-byte buffer; a legacy 16-byte AV
+/// (ext bit clear, spec §3.6) leaves bytes 16..47 zero (no GRH, no MAC, no GID).
+fn read_av(wqe: &[u8]) -> [u8; 48] {
+    let mut av = [0u8; 48];
+    let Some(first) = wqe.get(DS_SIZE..2 * DS_SIZE) else {
+        return av;
+    };
+    av[..DS_SIZE].copy_from_slice(first);
+    if DatagramSeg::new_unchecked(&av[..]).ext() {
+        if let Some(rest) = wqe.get(2 * DS_SIZE..4 * DS_SIZE) {
+            av[DS_SIZE..].copy_from_slice(rest);
+        }
+    }
+    av
 }
 
 fn load_u64(b: [u8; 8], e: AtomicEndianness) -> u64 {
@@ -266,6 +335,114 @@ fn store_u64(v: u64, e: AtomicEndianness) -> [u8; 8] {
     }
 }
 
+/// Where a responder's receive WQEs come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecvQ {
+    /// The QP's own RQ.
+    Rq(u32),
+    /// An SRQ of the responder's host.
+    Srq(u32),
+}
+
+fn recv_q(qp: &Qp) -> RecvQ {
+    match qp.srqn {
+        Some(s) => RecvQ::Srq(s),
+        None => RecvQ::Rq(qp.qpn),
+    }
+}
+
+/// Copies the receive WQE that `q` would hand out next into `out`; returns its CQE
+/// `wqe_counter` (RQ counter or SRQ index) and the byte range of its scatter entries.
+fn peek_recv(host: &Host, q: RecvQ, out: &mut [u8; MAX_RQ_STRIDE as usize]) -> Option<(u16, usize, usize)> {
+    match q {
+        RecvQ::Rq(qpn) => {
+            let qp = host.qps.get(&qpn)?;
+            if qp.rq_wqe_cnt == 0 || qp.rq_ci == qp.rq_producer() {
+                return None;
+            }
+            let n = qp.read_rq(qp.rq_ci, out);
+            Some((qp.rq_ci, 0, n))
+        }
+        RecvQ::Srq(srqn) => {
+            let (idx, n) = host.srqs.get(&srqn)?.peek(&mut out[..])?;
+            // Scatter entries follow the 16-byte next segment (spec §4.3).
+            Some((idx, DS_SIZE, n))
+        }
+    }
+}
+
+/// Consumes the receive WQE `peek_recv` returned.
+fn consume_recv(host: &mut Host, q: RecvQ) {
+    match q {
+        RecvQ::Rq(qpn) => {
+            if let Some(qp) = host.qps.get_mut(&qpn) {
+                qp.rq_ci = qp.rq_ci.wrapping_add(1);
+            }
+        }
+        RecvQ::Srq(srqn) => {
+            if let Some(srq) = host.srqs.get_mut(&srqn) {
+                srq.consume();
+            }
+        }
+    }
+}
+
+/// Checks the scatter entries of a receive WQE (until `lkey == 0x100` or the end): every
+/// non-empty entry needs LOCAL_WRITE in PD `pdn` and must lie inside its MR. Zero-length
+/// entries are 0 bytes and not checked.
+fn recv_sgl(mrs: &MrTable, entries: &[u8], pdn: u32) -> Option<Sgl> {
+    let mut sgl = Sgl::new();
+    for e in entries.chunks_exact(DS_SIZE) {
+        let seg = RecvDataSeg::new_unchecked(e);
+        if seg.is_terminator() {
+            break;
+        }
+        let l = u64::from(seg.byte_count() & 0x7fff_ffff);
+        if l == 0 {
+            continue;
+        }
+        match mrs.check(seg.lkey(), seg.addr(), l, access::LOCAL_WRITE, pdn) {
+            Ok(reg) if sgl.push(reg) => {}
+            _ => return None,
+        }
+    }
+    Some(sgl)
+}
+
+/// The responder of an RC or DC operation: an RC QP or a DCT.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    h: usize,
+    /// QP handle (for state changes).
+    qpn: u32,
+    /// What CQEs carry in `sop_drop_qpn` / `s_wqe_opcode_qpn`: the QPN, or the DCT number.
+    report_qpn: u32,
+    pdn: u32,
+    access: u32,
+    cqn: u32,
+    uidx: u32,
+    recv: RecvQ,
+    /// RC: every NAK this responder causes moves it to ERR. DCT: never (one initiator must
+    /// not be able to kill a target shared by many).
+    err_on_nak: bool,
+}
+
+impl Target {
+    fn of(h: usize, q: &Qp, report_qpn: u32) -> Target {
+        Target {
+            h,
+            qpn: q.qpn,
+            report_qpn,
+            pdn: q.pdn,
+            access: q.attrs.access_flags,
+            cqn: q.recv_cqn,
+            uidx: q.user_index,
+            recv: recv_q(q),
+            err_on_nak: q.qp_type != QpType::Dct,
+        }
+    }
+}
+
 /// Executes the validated WQE `w` (bytes in `wqe`) of QP `qpn` on host `h`, including the
 /// responder side (the model's simplification: the requester's NIC runs both ends under the
 /// fabric lock). Nothing is written to memory unless every check passed.
@@ -273,19 +450,17 @@ fn store_u64(v: u64, e: AtomicEndianness) -> [u8; 8] {
 /// Choices where the spec is silent (see README.md): zero-length SGEs are 0 bytes and not
 /// checked [unverified, §11.4]; a zero-length RDMA WRITE/READ does not check the rkey; an
 /// unreachable or unconnected destination fails at once with TRANSPORT_RETRY_EXC_ERR
-/// (retries assumed exhausted instantly); every NAK the responder causes moves the responder
-/// QP to ERR [IB semantics, unverified on mlx5, §6.2].
+/// (retries assumed exhausted instantly); every NAK the responder causes moves an RC
+/// responder QP to ERR [IB semantics, unverified on mlx5, §6.2], never a DCT.
 fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) -> Outcome {
     let op = w.ctrl.opcode;
     if op == opcode::NOP {
         return Outcome::Done { byte_cnt: 0 };
     }
-    let endian = st.cfg.atomic_endianness;
-    let ts = st.clock;
     let Some(me) = st.hosts[h].qps.get(&qpn) else {
         return fail(syndrome::LOCAL_QP_OP_ERR);
     };
-    let (pdn, path) = (me.pdn, me.attrs.path);
+    let (pdn, path, qtype) = (me.pdn, me.attrs.path, me.qp_type);
 
     // 1. Local side: gather sources (SEND/WRITE) or scatter sinks (READ/atomic).
     let gather = matches!(
@@ -298,7 +473,7 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
     let mut local_err = false;
     {
         let mrs = &st.hosts[h].mrs;
-        wqe::pieces(QpType::Rc, wqe, |p| {
+        wqe::pieces(qtype, wqe, |p| {
             if local_err {
                 return;
             }
@@ -328,113 +503,150 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
         return fail(syndrome::LOCAL_PROT_ERR);
     }
     let srcs = &srcs[..n_src];
-
-    // 2. Destination: host by path, QP by dest_qpn; it must be a connected RC QP in
-    //    RTR/RTS pointing back at us, else packets are lost and retries run out.
-    let Some(p) = path else {
-        return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
-    };
-    let Some(rh) = resolve(st, h, p.dlid, p.dgid) else {
-        return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
-    };
-    let rqpn = p.dest_qpn;
     let src_lid = st.hosts[h].cfg.lid;
-    let Some(r) = st.hosts[rh].qps.get(&rqpn) else {
-        return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+
+    // 2. Destination.
+    let tgt = match qtype {
+        QpType::Ud => {
+            let av = read_av(wqe);
+            return execute_ud(st, h, qpn, w, srcs, &DatagramSeg::new_unchecked(&av[..]));
+        }
+        // RC: host by path, QP by dest_qpn; it must be a connected RC QP in RTR/RTS
+        // pointing back at us, else packets are lost and retries run out.
+        QpType::Rc => {
+            let Some(p) = path else {
+                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+            };
+            let Some(rh) = resolve(st, h, p.dlid, p.dgid, p.dmac) else {
+                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+            };
+            let Some(r) = st.hosts[rh].qps.get(&p.dest_qpn) else {
+                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+            };
+            if !matches!(r.state, QpState::Rtr | QpState::Rts)
+                || r.qp_type != QpType::Rc
+                || r.attrs.path.map(|rp| rp.dest_qpn) != Some(qpn)
+            {
+                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+            }
+            Target::of(rh, r, r.qpn)
+        }
+        // DCI: host by the AV, DCT by its number; a wrong DC key is dropped by the DCT
+        // (counted there) and looks like silence to the DCI: retries exhausted at once
+        // [unverified].
+        QpType::Dci => {
+            let avb = read_av(wqe);
+            let av = DatagramSeg::new_unchecked(&avb[..]);
+            let Some(rh) = resolve_av(st, h, &av) else {
+                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+            };
+            let num = av.dqpn();
+            let Some(r) = st.hosts[rh].dcts.get(&num).and_then(|d| st.hosts[rh].qps.get(d)) else {
+                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+            };
+            if r.state != QpState::Rtr || r.qp_type != QpType::Dct {
+                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+            }
+            if r.dc_key != av.dc_key() {
+                st.hosts[rh].stats.dc_key_violations += 1;
+                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+            }
+            Target::of(rh, r, num)
+        }
+        QpType::Dct => return fail(syndrome::LOCAL_QP_OP_ERR),
     };
-    if !matches!(r.state, QpState::Rtr | QpState::Rts)
-        || r.qp_type != QpType::Rc
-        || r.attrs.path.map(|rp| rp.dest_qpn) != Some(qpn)
-    {
-        return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
-    }
-    let (r_pdn, r_access, r_cqn, r_uidx) = (r.pdn, r.attrs.access_flags, r.recv_cqn, r.user_index);
-    let r_has_recv = r.rq_wqe_cnt != 0 && r.rq_ci != r.rq_producer();
-    let r_counter = r.rq_ci;
-    let nak = |synd| Outcome::Fail { synd, responder: Some((rh, rqpn)) };
+    respond(st, tgt, w, srcs, &sink, qpn, src_lid)
+}
+
+/// The responder side of an RC or DC operation.
+fn respond(
+    st: &mut FabricState,
+    tgt: Target,
+    w: &SendWqe,
+    srcs: &[Src<'_>],
+    sink: &Sgl,
+    src_qpn: u32,
+    src_lid: u16,
+) -> Outcome {
+    let op = w.ctrl.opcode;
+    let endian = st.cfg.atomic_endianness;
+    let ts = st.clock;
+    let rh = tgt.h;
+    let nak = |synd| Outcome::Fail { synd, responder: tgt.err_on_nak.then_some((rh, tgt.qpn)) };
     let len = w.len;
+    let mut rbuf = [0u8; MAX_RQ_STRIDE as usize];
+    let recv = peek_recv(&st.hosts[rh], tgt.recv, &mut rbuf);
     let rmrs = &st.hosts[rh].mrs;
+    // The CQE for a consumed receive WQE: source QPN only in flags_rqpn (g/SL/L3 bits 0
+    // for RC and DC [unverified, spec §11.2]).
+    let resp = |cop: u8, counter: u16| RecvCqe {
+        cop,
+        w,
+        counter,
+        slid: src_lid,
+        flags_rqpn: src_qpn & 0xff_ffff,
+        byte_cnt: len as u32,
+        ts,
+    };
 
     match op {
         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
-            if r_access & access::REMOTE_WRITE == 0 {
+            if tgt.access & access::REMOTE_WRITE == 0 {
                 return nak(syndrome::REMOTE_INVAL_REQ_ERR);
             }
             let dst = if len == 0 {
                 Region::EMPTY
             } else {
-                match rmrs.check(w.rkey, w.raddr, len, access::REMOTE_WRITE, r_pdn) {
+                match rmrs.check(w.rkey, w.raddr, len, access::REMOTE_WRITE, tgt.pdn) {
                     Ok(d) => d,
                     Err(_) => return nak(syndrome::REMOTE_ACCESS_ERR),
                 }
             };
-            if op == opcode::RDMA_WRITE_IMM && !r_has_recv {
+            if op == opcode::RDMA_WRITE_IMM && recv.is_none() {
                 return Outcome::Rnr;
             }
             dma::stream(srcs, &[dst]);
-            if op == opcode::RDMA_WRITE_IMM {
-                complete_recv(st, rh, rqpn, cqe_opcode::RESP_WR_IMM, w, qpn, src_lid, ts);
+            if let (opcode::RDMA_WRITE_IMM, Some((counter, _, _))) = (op, recv) {
+                complete_recv(st, &tgt, resp(cqe_opcode::RESP_WR_IMM, counter));
             }
             Outcome::Done { byte_cnt: len as u32 }
         }
         opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL => {
-            if !r_has_recv {
+            let Some((counter, from, to)) = recv else {
                 return Outcome::Rnr;
-            }
-            let mut rbuf = [0u8; MAX_RQ_STRIDE as usize];
-            let Some(r) = st.hosts[rh].qps.get(&rqpn) else {
-                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
             };
-            let stride = r.read_rq(r_counter, &mut rbuf);
-            let mut sgl = Sgl::new();
-            let mut bad = false;
-            for e in rbuf[..stride].chunks_exact(DS_SIZE) {
-                let seg = RecvDataSeg::new_unchecked(e);
-                if seg.is_terminator() {
-                    break;
+            let sgl = recv_sgl(rmrs, &rbuf[from..to], tgt.pdn);
+            let resp_err = match &sgl {
+                None => Some((syndrome::LOCAL_PROT_ERR, syndrome::REMOTE_OP_ERR)),
+                Some(s) if len > s.total() => {
+                    Some((syndrome::LOCAL_LENGTH_ERR, syndrome::REMOTE_INVAL_REQ_ERR))
                 }
-                let l = u64::from(seg.byte_count() & 0x7fff_ffff);
-                if l == 0 {
-                    continue;
-                }
-                match rmrs.check(seg.lkey(), seg.addr(), l, access::LOCAL_WRITE, r_pdn) {
-                    Ok(reg) if sgl.push(reg) => {}
-                    _ => {
-                        bad = true;
-                        break;
-                    }
-                }
-            }
-            let resp_err = if bad {
-                Some((syndrome::LOCAL_PROT_ERR, syndrome::REMOTE_OP_ERR))
-            } else if len > sgl.total() {
-                Some((syndrome::LOCAL_LENGTH_ERR, syndrome::REMOTE_INVAL_REQ_ERR))
-            } else {
-                None
+                Some(_) => None,
             };
             if let Some((resp_synd, req_synd)) = resp_err {
-                let cqe = err_cqe(cqe_opcode::RESP_ERR, resp_synd, r_uidx, 0, rqpn, r_counter);
-                if let Some(r) = st.hosts[rh].qps.get_mut(&rqpn) {
-                    r.rq_ci = r.rq_ci.wrapping_add(1);
-                }
-                push_cqe(st, rh, r_cqn, &cqe, Some(rqpn));
+                let cqe = err_cqe(cqe_opcode::RESP_ERR, resp_synd, tgt.uidx, 0, tgt.report_qpn, counter);
+                consume_recv(&mut st.hosts[rh], tgt.recv);
+                let fatal = tgt.err_on_nak.then_some(tgt.qpn);
+                push_cqe(st, rh, tgt.cqn, &cqe, fatal);
                 return nak(req_synd);
             }
-            dma::stream(srcs, sgl.regions());
+            if let Some(s) = &sgl {
+                dma::stream(srcs, s.regions());
+            }
             let cop = match op {
                 opcode::SEND => cqe_opcode::RESP_SEND,
                 opcode::SEND_IMM => cqe_opcode::RESP_SEND_IMM,
                 _ => cqe_opcode::RESP_SEND_INV,
             };
-            complete_recv(st, rh, rqpn, cop, w, qpn, src_lid, ts);
+            complete_recv(st, &tgt, resp(cop, counter));
             Outcome::Done { byte_cnt: len as u32 }
         }
         opcode::RDMA_READ => {
-            if r_access & access::REMOTE_READ == 0 {
+            if tgt.access & access::REMOTE_READ == 0 {
                 return nak(syndrome::REMOTE_INVAL_REQ_ERR);
             }
             if len > 0 {
-                match rmrs.check(w.rkey, w.raddr, len, access::REMOTE_READ, r_pdn) {
+                match rmrs.check(w.rkey, w.raddr, len, access::REMOTE_READ, tgt.pdn) {
                     Ok(s) => {
                         dma::stream(&[Src::Mem(s)], sink.regions());
                     }
@@ -444,10 +656,10 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
             Outcome::Done { byte_cnt: len as u32 }
         }
         opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
-            if r_access & access::REMOTE_ATOMIC == 0 || w.raddr % 8 != 0 {
+            if tgt.access & access::REMOTE_ATOMIC == 0 || w.raddr % 8 != 0 {
                 return nak(syndrome::REMOTE_INVAL_REQ_ERR);
             }
-            let target = match rmrs.check(w.rkey, w.raddr, 8, access::REMOTE_ATOMIC, r_pdn) {
+            let target = match rmrs.check(w.rkey, w.raddr, 8, access::REMOTE_ATOMIC, tgt.pdn) {
                 Ok(t) => t,
                 Err(_) => return nak(syndrome::REMOTE_ACCESS_ERR),
             };
@@ -474,42 +686,213 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
     }
 }
 
-/// Consumes the responder's next receive WQE and writes its success CQE.
-#[allow(clippy::too_many_arguments)]
-fn complete_recv(
-    st: &mut FabricState,
-    rh: usize,
-    rqpn: u32,
+/// A responder success CQE to write for a consumed receive WQE.
+struct RecvCqe<'a> {
     cop: u8,
-    w: &SendWqe,
-    src_qpn: u32,
-    src_lid: u16,
+    w: &'a SendWqe,
+    counter: u16,
+    slid: u16,
+    flags_rqpn: u32,
+    byte_cnt: u32,
     ts: u64,
-) {
-    let Some(r) = st.hosts[rh].qps.get_mut(&rqpn) else {
-        return;
-    };
-    let counter = r.rq_ci;
-    r.rq_ci = counter.wrapping_add(1);
-    let imm = if cop == cqe_opcode::RESP_SEND { [0; 4] } else { w.ctrl.imm };
+}
+
+/// Consumes the responder's next receive WQE and writes its success CQE.
+fn complete_recv(st: &mut FabricState, tgt: &Target, c: RecvCqe<'_>) {
+    consume_recv(&mut st.hosts[tgt.h], tgt.recv);
+    let imm = if c.cop == cqe_opcode::RESP_SEND { [0; 4] } else { c.w.ctrl.imm };
     let mut b = [0u8; 64];
     CqeRepr {
-        opcode: cop,
-        se: w.ctrl.fm_ce_se & 2 != 0,
+        opcode: c.cop,
+        se: c.w.ctrl.fm_ce_se & 2 != 0,
         owner: 0,
-        slid: src_lid,
-        // Source QPN only; g/SL/L3 bits stay 0 for RC [unverified, spec §11.2].
-        flags_rqpn: src_qpn & 0xff_ffff,
-        srqn_uidx: r.user_index,
+        slid: c.slid,
+        flags_rqpn: c.flags_rqpn,
+        srqn_uidx: tgt.uidx,
         imm_inval_pkey: imm,
-        byte_cnt: w.len as u32,
-        timestamp: ts,
-        sop_drop_qpn: rqpn,
-        wqe_counter: counter,
+        byte_cnt: c.byte_cnt,
+        timestamp: c.ts,
+        sop_drop_qpn: tgt.report_qpn,
+        wqe_counter: c.counter,
     }
     .emit(&mut Cqe64::new_unchecked(&mut b[..]));
-    let cqn = r.recv_cqn;
-    push_cqe(st, rh, cqn, &b, None);
+    push_cqe(st, tgt.h, tgt.cqn, &b, None);
+}
+
+// ---------------------------------------------------------------------------------------
+// UD
+
+/// Size of the GRH slot at the start of every UD receive buffer (spec §6.6).
+const GRH_SLOT: u64 = 40;
+
+/// The network header a UD receive finds in its GRH slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UdL3 {
+    /// IB without GRH: the slot is left untouched.
+    None,
+    /// IB GRH (40 bytes).
+    IbGrh,
+    /// RoCE v2 over IPv6 (40-byte IPv6 header).
+    Ipv6,
+    /// RoCE v2 over IPv4 (20-byte IPv4 header in slot bytes 20..39).
+    Ipv4,
+}
+
+/// Bytes after the network header as on the wire: UD transport headers (BTH 12, DETH 8,
+/// ImmDt 4), payload, pad to 4 bytes, ICRC 4 [unverified: the model reports wire lengths].
+fn ud_transport_len(len: u64, imm: bool) -> u64 {
+    12 + 8 + if imm { 4 } else { 0 } + len + (4 - len % 4) % 4 + 4
+}
+
+fn ipv4_checksum(h: &[u8; 20]) -> u16 {
+    let mut sum: u32 = 0;
+    for c in h.chunks_exact(2) {
+        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Builds the GRH / IPv6 (40 bytes) or IPv4 (20 bytes) header of a UD datagram.
+fn ud_header(kind: UdL3, av: &DatagramSeg<&[u8]>, sgid: [u8; 16], len: u64, imm: bool) -> ([u8; 40], usize) {
+    let mut hdr = [0u8; 40];
+    let t = ud_transport_len(len, imm);
+    match kind {
+        UdL3::None => (hdr, 0),
+        UdL3::IbGrh | UdL3::Ipv6 => {
+            let (paylen, next) = if kind == UdL3::IbGrh { (t, 0x1b) } else { (8 + t, 17) };
+            let w0 = (6u32 << 28) | (u32::from(av.tclass()) << 20) | av.flow_label();
+            hdr[0..4].copy_from_slice(&w0.to_be_bytes());
+            hdr[4..6].copy_from_slice(&(paylen as u16).to_be_bytes());
+            hdr[6] = next;
+            hdr[7] = av.hop_limit();
+            hdr[8..24].copy_from_slice(&sgid);
+            hdr[24..40].copy_from_slice(&av.rgid());
+            (hdr, 40)
+        }
+        UdL3::Ipv4 => {
+            let mut v4 = [0u8; 20];
+            v4[0] = 0x45;
+            v4[1] = av.tclass();
+            v4[2..4].copy_from_slice(&((20 + 8 + t) as u16).to_be_bytes());
+            v4[6] = 0x40; // DF
+            v4[8] = av.hop_limit();
+            v4[9] = 17; // UDP
+            v4[12..16].copy_from_slice(&sgid[12..16]);
+            v4[16..20].copy_from_slice(&av.rgid()[12..16]);
+            let csum = ipv4_checksum(&v4);
+            v4[10..12].copy_from_slice(&csum.to_be_bytes());
+            hdr[..20].copy_from_slice(&v4);
+            (hdr, 20)
+        }
+    }
+}
+
+fn is_ipv4_mapped(gid: &[u8; 16]) -> bool {
+    gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff
+}
+
+/// Executes a UD SEND / SEND_IMM: unreliable, so every delivery problem is a silent drop
+/// (counted in `ud_dropped`) and the sender completes successfully. A message longer than the
+/// port's active MTU fails with LOCAL_LENGTH_ERR (the caller moves the QP to SQE).
+fn execute_ud(
+    st: &mut FabricState,
+    h: usize,
+    qpn: u32,
+    w: &SendWqe,
+    srcs: &[Src<'_>],
+    av: &DatagramSeg<&[u8]>,
+) -> Outcome {
+    let op = w.ctrl.opcode;
+    if !matches!(op, opcode::SEND | opcode::SEND_IMM) {
+        return fail(syndrome::LOCAL_QP_OP_ERR);
+    }
+    let len = w.len;
+    let done = Outcome::Done { byte_cnt: len as u32 };
+    let me = &st.hosts[h];
+    let (ll, src_lid, sgid) = (me.cfg.link_layer, me.cfg.lid, me.cfg.gid);
+    if len > u64::from(active_mtu(ll)) {
+        return fail(syndrome::LOCAL_LENGTH_ERR);
+    }
+    let own_qkey = me.qps.get(&qpn).map_or(0, |q| q.attrs.qkey);
+    let Some(rh) = resolve_av(st, h, av) else {
+        st.hosts[h].stats.ud_dropped += 1;
+        return done;
+    };
+    // IB rule: a Q_Key with the high-order bit set means "use the sender QP's own Q_Key".
+    let qkey = if av.qkey() & 0x8000_0000 != 0 { own_qkey } else { av.qkey() };
+    let rqpn = av.dqpn();
+    let tgt = match st.hosts[rh].qps.get(&rqpn) {
+        // An SQE QP still receives (spec §7: the RQ keeps working).
+        Some(r)
+            if r.qp_type == QpType::Ud
+                && matches!(r.state, QpState::Rtr | QpState::Rts | QpState::Sqe)
+                && r.attrs.qkey == qkey =>
+        {
+            Target::of(rh, r, rqpn)
+        }
+        _ => {
+            st.hosts[rh].stats.ud_dropped += 1;
+            return done;
+        }
+    };
+    let mut rbuf = [0u8; MAX_RQ_STRIDE as usize];
+    let Some((counter, from, to)) = peek_recv(&st.hosts[rh], tgt.recv, &mut rbuf) else {
+        st.hosts[rh].stats.ud_dropped += 1; // no RNR for UD
+        return done;
+    };
+    let imm = op == opcode::SEND_IMM;
+    let sgl = recv_sgl(&st.hosts[rh].mrs, &rbuf[from..to], tgt.pdn);
+    let resp_err = match &sgl {
+        None => Some(syndrome::LOCAL_PROT_ERR),
+        Some(s) if len + GRH_SLOT > s.total() => Some(syndrome::LOCAL_LENGTH_ERR),
+        Some(_) => None,
+    };
+    let (Some(sgl), None) = (sgl, resp_err) else {
+        // The receive WQE completes in error; the UD QP stays operational [unverified,
+        // spec §11.9]; the sender still succeeds.
+        let synd = resp_err.unwrap_or(syndrome::LOCAL_PROT_ERR);
+        let cqe = err_cqe(cqe_opcode::RESP_ERR, synd, tgt.uidx, 0, rqpn, counter);
+        consume_recv(&mut st.hosts[rh], tgt.recv);
+        push_cqe(st, rh, tgt.cqn, &cqe, None);
+        return done;
+    };
+    let roce = ll == LinkLayer::Ethernet;
+    let kind = match (roce, av.grh()) {
+        (false, false) => UdL3::None,
+        (false, true) => UdL3::IbGrh,
+        (true, _) if is_ipv4_mapped(&av.rgid()) => UdL3::Ipv4,
+        (true, _) => UdL3::Ipv6,
+    };
+    let (hdr, hlen) = ud_header(kind, av, sgid, len, imm);
+    // Skip the untouched part of the slot: all 40 bytes without a GRH, 20 before IPv4.
+    let skip = GRH_SLOT - hlen as u64;
+    let dst = sgl.skip(skip);
+    let mut all = [Src::Bytes(&[]); MAX_SGL + 1];
+    all[0] = Src::Bytes(&hdr[..hlen]);
+    all[1..=srcs.len()].copy_from_slice(srcs);
+    dma::stream(&all[..=srcs.len()], dst.regions());
+    let c = RecvCqe {
+        cop: if imm { cqe_opcode::RESP_SEND_IMM } else { cqe_opcode::RESP_SEND },
+        w,
+        counter,
+        slid: if roce { 0 } else { src_lid },
+        flags_rqpn: g | low | (qpn & 0xff_ffff),
+        byte_cnt: (len + GRH_SLOT) as u32,
+        ts: st.clock,
+    };
+    complete_recv(st, &tgt, c);
+    done
+}
+
+/// Active MTU of a port (what `NicInfo::active_mtu` reports).
+pub(crate) fn active_mtu(ll: LinkLayer) -> u32 {
+    match ll {
+        LinkLayer::InfiniBand => 4096,
+        LinkLayer::Ethernet => 1024,
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -524,10 +907,11 @@ pub(crate) fn process_sq(st: &mut FabricState, h: usize, qpn: u32, mut retry: bo
             return;
         };
         match qp.state {
-            QpState::Err => return flush_sq(st, h, qpn),
-            QpState::Rts => {}
+            QpState::Err | QpState::Sqe => return flush_sq(st, h, qpn),
+            QpState::Rts if qp.sq_wqe_cnt != 0 => {}
             _ => return,
         }
+        let qtype = qp.qp_type;
         let producer = qp.sq_producer();
         let counter = qp.sq_ci;
         if counter == producer || (qp.rnr.is_some() && !retry) {
@@ -540,7 +924,7 @@ pub(crate) fn process_sq(st: &mut FabricState, h: usize, qpn: u32, mut retry: bo
             Some(_) if ctrl.qpn != qpn => Err("QPN in ctrl is not this QP"),
             Some(_) if ctrl.wqe_index != counter => Err("wqe_index is not the hardware counter"),
             Some(_) if ctrl.wqebbs() > avail => Err("WQE extends past the producer"),
-            Some(l) => wqe::parse(QpType::Rc, &buf[..l]),
+            Some(l) => wqe::parse(qtype, &buf[..l]),
         };
         let nbb = ctrl.wqebbs().min(avail);
         st.clock += 1;
@@ -600,7 +984,7 @@ pub(crate) fn process_sq(st: &mut FabricState, h: usize, qpn: u32, mut retry: bo
                 if let Some((rh, rqpn)) = responder {
                     enter_err(st, rh, rqpn);
                 }
-                return enter_err(st, h, qpn);
+                return fail_qp(st, h, qpn);
             }
             Outcome::Rnr => return,
         }
@@ -690,7 +1074,7 @@ pub(crate) fn doorbell(
         uar.expected_offset ^= BF_SIZE;
     }
     let qpn = u32::from_be_bytes([value[4], value[5], value[6], value[7]]) >> 8;
-    let Some(qp) = host.qps.get(&qpn) else {
+    let Some(qp) = host.qps.get(&qpn).filter(|q| q.sq_wqe_cnt != 0) else {
         host.stats.doorbell_mismatch += 1;
         return;
     };
@@ -719,6 +1103,7 @@ pub(crate) fn tick(st: &mut FabricState, h: usize) {
                 flush_sq(st, h, qpn);
                 flush_rq(st, h, qpn);
             }
+            Some(QpState::Sqe) => flush_sq(st, h, qpn),
             Some(QpState::Rts) => process_sq(st, h, qpn, true),
             _ => {}
         }
@@ -727,7 +1112,7 @@ pub(crate) fn tick(st: &mut FabricState, h: usize) {
 }
 
 /// How soon host `h` wants a tick without doorbells: RNR-blocked SQs need one every RNR
-/// period; QPs in ERR are polled slowly for receive WQEs posted later.
+/// period; QPs in ERR (SQE) are polled slowly for receive (send) WQEs posted later.
 pub(crate) fn tick_interval(st: &FabricState, h: usize) -> Option<std::time::Duration> {
     let qps = st.hosts[h].qps.values();
     let mut any_err = false;
@@ -735,7 +1120,7 @@ pub(crate) fn tick_interval(st: &FabricState, h: usize) -> Option<std::time::Dur
         if q.rnr.is_some() {
             return Some(std::time::Duration::from_micros(20));
         }
-        any_err |= q.state == QpState::Err;
+        any_err |= matches!(q.state, QpState::Err | QpState::Sqe);
     }
     any_err.then_some(std::time::Duration::from_millis(1))
 }
@@ -772,6 +1157,8 @@ mod tests {
             rq_wqe_cnt: 0,
             rq_stride: 16,
             user_index: uidx,
+            srqn: None,
+            dc_key: 0,
         };
         Qp::new(qpn, 0, &attr).unwrap()
     }

@@ -12,9 +12,10 @@ use crate::cq::Cq;
 use crate::dma::{self, Mr};
 use crate::engine::{self, FabricState, Host, Uar, BF_SIZE};
 use crate::qp::Qp;
+use crate::srq::Srq;
 use crate::{
-    AsyncEvent, CqResources, ExecMode, FabricConfig, HostConfig, LinkLayer, MrKeys, NicCaps, NicInfo,
-    NicStats, QpInitAttr, QpResources, QpState, SimError,
+    AsyncEvent, CqResources, ExecMode, FabricConfig, HostConfig, MrKeys, NicCaps, NicInfo, NicStats,
+    QpInitAttr, QpResources, QpState, QpType, SimError, SrqInitAttr, SrqResources,
 };
 
 /// Depth of each NIC's doorbell channel in threaded mode.
@@ -246,10 +247,7 @@ impl Nic {
             gid: c.gid,
             mac: c.mac,
             link_layer: c.link_layer,
-            active_mtu: match c.link_layer {
-                LinkLayer::InfiniBand => 4096,
-                LinkLayer::Ethernet => 1024,
-            },
+            active_mtu: engine::active_mtu(c.link_layer),
             caps: NicCaps {
                 max_qp_wr: 32768,
                 max_sge: 30,
@@ -283,6 +281,9 @@ impl Nic {
         }
         if host.qps.values().any(|q| q.pdn == pdn) {
             return Err(SimError::Busy { what: "PD has QPs" });
+        }
+        if host.srqs.values().any(|s| s.pdn == pdn) {
+            return Err(SimError::Busy { what: "PD has SRQs" });
         }
         host.pds.remove(&pdn);
         Ok(())
@@ -354,58 +355,150 @@ impl Nic {
 
     /// Creates a QP in RESET: one zeroed 4096-aligned buffer with the RQ at offset 0 and the
     /// SQ after it (RQ part rounded up to 64 bytes), a zeroed doorbell record, its own UAR.
+    /// A DCT gets neither buffer, doorbell record nor UAR: its `sq_buf`, `rq_buf` and
+    /// `dbrec` are null and its `uar_index` is `u32::MAX`.
     pub fn create_qp(&self, attr: &QpInitAttr) -> Result<QpResources, SimError> {
         let mut st = self.state();
         let host = &mut st.hosts[self.host];
         if !host.pds.contains(&attr.pdn) {
             return Err(SimError::NoSuchPd(attr.pdn));
         }
-        for cqn in [attr.send_cqn, attr.recv_cqn] {
+        let cqs: &[u32] = match attr.qp_type {
+            QpType::Dci => &[attr.send_cqn],
+            QpType::Dct => &[attr.recv_cqn],
+            _ => &[attr.send_cqn, attr.recv_cqn],
+        };
+        for &cqn in cqs {
             if !host.cqs.contains_key(&cqn) {
                 return Err(SimError::NoSuchCq(cqn));
             }
         }
+        if let Some(s) = attr.srqn {
+            if !host.srqs.contains_key(&s) {
+                return Err(SimError::NoSuchSrq(s));
+            }
+        }
         let qpn = host.next_qpn;
-        let uar_index = host.next_uar;
+        let dct = attr.qp_type == QpType::Dct;
+        let uar_index = if dct { u32::MAX } else { host.next_uar };
         let qp = Qp::new(qpn, uar_index, attr)?;
         host.next_qpn += 1;
-        host.next_uar += 1;
         let base = qp.buf.ptr();
-        let res = QpResources {
-            qpn,
-            // SAFETY (pointer arithmetic only): sq_off <= buffer length.
-            sq_buf: base.wrapping_add(qp.sq_off),
-            sq_wqe_cnt: qp.sq_wqe_cnt,
-            rq_buf: base,
-            rq_wqe_cnt: qp.rq_wqe_cnt,
-            rq_stride: qp.rq_stride,
-            dbrec: qp.dbrec.ptr().cast::<u32>(),
-            uar_index,
-            bf_size: BF_SIZE,
+        let res = if dct {
+            QpResources {
+                qpn,
+                sq_buf: std::ptr::null_mut(),
+                sq_wqe_cnt: 0,
+                rq_buf: std::ptr::null_mut(),
+                rq_wqe_cnt: 0,
+                rq_stride: 0,
+                dbrec: std::ptr::null_mut(),
+                uar_index,
+                bf_size: BF_SIZE,
+            }
+        } else {
+            host.next_uar += 1;
+            host.uars.insert(uar_index, Uar { expected_offset: 0 });
+            QpResources {
+                qpn,
+                // SAFETY (pointer arithmetic only): sq_off <= buffer length.
+                sq_buf: base.wrapping_add(qp.sq_off),
+                sq_wqe_cnt: qp.sq_wqe_cnt,
+                rq_buf: base,
+                rq_wqe_cnt: qp.rq_wqe_cnt,
+                rq_stride: qp.rq_stride,
+                dbrec: qp.dbrec.ptr().cast::<u32>(),
+                uar_index,
+                bf_size: BF_SIZE,
+            }
         };
-        host.uars.insert(uar_index, Uar { expected_offset: 0 });
         host.qps.insert(qpn, qp);
         Ok(res)
     }
 
-    /// Changes QP state per spec §7 (transition table and required attributes). To ERR
-    /// flushes both queues; to RESET discards WQEs and zeroes the doorbell record and
-    /// hardware counters; to RTS runs WQEs already posted.
+    /// Changes QP state per spec §7 (transition table and required attributes per QP type).
+    /// To ERR flushes both queues (the own RQ only, never SRQ WQEs); to RESET discards WQEs
+    /// and zeroes the doorbell record and hardware counters; to RTS runs WQEs already posted
+    /// (also SQE→RTS, the UD recovery). A DCT gets its number at INIT→RTR and loses it on
+    /// RESET.
     pub fn modify_qp(&self, qpn: u32, m: &crate::QpModify) -> Result<(), SimError> {
         let mut st = self.state();
         let h = self.host;
-        let roce = st.hosts[h].cfg.link_layer == LinkLayer::Ethernet;
-        let qp = st.hosts[h].qps.get_mut(&qpn).ok_or(SimError::NoSuchQp(qpn))?;
+        let roce = st.hosts[h].cfg.link_layer == crate::LinkLayer::Ethernet;
+        let host = &mut st.hosts[h];
+        let qp = host.qps.get_mut(&qpn).ok_or(SimError::NoSuchQp(qpn))?;
+        let from = qp.state;
         let to = qp.apply_modify(m, roce)?;
         match to {
-            QpState::Reset => qp.reset(),
+            QpState::Reset => {
+                if let Some(n) = qp.dct_num {
+                    host.dcts.remove(&n);
+                }
+                qp.reset();
+            }
             QpState::Err => engine::enter_err(&mut st, h, qpn),
             QpState::Rts => {
                 qp.state = to;
                 engine::process_sq(&mut st, h, qpn, false);
             }
+            QpState::Rtr if qp.qp_type == QpType::Dct && from == QpState::Init => {
+                let n = host.next_dct;
+                host.next_dct = (n + 1) & 0xff_ffff | 0x80_0000;
+                qp.dct_num = Some(n);
+                qp.state = to;
+                host.dcts.insert(n, qpn);
+            }
             _ => qp.state = to,
         }
+        Ok(())
+    }
+
+    /// The DCT number of DCT `qpn` (what DCIs put in the address vector's `dqp_dct` and what
+    /// DCT CQEs carry in `sop_drop_qpn`). It is assigned at INIT→RTR, from a number range
+    /// separate from QP handles; before that (and for other QP types) this is an error.
+    pub fn dct_number(&self, qpn: u32) -> Result<u32, SimError> {
+        let st = self.state();
+        let qp = st.hosts[self.host].qps.get(&qpn).ok_or(SimError::NoSuchQp(qpn))?;
+        if qp.qp_type != QpType::Dct {
+            return Err(SimError::InvalidArgument { what: "not a DCT" });
+        }
+        qp.dct_num.ok_or(SimError::InvalidArgument { what: "the DCT number is assigned at INIT->RTR" })
+    }
+
+    /// Creates an SRQ: `wqe_cnt * stride` zeroed bytes and a zeroed doorbell record. The
+    /// device consumes WQEs in linked-list order starting at index 0 (spec §4.3); the driver
+    /// initialises every WQE's `next_wqe_index` before posting.
+    pub fn create_srq(&self, attr: &SrqInitAttr) -> Result<SrqResources, SimError> {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        if !host.pds.contains(&attr.pdn) {
+            return Err(SimError::NoSuchPd(attr.pdn));
+        }
+        let srq = Srq::new(attr)?;
+        let srqn = host.next_srqn;
+        host.next_srqn += 1;
+        let res = SrqResources {
+            srqn,
+            buf: srq.buf.ptr(),
+            wqe_cnt: srq.wqe_cnt,
+            stride: srq.stride,
+            dbrec: srq.dbrec.ptr().cast::<u32>(),
+        };
+        host.srqs.insert(srqn, srq);
+        Ok(res)
+    }
+
+    /// Destroys an SRQ; `Busy` while a QP or DCT uses it. Its memory is freed.
+    pub fn destroy_srq(&self, srqn: u32) -> Result<(), SimError> {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        if !host.srqs.contains_key(&srqn) {
+            return Err(SimError::NoSuchSrq(srqn));
+        }
+        if host.qps.values().any(|q| q.srqn == Some(srqn)) {
+            return Err(SimError::Busy { what: "SRQ has QPs" });
+        }
+        host.srqs.remove(&srqn);
         Ok(())
     }
 
@@ -421,6 +514,9 @@ impl Nic {
         let host = &mut st.hosts[self.host];
         let qp = host.qps.remove(&qpn).ok_or(SimError::NoSuchQp(qpn))?;
         host.uars.remove(&qp.uar_index);
+        if let Some(n) = qp.dct_num {
+            host.dcts.remove(&n);
+        }
         Ok(())
     }
 

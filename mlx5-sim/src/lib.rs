@@ -17,6 +17,7 @@ mod engine;
 mod fabric;
 mod mem;
 mod qp;
+mod srq;
 pub mod wire;
 mod wqe;
 
@@ -182,13 +183,21 @@ unsafe impl Sync for CqResources {}
 pub enum QpType {
     /// Reliable connected.
     Rc,
-    /// Unreliable datagram: only understood by the dissector for now (create_qp refuses it).
+    /// Unreliable datagram (SEND / SEND_IMM with an address vector per WQE).
     Ud,
-    /// DC initiator: only understood by the dissector for now (create_qp refuses it).
+    /// DC initiator: send queue only; every WQE carries an address vector naming a DCT.
     Dci,
+    /// DC target: no send queue, no receive queue; receives from an SRQ. Its number (what
+    /// DCIs address) is assigned at INIT→RTR, see [`Nic::dct_number`].
+    Dct,
 }
 
 /// QP creation attributes.
+///
+/// Per type: RC and UD use both CQs and either an RQ (`rq_wqe_cnt > 0`) or an SRQ (`srqn`).
+/// DCI: SQ only (`rq_wqe_cnt` 0, `srqn` None); `recv_cqn` is ignored (the model stores
+/// `send_cqn` there). DCT: `sq_wqe_cnt` 0, `rq_wqe_cnt` 0, `srqn` required, `recv_cqn` gets its
+/// receive CQEs; `send_cqn` is ignored (the model stores `recv_cqn` there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpInitAttr {
     /// Transport.
@@ -207,7 +216,64 @@ pub struct QpInitAttr {
     pub rq_stride: u32,
     /// 24-bit user index reported in CQE `srqn_uidx`.
     pub user_index: u32,
+    /// RC, UD or DCT: receive from this SRQ instead of an own RQ (`rq_wqe_cnt` must then be
+    /// 0). Required for a DCT.
+    pub srqn: Option<u32>,
+    /// DCT: the DC access key DCIs must present in their address vector (ignored otherwise).
+    pub dc_key: u64,
 }
+
+impl Default for QpInitAttr {
+    /// An RC QP with no queues and no CQs (fill in what you need).
+    fn default() -> Self {
+        QpInitAttr {
+            qp_type: QpType::Rc,
+            pdn: 0,
+            send_cqn: 0,
+            recv_cqn: 0,
+            sq_wqe_cnt: 0,
+            rq_wqe_cnt: 0,
+            rq_stride: 0,
+            user_index: 0,
+            srqn: None,
+            dc_key: 0,
+        }
+    }
+}
+
+/// SRQ creation attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrqInitAttr {
+    /// Protection domain.
+    pub pdn: u32,
+    /// Number of WQEs (power of two, 2..=32768).
+    pub wqe_cnt: u32,
+    /// WQE stride in bytes (power of two, 32..=1024): 16-byte next segment + scatter entries.
+    pub stride: u32,
+    /// 24-bit user index (reported by QP CQEs; kept for the driver's bookkeeping).
+    pub user_index: u32,
+}
+
+/// The driver's view of an SRQ (like `struct mlx5dv_srq`).
+#[derive(Debug, Clone, Copy)]
+pub struct SrqResources {
+    /// SRQ number.
+    pub srqn: u32,
+    /// `wqe_cnt * stride` zeroed bytes, 4096-aligned. The driver initialises the free list
+    /// (`next_wqe_index` of WQE i = i+1) before posting; the device starts at index 0.
+    pub buf: *mut u8,
+    /// Number of WQEs.
+    pub wqe_cnt: u32,
+    /// Stride in bytes.
+    pub stride: u32,
+    /// Doorbell record: word 0 = BE32 whose low 16 bits count the WQEs posted (spec §4.3).
+    pub dbrec: *mut u32,
+}
+
+// SAFETY: plain data describing model-owned memory valid until destroy_srq.
+unsafe impl Send for SrqResources {}
+// SAFETY: as above.
+unsafe impl Sync for SrqResources {}
 
 /// The driver's view of a QP (like `struct mlx5dv_qp`).
 #[derive(Debug, Clone, Copy)]
@@ -257,7 +323,7 @@ pub enum QpState {
 }
 
 /// Remote end of an RC connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RcPath {
     /// Destination QPN.
     pub dest_qpn: u32,
@@ -265,6 +331,10 @@ pub struct RcPath {
     pub dlid: u16,
     /// Destination GID (RoCE; required there).
     pub dgid: Option<[u8; 16]>,
+    /// RoCE: destination MAC; must equal the destination host's MAC (`None`: not checked).
+    pub dmac: Option<[u8; 6]>,
+    /// Service level (IB) / priority (RoCE); stored, not otherwise used by the model.
+    pub sl: u8,
 }
 
 /// `ibv_modify_qp` attributes; `state` is required.
@@ -296,6 +366,8 @@ pub struct QpModify {
     pub max_rd_atomic: Option<u8>,
     /// Outstanding READ/atomic as responder.
     pub max_dest_rd_atomic: Option<u8>,
+    /// UD: Q_Key (required at RESET→INIT).
+    pub qkey: Option<u32>,
 }
 
 /// Asynchronous events (the `ibv_get_async_event` subset the model raises).
@@ -336,6 +408,11 @@ pub struct NicStats {
     pub rnr_naks: u64,
     /// WQEs failed as malformed (LOCAL_QP_OP_ERR).
     pub malformed_wqes: u64,
+    /// UD datagrams dropped (unreachable host, unknown QPN, wrong Q_Key, no receive WQE),
+    /// counted at the sender's NIC for unresolvable destinations, else at the receiver's.
+    pub ud_dropped: u64,
+    /// DCI requests refused by a DCT of this NIC because of a wrong DC access key.
+    pub dc_key_violations: u64,
 }
 
 /// Control-path errors (what `ibv_*` calls would return as errno).
@@ -353,6 +430,9 @@ pub enum SimError {
     /// Unknown MR (lkey).
     #[error("no such MR (lkey {0:#x})")]
     NoSuchMr(u32),
+    /// Unknown SRQ.
+    #[error("no such SRQ {0:#x}")]
+    NoSuchSrq(u32),
     /// An argument is out of range.
     #[error("invalid argument: {what}")]
     InvalidArgument {

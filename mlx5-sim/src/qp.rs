@@ -37,6 +37,7 @@ pub(crate) struct QpAttrs {
     pub rq_psn: u32,
     pub max_rd_atomic: u8,
     pub max_dest_rd_atomic: u8,
+    pub qkey: u32,
 }
 
 #[derive(Debug)]
@@ -63,6 +64,12 @@ pub(crate) struct Qp {
     /// `Some(n)`: the SQ is blocked at `sq_ci` by an RNR NAK after `n` failed retries.
     pub rnr: Option<u8>,
     pub shadow: Vec<Shadow>,
+    /// Receive from this SRQ instead of the own RQ.
+    pub srqn: Option<u32>,
+    /// DCT: access key.
+    pub dc_key: u64,
+    /// DCT: number assigned at INIT→RTR (released on RESET).
+    pub dct_num: Option<u32>,
 }
 
 fn pow2_in(v: u32, lo: u32, hi: u32) -> bool {
@@ -74,11 +81,27 @@ impl Qp {
     /// part is rounded up to 64 bytes so that the SQ is WQEBB-aligned), 4096-aligned.
     pub(crate) fn new(qpn: u32, uar_index: u32, attr: &QpInitAttr) -> Result<Qp, SimError> {
         let bad = |what| Err(SimError::InvalidArgument { what });
-        if attr.qp_type != QpType::Rc {
-            return Err(SimError::Unsupported { what: "only RC QPs are modelled so far" });
+        let t = attr.qp_type;
+        match t {
+            QpType::Rc | QpType::Ud | QpType::Dci => {
+                if !pow2_in(attr.sq_wqe_cnt, 1, 32768) {
+                    return bad("sq_wqe_cnt must be a power of two in 1..=32768");
+                }
+            }
+            QpType::Dct => {
+                if attr.sq_wqe_cnt != 0 || attr.rq_wqe_cnt != 0 {
+                    return bad("a DCT has no SQ and no RQ (sq_wqe_cnt and rq_wqe_cnt must be 0)");
+                }
+                if attr.srqn.is_none() {
+                    return bad("a DCT needs an SRQ");
+                }
+            }
         }
-        if !pow2_in(attr.sq_wqe_cnt, 1, 32768) {
-            return bad("sq_wqe_cnt must be a power of two in 1..=32768");
+        if t == QpType::Dci && (attr.rq_wqe_cnt != 0 || attr.srqn.is_some()) {
+            return bad("a DCI has no receive side (rq_wqe_cnt 0, no SRQ)");
+        }
+        if attr.srqn.is_some() && attr.rq_wqe_cnt != 0 {
+            return bad("a QP with an SRQ has no own RQ (rq_wqe_cnt must be 0)");
         }
         if attr.rq_wqe_cnt != 0 && !pow2_in(attr.rq_wqe_cnt, 1, 32768) {
             return bad("rq_wqe_cnt must be 0 or a power of two <= 32768");
@@ -97,12 +120,18 @@ impl Qp {
         let sq_bytes = attr.sq_wqe_cnt as usize * WQEBB_SIZE;
         let buf = DevMem::new(rq_bytes + sq_bytes, 4096).ok_or(SimError::OutOfMemory)?;
         let dbrec = DevMem::new(64, 64).ok_or(SimError::OutOfMemory)?;
+        // DCI: no receive CQ of its own; DCT: no send CQ (see QpInitAttr).
+        let (send_cqn, recv_cqn) = match t {
+            QpType::Dci => (attr.send_cqn, attr.send_cqn),
+            QpType::Dct => (attr.recv_cqn, attr.recv_cqn),
+            _ => (attr.send_cqn, attr.recv_cqn),
+        };
         Ok(Qp {
             qpn,
             qp_type: attr.qp_type,
             pdn: attr.pdn,
-            send_cqn: attr.send_cqn,
-            recv_cqn: attr.recv_cqn,
+            send_cqn,
+            recv_cqn,
             user_index: attr.user_index,
             state: QpState::Reset,
             buf,
@@ -117,11 +146,17 @@ impl Qp {
             attrs: QpAttrs::default(),
             rnr: None,
             shadow: vec![Shadow::default(); attr.sq_wqe_cnt as usize],
+            srqn: attr.srqn,
+            dc_key: attr.dc_key,
+            dct_num: None,
         })
     }
 
     /// SQ producer counter from doorbell record word 1 (Acquire).
     pub(crate) fn sq_producer(&self) -> u16 {
+        if self.sq_wqe_cnt == 0 {
+            return self.sq_ci; // no SQ (DCT): never anything to execute or flush
+        }
         self.dbrec.load_be32(SND_DBR) as u16
     }
 
@@ -138,6 +173,10 @@ impl Qp {
     /// wrapping at the ring end (spec §1.3).
     pub(crate) fn read_sq(&self, counter: u16, skip: usize, out: &mut [u8]) {
         let ring = self.sq_ring_len();
+        if ring == 0 {
+            out.fill(0); // no SQ (DCT)
+            return;
+        }
         let start = (usize::from(counter) & (self.sq_wqe_cnt as usize - 1)) * WQEBB_SIZE;
         let mut pos = (start + skip) % ring;
         let mut done = 0;
@@ -174,6 +213,9 @@ impl Qp {
 
     /// Copies the receive WQE of `counter` (one stride) into `out`; returns its length.
     pub(crate) fn read_rq(&self, counter: u16, out: &mut [u8; MAX_RQ_STRIDE as usize]) -> usize {
+        if self.rq_wqe_cnt == 0 {
+            return 0;
+        }
         let stride = self.rq_stride as usize;
         let off = (usize::from(counter) & (self.rq_wqe_cnt as usize - 1)) * stride;
         self.buf.read(off, &mut out[..stride]);
@@ -188,18 +230,23 @@ impl Qp {
         self.rq_ci = 0;
         self.rnr = None;
         self.attrs = QpAttrs::default();
+        self.dct_num = None;
         self.shadow.iter_mut().for_each(|s| *s = Shadow::default());
     }
 
     /// Validates a modify_qp request against the transition table and required attributes
-    /// of spec §7 and applies its attributes (not the state change's side effects).
+    /// of spec §7 (per QP type) and applies its attributes (not the state change's side
+    /// effects). Attributes a type does not use are accepted and stored.
     pub(crate) fn apply_modify(&mut self, m: &QpModify, roce: bool) -> Result<QpState, SimError> {
         use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
         let to = m.state.ok_or(SimError::InvalidArgument { what: "QpModify.state is required" })?;
         let from = self.state;
+        let dct = self.qp_type == QpType::Dct;
         let ok = match from {
             Reset => matches!(to, Reset | Init | QpState::Err),
             Init => matches!(to, Init | Rtr | Reset | QpState::Err),
+            // A DCT is final at RTR (spec §7): no RTS.
+            Rtr if dct => matches!(to, Reset | QpState::Err),
             Rtr | Rts | Sqd | Sqe => matches!(to, Rts | Reset | QpState::Err),
             QpState::Err => matches!(to, Reset | QpState::Err),
         };
@@ -213,24 +260,39 @@ impl Qp {
                 Err(SimError::InvalidArgument { what })
             }
         };
-        match (from, to) {
-            (Reset, Init) => {
+        match (self.qp_type, from, to) {
+            (QpType::Rc, Reset, Init) => {
                 need(m.port.is_some(), "RESET->INIT needs port")?;
                 need(m.access_flags.is_some(), "RESET->INIT needs access_flags")?;
             }
-            (Init, Rtr) => {
+            (QpType::Rc, Init, Rtr) => {
                 need(m.path.is_some(), "INIT->RTR needs path")?;
                 need(m.path_mtu.is_some(), "INIT->RTR needs path_mtu")?;
                 need(m.rq_psn.is_some(), "INIT->RTR needs rq_psn")?;
                 need(m.max_dest_rd_atomic.is_some(), "INIT->RTR needs max_dest_rd_atomic")?;
                 need(m.min_rnr_timer.is_some(), "INIT->RTR needs min_rnr_timer")?;
             }
-            (Rtr, Rts) => {
+            (QpType::Rc | QpType::Dci, Rtr, Rts) => {
                 need(m.timeout.is_some(), "RTR->RTS needs timeout")?;
                 need(m.retry_cnt.is_some(), "RTR->RTS needs retry_cnt")?;
                 need(m.rnr_retry.is_some(), "RTR->RTS needs rnr_retry")?;
                 need(m.sq_psn.is_some(), "RTR->RTS needs sq_psn")?;
                 need(m.max_rd_atomic.is_some(), "RTR->RTS needs max_rd_atomic")?;
+            }
+            (QpType::Ud, Reset, Init) => {
+                need(m.port.is_some(), "UD RESET->INIT needs port")?;
+                need(m.qkey.is_some(), "UD RESET->INIT needs qkey")?;
+            }
+            (QpType::Ud, Rtr, Rts) => need(m.sq_psn.is_some(), "UD RTR->RTS needs sq_psn")?,
+            (QpType::Dci, Reset, Init) => need(m.port.is_some(), "DCI RESET->INIT needs port")?,
+            (QpType::Dci, Init, Rtr) => need(m.path_mtu.is_some(), "DCI INIT->RTR needs path_mtu")?,
+            (QpType::Dct, Reset, Init) => {
+                need(m.port.is_some(), "DCT RESET->INIT needs port")?;
+                need(m.access_flags.is_some(), "DCT RESET->INIT needs access_flags")?;
+            }
+            (QpType::Dct, Init, Rtr) => {
+                need(m.path_mtu.is_some(), "DCT INIT->RTR needs path_mtu")?;
+                need(m.min_rnr_timer.is_some(), "DCT INIT->RTR needs min_rnr_timer")?;
             }
             _ => {}
         }
@@ -283,7 +345,8 @@ impl Qp {
             sq_psn,
             rq_psn,
             max_rd_atomic,
-            max_dest_rd_atomic
+            max_dest_rd_atomic,
+            qkey
         );
         if m.path.is_some() {
             a.path = m.path;

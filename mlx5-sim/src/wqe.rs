@@ -42,6 +42,8 @@ pub(crate) fn fixed_layout(t: QpType, op: u8) -> Option<FixedLayout> {
             opcode::SEND_INVAL => None,
             _ => rc.map(|l| FixedLayout { av: true, ..l }),
         },
+        // A DCT has no send queue.
+        QpType::Dct => None,
     }
 }
 
