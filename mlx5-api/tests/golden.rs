@@ -353,3 +353,140 @@ fn c4_flush_after_error() {
     assert_eq!((e.syndrome, e.vendor_err), (Syndrome::WrFlush, 0xf9));
     assert_eq!((f.wqe_opcode, f.wqe_counter), (0x09, 0x11));
 }
+
+/// Assert a ring of `rows` (offset, bytes) with zeros elsewhere.
+fn check_ring(ring: &[u8], rows: &[(usize, &str)]) {
+    let mut expect = vec![0u8; ring.len()];
+    for (off, row) in rows {
+        expect[*off..*off + 16].copy_from_slice(&hex(row));
+    }
+    for (i, (got, want)) in ring.chunks(16).zip(expect.chunks(16)).enumerate() {
+        assert_eq!(got, want, "ring+0x{:03x}", i * 16);
+    }
+}
+
+#[test]
+fn w8_ud_send_roce_v2() {
+    use mlx5_api::{AddressVector, RoceAv};
+    let dev = RingOnlyDevice::new(0x456, 256);
+    let ctx = Device::<RingOnly>::new(dev.clone()).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, |_, _: u64| {}).unwrap();
+    let cfg =
+        RcQpConfig { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let ud = ctx.create_ud_qp(&pd, &cq, &cq, None, &cfg).unwrap();
+    assert_eq!((ud.qpn(), ud.sq_wqebbs()), (0x456, 8));
+    ud.activate(1, 0x1111_1111).unwrap();
+    // SAFETY: ring-only backend, empty send queue.
+    unsafe { ud.skip_sq(0x42).unwrap() };
+    let mut dgid = [0u8; 16];
+    dgid[10..].copy_from_slice(&[0xff, 0xff, 192, 168, 1, 2]);
+    let av = AddressVector::roce_v2(&RoceAv {
+        dgid,
+        dmac: [2, 0, 0, 0, 0, 2],
+        sgid_index: 3,
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+        priority: 3,
+        udp_sport: 0xd001,
+    });
+    ud.wqe_builder(8)
+        .unwrap()
+        .ctrl_send(WqeFlags::SIGNALED)
+        .unwrap()
+        .datagram(&av, 0xabc, 0x1111_1111)
+        .unwrap()
+        .sge(LOCAL + 0x8000, 0x100, LKEY)
+        .unwrap()
+        .finish()
+        .unwrap();
+    check_ring(
+        &ud.sq_ring_bytes(),
+        &[
+            (0x080, "00 00 42 0a  00 04 56 05  00 00 00 08  00 00 00 00"),
+            (0x090, "11 11 11 11  00 00 00 00  80 00 0a bc  06 00 d0 01"),
+            (0x0a0, "00 00 00 00  02 00 00 00  00 02 00 40  00 30 00 00"),
+            (0x0b0, "00 00 00 00  00 00 00 00  00 00 ff ff  c0 a8 01 02"),
+            (0x0c0, "00 00 01 00  00 00 12 34  00 00 7f 12  34 56 80 00"),
+        ],
+    );
+    assert_eq!(ud.sq_dbrec(), 0x44);
+    assert_eq!(dev.log().last_doorbell.get().1, [0x00, 0x00, 0x42, 0x0a, 0x00, 0x04, 0x56, 0x05]);
+}
+
+#[test]
+fn w9_dci_rdma_write_ib() {
+    use mlx5_api::AddressVector;
+    let dev = RingOnlyDevice::new(0x789, 256);
+    let ctx = Device::<RingOnly>::new(dev.clone()).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, |_, _: u64| {}).unwrap();
+    let cfg =
+        RcQpConfig { max_send_wr: 4, max_recv_wr: 0, max_send_sge: 1, max_recv_sge: 0, max_inline_data: 0 };
+    let dci = ctx.create_dci(&pd, &cq, &cfg).unwrap();
+    assert_eq!((dci.qpn(), dci.sq_wqebbs()), (0x789, 8));
+    dci.activate(&ConnectParams::default()).unwrap();
+    // SAFETY: ring-only backend, empty send queue.
+    unsafe { dci.skip_sq(0x100).unwrap() };
+    dci.wqe_builder(9)
+        .unwrap()
+        .ctrl_rdma_write(WqeFlags::SIGNALED)
+        .unwrap()
+        .av(0x1122_3344_5566_7788, 0xabcd, &AddressVector::ib(0x0011, 1))
+        .unwrap()
+        .rdma(0x0000_5555_0000_a000, RKEY)
+        .unwrap()
+        .sge(LOCAL + 0x9000, 0x40, LKEY)
+        .unwrap()
+        .finish()
+        .unwrap();
+    check_ring(
+        &dci.sq_ring_bytes(),
+        &[
+            (0x000, "00 01 00 08  00 07 89 06  00 00 00 08  00 00 00 00"),
+            (0x010, "11 22 33 44  55 66 77 88  80 00 ab cd  01 00 00 11"),
+            (0x020, "00 00 00 00  00 00 00 00  00 00 00 00  00 00 00 00"),
+            (0x030, "00 00 00 00  00 00 00 00  00 00 00 00  00 00 00 00"),
+            (0x040, "00 00 55 55  00 00 a0 00  00 00 56 78  00 00 00 00"),
+            (0x050, "00 00 00 40  00 00 12 34  00 00 7f 12  34 56 90 00"),
+        ],
+    );
+    assert_eq!(dci.sq_dbrec(), 0x102);
+}
+
+/// `av_ib` is the SL-0 shorthand of `av(.., &AddressVector::ib(dlid, 0))`.
+#[test]
+fn av_ib_shorthand_matches_the_general_form() {
+    use mlx5_api::AddressVector;
+    let ring = |short: bool| {
+        let dev = RingOnlyDevice::new(0x789, 0);
+        let ctx = Device::<RingOnly>::new(dev).open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16, |_, _: u64| {}).unwrap();
+        let dci = ctx.create_dci(&pd, &cq, &RcQpConfig::default()).unwrap();
+        dci.activate(&ConnectParams::default()).unwrap();
+        let b = dci.wqe_builder(1).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
+        let b = if short { b.av_ib(7, 0x42, 0x11) } else { b.av(7, 0x42, &AddressVector::ib(0x11, 0)) };
+        b.unwrap().inline(b"x").unwrap().finish().unwrap();
+        dci.sq_ring_bytes()
+    };
+    assert_eq!(ring(true), ring(false));
+}
+
+/// UD messages above the path MTU are a typed error at build time.
+#[test]
+fn ud_message_above_mtu_is_refused() {
+    use mlx5_api::{AddressVector, Error};
+    let ctx = Device::<RingOnly>::new(RingOnlyDevice::new(0x10, 0)).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, |_, _: u64| {}).unwrap();
+    let ud = ctx.create_ud_qp(&pd, &cq, &cq, None, &RcQpConfig::default()).unwrap();
+    ud.activate(1, 7).unwrap();
+    assert_eq!(ud.max_message(), 4096);
+    let av = AddressVector::ib(2, 0);
+    let b = ud.wqe_builder(1).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap().datagram(&av, 5, 7).unwrap();
+    let b = b.sge(0x1000, 4000, 1).unwrap();
+    assert_eq!(b.sge(0x2000, 97, 1).err().unwrap(), Error::MessageTooLong { len: 4097, max: 4096 });
+    assert_eq!(ud.sq_dbrec(), 0, "nothing published");
+}

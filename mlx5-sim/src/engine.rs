@@ -581,7 +581,8 @@ fn respond(
     // for RC and DC [unverified, spec §11.2]).
     let resp = |cop: u8, counter: u16| RecvCqe {
         cop,
-        w,
+        se: w.ctrl.fm_ce_se & 2 != 0,
+        imm: w.ctrl.imm,
         counter,
         slid: src_lid,
         flags_rqpn: src_qpn & 0xff_ffff,
@@ -687,9 +688,13 @@ fn respond(
 }
 
 /// A responder success CQE to write for a consumed receive WQE.
-struct RecvCqe<'a> {
+#[derive(Debug, Clone, Copy)]
+struct RecvCqe {
     cop: u8,
-    w: &'a SendWqe,
+    /// The sender's SE bit.
+    se: bool,
+    /// The sender's ctrl `imm` bytes (reported unless the opcode is RESP_SEND).
+    imm: [u8; 4],
     counter: u16,
     slid: u16,
     flags_rqpn: u32,
@@ -697,14 +702,14 @@ struct RecvCqe<'a> {
     ts: u64,
 }
 
-/// Consumes the responder's next receive WQE and writes its success CQE.
-fn complete_recv(st: &mut FabricState, tgt: &Target, c: RecvCqe<'_>) {
-    consume_recv(&mut st.hosts[tgt.h], tgt.recv);
-    let imm = if c.cop == cqe_opcode::RESP_SEND { [0; 4] } else { c.w.ctrl.imm };
+/// The responder CQE bytes: `sop_drop_qpn` = QPN or DCT number, `srqn_uidx` = user index,
+/// `wqe_counter` = RQ counter or SRQ index.
+fn recv_cqe(tgt: &Target, c: &RecvCqe) -> [u8; 64] {
+    let imm = if c.cop == cqe_opcode::RESP_SEND { [0; 4] } else { c.imm };
     let mut b = [0u8; 64];
     CqeRepr {
         opcode: c.cop,
-        se: c.w.ctrl.fm_ce_se & 2 != 0,
+        se: c.se,
         owner: 0,
         slid: c.slid,
         flags_rqpn: c.flags_rqpn,
@@ -716,6 +721,13 @@ fn complete_recv(st: &mut FabricState, tgt: &Target, c: RecvCqe<'_>) {
         wqe_counter: c.counter,
     }
     .emit(&mut Cqe64::new_unchecked(&mut b[..]));
+    b
+}
+
+/// Consumes the responder's next receive WQE and writes its success CQE.
+fn complete_recv(st: &mut FabricState, tgt: &Target, c: RecvCqe) {
+    consume_recv(&mut st.hosts[tgt.h], tgt.recv);
+    let b = recv_cqe(tgt, &c);
     push_cqe(st, tgt.h, tgt.cqn, &b, None);
 }
 
@@ -876,15 +888,29 @@ fn execute_ud(
     dma::stream(&all[..=srcs.len()], dst.regions());
     let c = RecvCqe {
         cop: if imm { cqe_opcode::RESP_SEND_IMM } else { cqe_opcode::RESP_SEND },
-        w,
+        se: w.ctrl.fm_ce_se & 2 != 0,
+        imm: w.ctrl.imm,
         counter,
         slid: if roce { 0 } else { src_lid },
-        flags_rqpn: g | low | (qpn & 0xff_ffff),
+        flags_rqpn: ud_flags_rqpn(kind, av, qpn),
         byte_cnt: (len + GRH_SLOT) as u32,
         ts: st.clock,
     };
     complete_recv(st, &tgt, c);
     done
+}
+
+/// UD responder `flags_rqpn` (spec §5.1, §6.6): `g` (bits 29..28) = 1 when a GRH / IP
+/// header is present; IB: SL (bits 27..24) from the AV's `stat_rate_sl`; RoCE: L3 type
+/// (bits 25..24: 1 IPv6, 2 IPv4); bits 23..0 the source QPN.
+fn ud_flags_rqpn(kind: UdL3, av: &DatagramSeg<&[u8]>, src_qpn: u32) -> u32 {
+    let g = if kind == UdL3::None { 0 } else { 1u32 << 28 };
+    let low = match kind {
+        UdL3::None | UdL3::IbGrh => u32::from(av.stat_rate_sl() & 0xf) << 24,
+        UdL3::Ipv6 => 1 << 24,
+        UdL3::Ipv4 => 2 << 24,
+    };
+    g | low | (src_qpn & 0xff_ffff)
 }
 
 /// Active MTU of a port (what `NicInfo::active_mtu` reports).
@@ -1190,6 +1216,63 @@ mod tests {
              00 00 00 01  00 00 00 00  00 00 00 00  00 00 00 00
              00 00 00 00  00 00 f9 05  09 00 01 23  00 11 00 d0");
         assert_eq!(through_cq(&c4, 256, 9)[..], want4[..]);
+    }
+
+    #[test]
+    fn golden_c2_from_the_engine_writer() {
+        // UD RESP_SEND_IMM, IB without GRH: SL 5 from the AV, source QPN 0x777, LID 0x11,
+        // 64 payload bytes + the 40-byte GRH slot, RQ counter 3, CQ index 7.
+        let mut avb = [0u8; 48];
+        avb[12] = 0x05; // stat_rate_sl: SL 5
+        let av = DatagramSeg::new_unchecked(&avb[..]);
+        let tgt = Target {
+            h: 0,
+            qpn: 0x456,
+            report_qpn: 0x456,
+            pdn: 1,
+            access: 0,
+            cqn: 1,
+            uidx: 2,
+            recv: RecvQ::Rq(0x456),
+            err_on_nak: true,
+        };
+        let c = RecvCqe {
+            cop: cqe_opcode::RESP_SEND_IMM,
+            se: false,
+            imm: [0x12, 0x34, 0x56, 0x78],
+            counter: 3,
+            slid: 0x11,
+            flags_rqpn: ud_flags_rqpn(UdL3::None, &av, 0x777),
+            byte_cnt: (64 + GRH_SLOT) as u32,
+            ts: 0,
+        };
+        let got = through_cq(&recv_cqe(&tgt, &c), 256, 7);
+        let want = hex("00 00 00 00  00 00 00 00  00 00 00 00  00 00 00 00
+             00 00 00 00  00 00 00 11  05 00 07 77  00 00 00 00
+             00 00 00 02  12 34 56 78  00 00 00 00  00 00 00 68
+             00 00 00 00  00 00 00 00  00 00 04 56  00 03 00 30");
+        assert_eq!(got[..], want[..]);
+    }
+
+    #[test]
+    fn ipv4_header_checksum_verifies() {
+        let mut avb = [0u8; 48];
+        avb[26] = 0xb8; // tclass
+        avb[27] = 64;
+        avb[42..44].copy_from_slice(&[0xff, 0xff]);
+        avb[44..48].copy_from_slice(&[10, 0, 0, 2]);
+        let av = DatagramSeg::new_unchecked(&avb[..]);
+        let mut sgid = [0u8; 16];
+        sgid[10..12].copy_from_slice(&[0xff, 0xff]);
+        sgid[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        let (h, n) = ud_header(UdL3::Ipv4, &av, sgid, 100, false);
+        assert_eq!(n, 20);
+        let mut v4 = [0u8; 20];
+        v4.copy_from_slice(&h[..20]);
+        // A header including its checksum sums to 0xffff (checksum of it is 0).
+        assert_eq!(ipv4_checksum(&v4), 0);
+        // Total length: IPv4 20 + UDP 8 + BTH 12 + DETH 8 + 100 + ICRC 4.
+        assert_eq!(u16::from_be_bytes([v4[2], v4[3]]), 152);
     }
 
     #[test]

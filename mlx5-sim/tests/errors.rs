@@ -297,7 +297,7 @@ fn unreachable_destination_is_transport_retry_exceeded() {
                 p.a.modify_qp(p.qa.qpn(), &QpModify { state: Some(QpState::Reset), ..Default::default() })
                     .unwrap();
                 p.qa.pi = 0;
-                let path = mlx5_sim::RcPath { dest_qpn: p.qb.qpn(), dlid: 99, dgid: None };
+                let path = mlx5_sim::RcPath { dest_qpn: p.qb.qpn(), dlid: 99, ..Default::default() };
                 init_rtr_rts(&p.a, p.qa.qpn(), path, ALL_ACCESS, 7);
             }
         }
@@ -404,7 +404,7 @@ fn reset_zeroes_dbrec_and_counters() {
     let words = unsafe { [*p.qa.res.dbrec, *p.qa.res.dbrec.add(1)] };
     assert_eq!(words, [0, 0]);
     p.qa.pi = 0;
-    let path = mlx5_sim::RcPath { dest_qpn: p.qb.qpn(), dlid: 2, dgid: None };
+    let path = mlx5_sim::RcPath { dest_qpn: p.qb.qpn(), dlid: 2, ..Default::default() };
     init_rtr_rts(&p.a, p.qa.qpn(), path, ALL_ACCESS, 7);
     let idx = p.qa.post(op::NOP, SIGNALED, [0; 4], &[]);
     assert_eq!(idx, 0);

@@ -337,8 +337,8 @@ fn roce_paths_resolve_by_gid() {
     let cqb = TestCq::new(&b, 16, 64);
     let mut qa = TestQp::new(&a, pda, cqa.res.cqn, cqa.res.cqn, 8, 0, 1);
     let qb = TestQp::new(&b, pdb, cqb.res.cqn, cqb.res.cqn, 8, 0, 2);
-    let pa = RcPath { dest_qpn: qb.qpn(), dlid: 0, dgid: Some(b.info().gid) };
-    let pb = RcPath { dest_qpn: qa.qpn(), dlid: 0, dgid: Some(a.info().gid) };
+    let pa = RcPath { dest_qpn: qb.qpn(), dlid: 0, dgid: Some(b.info().gid), ..Default::default() };
+    let pb = RcPath { dest_qpn: qa.qpn(), dlid: 0, dgid: Some(a.info().gid), ..Default::default() };
     init_rtr_rts(&a, qa.qpn(), pa, ALL_ACCESS, 7);
     init_rtr_rts(&b, qb.qpn(), pb, ALL_ACCESS, 7);
     let dst = Buf::new(&b, pdb, 8, ALL_ACCESS);
@@ -363,7 +363,7 @@ fn wqes_posted_before_rts_run_on_transition_and_ticks() {
     q.post(op::NOP, SIGNALED, [0; 4], &[]);
     assert!(cq.poll().is_none());
     // Loopback to itself.
-    init_rtr_rts(&a, q.qpn(), RcPath { dest_qpn: q.qpn(), dlid: 1, dgid: None }, 0, 7);
+    init_rtr_rts(&a, q.qpn(), RcPath { dest_qpn: q.qpn(), dlid: 1, ..Default::default() }, 0, 7);
     assert_eq!(cq.expect_one().wqe_counter(), 0);
     // Producer moved without a doorbell: the next tick runs it.
     let w = q.build(op::NOP, SIGNALED, [0; 4], &[]);

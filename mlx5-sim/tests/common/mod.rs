@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use mlx5_sim::wire::{Cqe64, ErrCqe};
 use mlx5_sim::{
     access, CqResources, Fabric, FabricConfig, HostConfig, MrKeys, Nic, QpInitAttr, QpModify, QpResources,
-    QpState, QpType, RcPath,
+    QpState, QpType, RcPath, SrqInitAttr, SrqResources,
 };
 
 /// A segment of a test WQE after the ctrl segment.
@@ -30,6 +30,76 @@ pub enum Seg<'a> {
     },
     /// Raw 16 bytes (for malformed WQEs).
     Raw([u8; 16]),
+    /// Address vector (UD / DCI): 48 bytes, or 16 when `ext` is false.
+    Av(Av),
+}
+
+/// Test-side address vector (spec §3.6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Av {
+    /// DC key, or the Q_Key in the high 32 bits (UD).
+    pub key: u64,
+    pub dqpn: u32,
+    /// Legacy 16-byte AV when false.
+    pub ext: bool,
+    pub stat_rate_sl: u8,
+    pub fl_mlid: u8,
+    pub rlid: u16,
+    pub rmac: [u8; 6],
+    pub tclass: u8,
+    pub hop_limit: u8,
+    pub grh: bool,
+    pub sgid_index: u8,
+    pub flow_label: u32,
+    pub rgid: [u8; 16],
+}
+
+impl Av {
+    /// UD AV to `dqpn` with `qkey`, IB, no GRH.
+    pub fn ud_ib(qkey: u32, dqpn: u32, dlid: u16) -> Av {
+        Av { key: u64::from(qkey) << 32, dqpn, ext: true, rlid: dlid, ..Default::default() }
+    }
+    /// UD AV over RoCE to a host with this GID and MAC.
+    pub fn ud_roce(qkey: u32, dqpn: u32, gid: [u8; 16], mac: [u8; 6]) -> Av {
+        Av {
+            key: u64::from(qkey) << 32,
+            dqpn,
+            ext: true,
+            rlid: 0xc000,
+            rmac: mac,
+            hop_limit: 64,
+            rgid: gid,
+            ..Default::default()
+        }
+    }
+    /// DC AV (IB, no GRH).
+    pub fn dc_ib(dc_key: u64, dct: u32, dlid: u16) -> Av {
+        Av { key: dc_key, dqpn: dct, ext: true, rlid: dlid, ..Default::default() }
+    }
+    /// DC AV over RoCE.
+    pub fn dc_roce(dc_key: u64, dct: u32, gid: [u8; 16], mac: [u8; 6]) -> Av {
+        Av { key: dc_key, ..Av::ud_roce(0, dct, gid, mac) }
+    }
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut b = vec![0u8; 48];
+        b[0..8].copy_from_slice(&self.key.to_be_bytes());
+        let dqp = (self.dqpn & 0xff_ffff) | if self.ext { 0x8000_0000 } else { 0 };
+        b[8..12].copy_from_slice(&dqp.to_be_bytes());
+        b[12] = self.stat_rate_sl;
+        b[13] = self.fl_mlid;
+        b[14..16].copy_from_slice(&self.rlid.to_be_bytes());
+        b[20..26].copy_from_slice(&self.rmac);
+        b[26] = self.tclass;
+        b[27] = self.hop_limit;
+        let g =
+            (u32::from(self.grh) << 30) | (u32::from(self.sgid_index) << 20) | (self.flow_label & 0xf_ffff);
+        b[28..32].copy_from_slice(&g.to_be_bytes());
+        b[32..48].copy_from_slice(&self.rgid);
+        if !self.ext {
+            b.truncate(16);
+        }
+        b
+    }
 }
 
 /// Host memory registered as an MR (boxed so its address is stable).
@@ -155,8 +225,9 @@ pub struct TestQp {
 
 impl TestQp {
     pub fn new(nic: &Nic, pd: u32, scq: u32, rcq: u32, sq: u32, rq: u32, uidx: u32) -> TestQp {
-        let res = nic
-            .create_qp(&QpInitAttr {
+        TestQp::create(
+            nic,
+            &QpInitAttr {
                 qp_type: QpType::Rc,
                 pdn: pd,
                 send_cqn: scq,
@@ -165,9 +236,22 @@ impl TestQp {
                 rq_wqe_cnt: rq,
                 rq_stride: 64,
                 user_index: uidx,
-            })
-            .expect("create_qp");
+                srqn: None,
+                dc_key: 0,
+            },
+        )
+    }
+
+    pub fn create(nic: &Nic, attr: &QpInitAttr) -> TestQp {
+        let res = nic.create_qp(attr).expect("create_qp");
         TestQp { nic: nic.clone(), res, pi: 0, rq_head: 0, bf_offset: 0 }
+    }
+
+    /// Posts `n` unsignaled NOPs (to move pi, e.g. to a golden example's index).
+    pub fn advance_with_nops(&mut self, n: u16) {
+        for _ in 0..n {
+            self.post(0x00, 0, [0; 4], &[]);
+        }
     }
 
     pub fn qpn(&self) -> u32 {
@@ -205,6 +289,7 @@ impl TestQp {
                     body.extend_from_slice(&compare.to_be_bytes());
                 }
                 Seg::Raw(b) => body.extend_from_slice(&b),
+                Seg::Av(av) => body.extend_from_slice(&av.bytes()),
             }
         }
         let ds = 1 + body.len() / 16;
@@ -413,8 +498,8 @@ impl Pair {
         let rcq_b = TestCq::new(&b, o.cq, o.cqe_size);
         let qa = TestQp::new(&a, pda, scq_a.res.cqn, rcq_a.res.cqn, o.sq, 16, 0x11);
         let qb = TestQp::new(&b, pdb, scq_b.res.cqn, rcq_b.res.cqn, o.sq, 16, 0x22);
-        let pa = RcPath { dest_qpn: qb.qpn(), dlid: 2, dgid: None };
-        let pb = RcPath { dest_qpn: qa.qpn(), dlid: 1, dgid: None };
+        let pa = RcPath { dest_qpn: qb.qpn(), dlid: 2, ..Default::default() };
+        let pb = RcPath { dest_qpn: qa.qpn(), dlid: 1, ..Default::default() };
         init_rtr_rts(&a, qa.qpn(), pa, o.acc_a, o.rnr_retry);
         init_rtr_rts(&b, qb.qpn(), pb, o.acc_b, o.rnr_retry);
         Pair { fabric, a, b, pda, pdb, scq_a, rcq_a, scq_b, rcq_b, qa, qb }
@@ -436,3 +521,185 @@ pub mod op {
 
 /// fm_ce_se: CE = 2 (always generate a CQE).
 pub const SIGNALED: u8 = 0x08;
+
+/// A test-side SRQ driver (spec §4.3), like rdma-core's: every WQE i initially points to
+/// i+1 (the last to 0); posts go to `head`, which then follows `next_wqe_index`; `free`
+/// re-links a completed WQE at the tail. One WQE stays unposted as the list's sentinel.
+pub struct TestSrq {
+    pub res: SrqResources,
+    pub head: u16,
+    pub tail: u16,
+    pub posted: u16,
+}
+
+impl TestSrq {
+    pub fn new(nic: &Nic, pd: u32, wqe_cnt: u32, stride: u32) -> TestSrq {
+        let res =
+            nic.create_srq(&SrqInitAttr { pdn: pd, wqe_cnt, stride, user_index: 0 }).expect("create_srq");
+        let s = TestSrq { res, head: 0, tail: (wqe_cnt - 1) as u16, posted: 0 };
+        for i in 0..wqe_cnt as u16 {
+            s.set_next(i, (i + 1) % wqe_cnt as u16);
+        }
+        s
+    }
+
+    fn wqe(&self, i: u16) -> *mut u8 {
+        // SAFETY (arithmetic): index masked into the SRQ buffer.
+        self.res.buf.wrapping_add(usize::from(i) % self.res.wqe_cnt as usize * self.res.stride as usize)
+    }
+
+    pub fn next(&self, i: u16) -> u16 {
+        let p = self.wqe(i);
+        // SAFETY: bytes 2..4 of a WQE inside the SRQ buffer.
+        unsafe { u16::from_be_bytes([*p.add(2), *p.add(3)]) }
+    }
+
+    pub fn set_next(&self, i: u16, next: u16) {
+        let p = self.wqe(i);
+        // SAFETY: bytes 2..4 of a WQE inside the SRQ buffer.
+        unsafe {
+            *p.add(2) = (next >> 8) as u8;
+            *p.add(3) = next as u8;
+        }
+    }
+
+    /// Writes the scatter list (with a terminator when shorter than the stride) into WQE
+    /// `head`, moves `head` along the list and publishes the posted count; returns the index.
+    pub fn post(&mut self, sges: &[(u64, u32, u32)]) -> u16 {
+        assert_ne!(self.head, self.tail, "SRQ full (sentinel)");
+        let idx = self.head;
+        let p = self.wqe(idx);
+        let max = (self.res.stride as usize - 16) / 16;
+        for (i, &(addr, len, lkey)) in sges.iter().enumerate() {
+            let mut e = [0u8; 16];
+            e[0..4].copy_from_slice(&len.to_be_bytes());
+            e[4..8].copy_from_slice(&lkey.to_be_bytes());
+            e[8..16].copy_from_slice(&addr.to_be_bytes());
+            // SAFETY: entry i of the WQE, inside the stride.
+            unsafe { std::ptr::copy_nonoverlapping(e.as_ptr(), p.add(16 + 16 * i), 16) };
+        }
+        if sges.len() < max {
+            let mut e = [0u8; 16];
+            e[4..8].copy_from_slice(&0x100u32.to_be_bytes());
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(e.as_ptr(), p.add(16 + 16 * sges.len()), 16) };
+        }
+        self.head = self.next(idx);
+        self.posted = self.posted.wrapping_add(1);
+        // SAFETY: word 0 of the SRQ doorbell record.
+        unsafe { AtomicU32::from_ptr(self.res.dbrec) }
+            .store(u32::from(self.posted).to_be(), Ordering::Release);
+        idx
+    }
+
+    /// Re-links a completed WQE at the tail of the free list.
+    pub fn free(&mut self, idx: u16) {
+        self.set_next(self.tail, idx);
+        self.tail = idx;
+    }
+}
+
+pub fn modify(nic: &Nic, qpn: u32, m: QpModify) {
+    nic.modify_qp(qpn, &m).unwrap_or_else(|e| panic!("modify_qp {m:?}: {e}"));
+}
+
+/// RESET→INIT→RTR→RTS for a UD QP.
+pub fn ud_up(nic: &Nic, qpn: u32, qkey: u32) {
+    modify(
+        nic,
+        qpn,
+        QpModify { state: Some(QpState::Init), port: Some(1), qkey: Some(qkey), ..Default::default() },
+    );
+    modify(nic, qpn, QpModify { state: Some(QpState::Rtr), ..Default::default() });
+    modify(nic, qpn, QpModify { state: Some(QpState::Rts), sq_psn: Some(0), ..Default::default() });
+}
+
+/// RESET→INIT→RTR→RTS for a DCI.
+pub fn dci_up(nic: &Nic, qpn: u32, rnr_retry: u8) {
+    modify(nic, qpn, QpModify { state: Some(QpState::Init), port: Some(1), ..Default::default() });
+    modify(nic, qpn, QpModify { state: Some(QpState::Rtr), path_mtu: Some(4096), ..Default::default() });
+    modify(
+        nic,
+        qpn,
+        QpModify {
+            state: Some(QpState::Rts),
+            timeout: Some(14),
+            retry_cnt: Some(7),
+            rnr_retry: Some(rnr_retry),
+            sq_psn: Some(0),
+            max_rd_atomic: Some(16),
+            ..Default::default()
+        },
+    );
+}
+
+/// RESET→INIT→RTR for a DCT; returns its DCT number.
+pub fn dct_up(nic: &Nic, qpn: u32, acc: u32) -> u32 {
+    modify(
+        nic,
+        qpn,
+        QpModify { state: Some(QpState::Init), port: Some(1), access_flags: Some(acc), ..Default::default() },
+    );
+    modify(
+        nic,
+        qpn,
+        QpModify {
+            state: Some(QpState::Rtr),
+            path_mtu: Some(4096),
+            min_rnr_timer: Some(12),
+            ..Default::default()
+        },
+    );
+    nic.dct_number(qpn).expect("DCT number after RTR")
+}
+
+/// A UD QP (SQ of `sq` WQEBBs, RQ of 16 × 64 bytes unless `srqn` is given).
+pub fn ud_qp(nic: &Nic, pd: u32, scq: u32, rcq: u32, sq: u32, srqn: Option<u32>, uidx: u32) -> TestQp {
+    TestQp::create(
+        nic,
+        &QpInitAttr {
+            qp_type: QpType::Ud,
+            pdn: pd,
+            send_cqn: scq,
+            recv_cqn: rcq,
+            sq_wqe_cnt: sq,
+            rq_wqe_cnt: if srqn.is_some() { 0 } else { 16 },
+            rq_stride: 64,
+            user_index: uidx,
+            srqn,
+            dc_key: 0,
+        },
+    )
+}
+
+pub fn dci_qp(nic: &Nic, pd: u32, scq: u32, sq: u32, uidx: u32) -> TestQp {
+    TestQp::create(
+        nic,
+        &QpInitAttr {
+            qp_type: QpType::Dci,
+            pdn: pd,
+            send_cqn: scq,
+            recv_cqn: scq,
+            sq_wqe_cnt: sq,
+            user_index: uidx,
+            ..Default::default()
+        },
+    )
+}
+
+/// Creates a DCT (no rings) receiving from `srqn` into CQ `rcq`; returns its QP handle.
+pub fn dct_qp(nic: &Nic, pd: u32, rcq: u32, srqn: u32, dc_key: u64, uidx: u32) -> u32 {
+    let r = nic
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Dct,
+            pdn: pd,
+            recv_cqn: rcq,
+            user_index: uidx,
+            srqn: Some(srqn),
+            dc_key,
+            ..Default::default()
+        })
+        .expect("create DCT");
+    assert!(r.sq_buf.is_null() && r.rq_buf.is_null() && r.dbrec.is_null());
+    r.qpn
+}
