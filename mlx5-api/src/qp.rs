@@ -63,7 +63,8 @@ impl<B: Backend, T> QpShared<B, T> {
             sq: p.sq,
             recv: p.recv,
             state: Cell::new(QpState::Reset),
-            qpn: Cell::new(p.qpn),
+            // A DCT's number is assigned at RTR; the creation handle is the backend's.
+            qpn: Cell::new(if p.kind == QpKind::Dct { 0 } else { p.qpn }),
             kind: p.kind,
             link: p.link,
             caps: p.caps,

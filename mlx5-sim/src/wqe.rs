@@ -1,7 +1,7 @@
 //! Send WQE layout: which segment each DS of a WQE is, per QP type and opcode
 //! (spec §3.8), and validation of a WQE before execution (spec §8 step 3).
 
-use crate::wire::{opcode, AtomicSeg, CtrlRepr, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg, DS_SIZE};
+use crate::wire::{opcode, AtomicSeg, CtrlRepr, CtrlSeg, DataSeg, InlineSeg, RaddrSeg, DS_SIZE};
 use crate::QpType;
 
 /// The fixed segments that follow the ctrl segment for an opcode.
@@ -93,9 +93,10 @@ pub(crate) struct SendWqe {
 pub(crate) const MAX_MSG: u64 = 0x8000_0000;
 
 /// Length of the address vector at DS `i`: 48 bytes, 16 when the ext bit is clear.
+/// Only the first DS is needed to decide (the ext bit is in `dqp_dct`, bytes 8..11).
 fn av_ds(wqe: &[u8], i: usize) -> usize {
-    match DatagramSeg::new_checked(&wqe[i * DS_SIZE..]) {
-        Ok(av) if !av.ext() => 1,
+    match wqe.get(i * DS_SIZE..(i + 1) * DS_SIZE) {
+        Some(first) if first[8] & 0x80 == 0 => 1,
         _ => 3,
     }
 }

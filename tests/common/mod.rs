@@ -100,3 +100,79 @@ pub fn bytes(mr: &MemoryRegion<Sim>, off: usize, len: usize) -> Vec<u8> {
     mr.read(off, &mut v).unwrap();
     v
 }
+
+/// Addressing of a test fabric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Addressing {
+    Ib,
+    Roce,
+}
+
+/// One host of a cluster: a context, a PD, one CQ for everything, a big MR
+/// and an SRQ.
+pub struct Node {
+    pub srq: mlx5::SharedReceiveQueue<Sim, u64>,
+    pub cq: CompletionQueue<Sim, u64>,
+    pub mr: MemoryRegion<Sim>,
+    pub pd: ProtectionDomain<Sim>,
+    pub ctx: Context<Sim>,
+    pub port: mlx5::PortInfo,
+}
+
+impl Node {
+    /// The address vector that reaches this node.
+    pub fn av(&self, sl: u8) -> mlx5::AddressVector {
+        match self.port.link_layer {
+            mlx5::LinkLayer::InfiniBand => mlx5::AddressVector::ib(self.port.lid, sl),
+            mlx5::LinkLayer::Ethernet => {
+                mlx5::AddressVector::roce_v2(&mlx5::RoceAv::new(self.port.gid, self.port.mac))
+            }
+        }
+    }
+
+    pub fn drain(&mut self) -> Vec<(Completion, u64)> {
+        let mut v = Vec::new();
+        while self.cq.poll_with(64, |c, e| v.push((c, e))).consumed() > 0 {}
+        assert!(self.cq.take_unknown().is_none(), "no unattributable CQE");
+        v
+    }
+
+    pub fn poll_ticks(&mut self, n: usize, max_polls: usize) -> Vec<(Completion, u64)> {
+        let mut v = Vec::new();
+        for _ in 0..max_polls {
+            self.cq.poll_with(64, |c, e| v.push((c, e)));
+            if v.len() >= n {
+                break;
+            }
+        }
+        v
+    }
+}
+
+/// `n` hosts on one fabric, InfiniBand (LIDs 1..) or RoCE v2 (10.0.0.x).
+pub fn cluster(n: usize, addressing: Addressing, mode: ExecMode) -> (Fabric, Vec<Node>) {
+    use mlx5::sim::{devices, FabricConfig, HostConfig};
+    let fabric = Fabric::new(FabricConfig { mode, ..FabricConfig::default() });
+    for i in 0..n {
+        let name = format!("node{i}");
+        fabric.add_host(match addressing {
+            Addressing::Ib => HostConfig::infiniband(&name, i as u16 + 1),
+            Addressing::Roce => {
+                HostConfig::roce(&name, [10, 0, 0, i as u8 + 1], [2, 0, 0, 0, 0, i as u8 + 1])
+            }
+        });
+    }
+    let nodes = devices(&fabric)
+        .iter()
+        .map(|d| {
+            let ctx = d.open().unwrap();
+            let pd = ctx.alloc_pd().unwrap();
+            let cq = ctx.create_cq(4096, |_, _: u64| {}).unwrap();
+            let mr = pd.alloc_mr(MR_LEN, AccessFlags::ALL).unwrap();
+            let srq = ctx.create_srq(&pd, 255, 3).unwrap();
+            let port = ctx.query_port(1).unwrap();
+            Node { srq, cq, mr, pd, ctx, port }
+        })
+        .collect();
+    (fabric, nodes)
+}
