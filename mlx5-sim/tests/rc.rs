@@ -408,3 +408,42 @@ fn doorbell_for_unknown_qp_or_uar_is_counted_and_ignored() {
     p.qa.post(op::NOP, SIGNALED, [0; 4], &[]);
     assert_eq!(p.scq_a.poll_all().len(), 2);
 }
+
+#[test]
+fn roce_path_with_dmac_must_name_the_destination_mac() {
+    for (dmac, ok) in [(Some([2, 0, 0, 0, 0, 2]), true), (Some([2, 0, 0, 0, 0, 7]), false), (None, true)] {
+        let f = Fabric::new(FabricConfig::default());
+        let a = f.add_host(HostConfig::roce("r0", [10, 1, 1, 1], [2, 0, 0, 0, 0, 1]));
+        let b = f.add_host(HostConfig::roce("r1", [10, 1, 1, 2], [2, 0, 0, 0, 0, 2]));
+        let (pda, pdb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+        let mut cqa = TestCq::new(&a, 16, 64);
+        let cqb = TestCq::new(&b, 16, 64);
+        let mut qa = TestQp::new(&a, pda, cqa.res.cqn, cqa.res.cqn, 8, 0, 1);
+        let qb = TestQp::new(&b, pdb, cqb.res.cqn, cqb.res.cqn, 8, 0, 2);
+        let pa = RcPath { dest_qpn: qb.qpn(), dgid: Some(b.info().gid), dmac, sl: 3, ..Default::default() };
+        let pb = RcPath {
+            dest_qpn: qa.qpn(),
+            dgid: Some(a.info().gid),
+            dmac: Some(a.info().mac),
+            ..Default::default()
+        };
+        init_rtr_rts(&a, qa.qpn(), pa, ALL_ACCESS, 7);
+        init_rtr_rts(&b, qb.qpn(), pb, ALL_ACCESS, 7);
+        let dst = Buf::new(&b, pdb, 8, ALL_ACCESS);
+        let i = qa.post(
+            op::RDMA_WRITE,
+            SIGNALED,
+            [0; 4],
+            &[Seg::Raddr { raddr: dst.addr(), rkey: dst.keys.rkey }, Seg::Inline(b"mac")],
+        );
+        let c = cqa.expect_one();
+        if ok {
+            assert_eq!(c.opcode(), cqe_opcode::REQ, "{dmac:?}");
+            assert_eq!(&dst.read()[..3], b"mac");
+        } else {
+            assert_eq!((c.opcode(), c.syndrome(), c.wqe_counter()), (cqe_opcode::REQ_ERR, 0x15, i));
+            assert_eq!(dst.read(), [0; 8]);
+            assert_eq!(qa.state(), mlx5_sim::QpState::Err);
+        }
+    }
+}

@@ -154,3 +154,69 @@ fn threaded_rnr_retries_on_its_own_timer() {
     assert_eq!(c.opcode(), cqe_opcode::REQ);
     assert_eq!(&rb.read()[..4], b"wait");
 }
+
+fn wait_for(cq: &mut TestCq, n: usize) -> Vec<Polled> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut v = Vec::new();
+    while v.len() < n {
+        assert!(Instant::now() < deadline, "only {} of {n} CQEs", v.len());
+        match cq.poll() {
+            Some(c) => v.push(c),
+            None => std::thread::yield_now(),
+        }
+    }
+    v
+}
+
+#[test]
+fn threaded_ud_and_dc_with_srq_rnr() {
+    use mlx5_sim::{Fabric, HostConfig};
+    let f = Fabric::new(FabricConfig { mode: ExecMode::Threaded, ..Default::default() });
+    let a = f.add_host(HostConfig::infiniband("a", 1));
+    let b = f.add_host(HostConfig::infiniband("b", 2));
+    let (pda, pdb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let mut scq = TestCq::new(&a, 256, 64);
+    let mut rcq = TestCq::new(&b, 256, 64);
+    // UD: 50 datagrams into an RQ of 16 that is replenished as CQEs arrive.
+    let mut ua = ud_qp(&a, pda, scq.res.cqn, scq.res.cqn, 64, None, 1);
+    let mut ub = ud_qp(&b, pdb, rcq.res.cqn, rcq.res.cqn, 8, None, 2);
+    ud_up(&a, ua.qpn(), 7);
+    ud_up(&b, ub.qpn(), 7);
+    let rb = Buf::new(&b, pdb, 16 * 64, ALL_ACCESS);
+    for k in 0..16u64 {
+        ub.post_recv(&[(rb.addr() + k * 64, 64, rb.keys.lkey)]);
+    }
+    let av = Av::ud_ib(7, ub.qpn(), 2);
+    for k in 0..16u32 {
+        ua.post(op::SEND_IMM, SIGNALED, k.to_be_bytes(), &[Seg::Av(av), Seg::Inline(&k.to_be_bytes())]);
+    }
+    let r = wait_for(&mut rcq, 16);
+    for (k, c) in r.iter().enumerate() {
+        assert_eq!(c.opcode(), cqe_opcode::RESP_SEND_IMM, "{c:?}");
+        assert_eq!(c.cqe().imm_inval_pkey(), (k as u32).to_be_bytes());
+        assert_eq!(c.cqe().byte_cnt(), 44);
+    }
+    assert_eq!(wait_for(&mut scq, 16).len(), 16);
+
+    // DC: the SRQ starts empty; the DCI is RNR-blocked on the NIC thread's own timer until a
+    // WQE is posted.
+    let mut srq = TestSrq::new(&b, pdb, 8, 64);
+    let mut dci = dci_qp(&a, pda, scq.res.cqn, 16, 3);
+    dci_up(&a, dci.qpn(), 7);
+    let dct = dct_qp(&b, pdb, rcq.res.cqn, srq.res.srqn, 0x99, 4);
+    let num = dct_up(&b, dct, ALL_ACCESS);
+    dci.post(op::SEND, SIGNALED, [0; 4], &[Seg::Av(Av::dc_ib(0x99, num, 2)), Seg::Inline(b"dc!")]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.stats().rnr_naks < 2 {
+        assert!(Instant::now() < deadline, "no RNR retries");
+        std::thread::yield_now();
+    }
+    let i = srq.post(&[(rb.addr(), 64, rb.keys.lkey)]);
+    let c = wait_for(&mut rcq, 1)[0];
+    assert_eq!((c.opcode(), c.wqe_counter(), c.qpn()), (cqe_opcode::RESP_SEND, i, num));
+    assert_eq!(wait_for(&mut scq, 1)[0].opcode(), cqe_opcode::REQ);
+    assert_eq!(&rb.read()[..3], b"dc!");
+    a.quiesce();
+    let s = a.stats();
+    assert_eq!(s.doorbell_mismatch + s.bf_offset_mismatch + s.malformed_wqes, 0, "{s:?}");
+}
