@@ -77,7 +77,7 @@ fn main() {
 
     // The target: one DCT on an SRQ, and a landing zone of one slot per client.
     let target = &ctxs[0];
-    let mut tcq = target.create_cq(4096, |_, _: u64| {}).expect("cq");
+    let tcq = target.create_cq(4096, |_, _: u64| {}).expect("cq");
     let srq = target.create_srq::<u64>(&pds[0], 1023, 1).expect("srq");
     let zone = pds[0].alloc_mr(a.clients * SLOT, AccessFlags::ALL).expect("mr");
     let dct = target.create_dct(&pds[0], &tcq, &srq, KEY).expect("dct");

@@ -21,7 +21,6 @@ use mlx5::{ConnectParams, Dci, Dct, RcQp, RcQpConfig, Sge, Status, UdQp, WcOpcod
 use proptest::prelude::*;
 
 const HOSTS: usize = 4;
-const TARGET: usize = 0;
 const RECV: usize = 256 << 10;
 const SRC: usize = 512 << 10;
 const SINK: usize = 768 << 10;
@@ -66,6 +65,9 @@ fn op() -> impl Strategy<Value = Op> {
         |(kind, src, d, len, a, b, signaled)| Op { kind, src, dst: (src + d) % HOSTS, len, a, b, signaled },
     )
 }
+
+/// Completions per (host, QPN): (entry, opcode, byte_len), in arrival order.
+type Ledger = HashMap<(usize, u32), Vec<(u64, WcOpcode, u32)>>;
 
 struct Host {
     rc: Vec<Option<RcQp<Sim, u64>>>,
@@ -113,8 +115,8 @@ fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut model: Vec<Vec<u8>> = n.iter().map(|h| h.mr.to_vec()).collect();
     let mut grh_slots: Vec<(usize, usize)> = Vec::new();
     // Expected completions per (host, queue): (entry, opcode, byte_len).
-    let mut expected: HashMap<(usize, u32), Vec<(u64, WcOpcode, u32)>> = HashMap::new();
-    let mut got: HashMap<(usize, u32), Vec<(u64, WcOpcode, u32)>> = HashMap::new();
+    let mut expected: Ledger = HashMap::new();
+    let mut got: Ledger = HashMap::new();
     let mut unsignaled_run: HashMap<(usize, u32), u32> = HashMap::new();
     let mtu = n[0].port.active_mtu as usize;
 

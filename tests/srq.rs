@@ -54,7 +54,6 @@ fn list_survives_many_laps_and_two_qps_share_it() {
     for e in 0..8 {
         post(&h[1], e);
     }
-    let mut next = 8;
     for m in 0..(3 * cap as u32) {
         let payload = m.to_be_bytes().repeat(4);
         send(&pairs[m as usize % 2].0, m as u64, &payload);
@@ -68,8 +67,7 @@ fn list_survives_many_laps_and_two_qps_share_it() {
             payload,
             "message {m} is in entry {e}'s buffer"
         );
-        post(&h[1], next);
-        next += 1;
+        post(&h[1], m as u64 + 8);
         assert_eq!(h[0].drain()[0].1, m as u64);
     }
     assert_eq!(h[1].srq.outstanding(), 8);

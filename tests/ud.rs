@@ -168,7 +168,7 @@ fn receive_buffer_too_small_for_grh_slot_plus_payload() {
 
 #[test]
 fn many_senders_one_ud_receiver_in_threaded_mode() {
-    let (_f, mut h) = cluster(4, Addressing::Roce, ExecMode::Threaded);
+    let (_f, h) = cluster(4, Addressing::Roce, ExecMode::Threaded);
     let qps: Vec<_> = h.iter().map(|n| ud(n, false)).collect();
     for i in 0..60 {
         recv(&h[0], &qps[0], i, 0x1000 * i, 4096);

@@ -1,8 +1,8 @@
 //! Bit-accurate software model of an NVIDIA mlx5 (ConnectX) RDMA NIC (spec §1–§9).
 //!
 //! The model sees only what real hardware sees: WQE bytes in send-queue ring memory,
-//! receive WQEs in the receive ring, doorbell records and doorbell (UAR / BlueFlame)
-//! writes. It executes RC operations between simulated hosts of one [`Fabric`] and writes
+//! receive WQEs in the receive ring or an SRQ, doorbell records and doorbell (UAR / BlueFlame)
+//! writes. It executes RC, UD and DC operations between simulated hosts of one [`Fabric`] and writes
 //! real 64-byte CQEs (owner bit, opcode, syndromes) into CQ ring memory.
 //!
 //! Simplification: both sides of an RC operation are executed by the requester's NIC,
