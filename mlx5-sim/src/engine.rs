@@ -575,7 +575,9 @@ fn respond(
     let nak = |synd| Outcome::Fail { synd, responder: tgt.err_on_nak.then_some((rh, tgt.qpn)) };
     let len = w.len;
     let mut rbuf = [0u8; MAX_RQ_STRIDE as usize];
-    let recv = peek_recv(&st.hosts[rh], tgt.recv, &mut rbuf);
+    let consumes =
+        matches!(op, opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL | opcode::RDMA_WRITE_IMM);
+    let recv = if consumes { peek_recv(&st.hosts[rh], tgt.recv, &mut rbuf) } else { None };
     let rmrs = &st.hosts[rh].mrs;
     // The CQE for a consumed receive WQE: source QPN only in flags_rqpn (g/SL/L3 bits 0
     // for RC and DC [unverified, spec §11.2]).

@@ -1,0 +1,345 @@
+//! End-to-end scenarios written once, generic over the backend. Each runs
+//! on the simulator always, and on ConnectX hardware when the build found
+//! one (see `conformance.rs`). A "bed" is two endpoints that can reach each
+//! other: two simulated hosts, or loopback between QPs of one port.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use mlx5::{
+    AccessFlags, AddressVector, Backend, Completion, CompletionQueue, ConnectParams, Context, LinkLayer,
+    MemoryRegion, PortInfo, ProtectionDomain, RcQp, RcQpConfig, RoceAv, Sge, SharedReceiveQueue, Status,
+    Syndrome, WcOpcode, WqeFlags,
+};
+
+pub const MR_LEN: usize = 1 << 20;
+/// Completions on hardware arrive in microseconds; this only bounds a hang.
+const DEADLINE: Duration = Duration::from_secs(10);
+
+pub struct End<B: Backend> {
+    pub srq: SharedReceiveQueue<B, u64>,
+    pub cq: CompletionQueue<B, u64>,
+    pub mr: MemoryRegion<B>,
+    pub pd: ProtectionDomain<B>,
+    pub ctx: Context<B>,
+    pub port: PortInfo,
+}
+
+impl<B: Backend> End<B> {
+    pub fn new(ctx: Context<B>) -> Self {
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(1024, |_, _: u64| {}).unwrap();
+        let mr = pd.alloc_mr(MR_LEN, AccessFlags::ALL).unwrap();
+        let srq = ctx.create_srq(&pd, 63, 1).unwrap();
+        let port = ctx.query_port(1).unwrap();
+        End { srq, cq, mr, pd, ctx, port }
+    }
+
+    /// Poll until `n` completions arrived (bounded by a generous deadline).
+    pub fn wait(&mut self, n: usize) -> Vec<(Completion, u64)> {
+        let mut v = Vec::new();
+        let t0 = Instant::now();
+        while v.len() < n {
+            self.cq.poll_with(64, |c, e| v.push((c, e)));
+            assert!(t0.elapsed() < DEADLINE, "waited for {n} completions, got {v:?}");
+        }
+        v
+    }
+
+    pub fn av(&self) -> AddressVector {
+        match self.port.link_layer {
+            LinkLayer::InfiniBand => AddressVector::ib(self.port.lid, 0),
+            LinkLayer::Ethernet => AddressVector::roce_v2(&RoceAv::new(self.port.gid, self.port.mac)),
+        }
+    }
+
+    pub fn fill(&self, off: usize, len: usize, seed: u8) -> Vec<u8> {
+        let v: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed)).collect();
+        self.mr.write(off, &v).unwrap();
+        v
+    }
+
+    pub fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.mr.read(off, &mut v).unwrap();
+        v
+    }
+}
+
+pub struct Bed<B: Backend> {
+    pub a: End<B>,
+    pub b: End<B>,
+}
+
+impl<B: Backend> Bed<B> {
+    pub fn new(a: Context<B>, b: Context<B>) -> Self {
+        Bed { a: End::new(a), b: End::new(b) }
+    }
+
+    /// A connected RC pair (b's side on its SRQ when `srq`).
+    pub fn rc(&self, srq: bool) -> (RcQp<B, u64>, RcQp<B, u64>) {
+        let cfg = RcQpConfig {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 64,
+        };
+        let qa = self.a.ctx.create_rc_qp(&self.a.pd, &self.a.cq, &self.a.cq, &cfg).unwrap();
+        let qb = if srq {
+            self.b.ctx.create_rc_qp_with_srq(&self.b.pd, &self.b.cq, &self.b.cq, &self.b.srq, &cfg).unwrap()
+        } else {
+            self.b.ctx.create_rc_qp(&self.b.pd, &self.b.cq, &self.b.cq, &cfg).unwrap()
+        };
+        let p = ConnectParams::default();
+        qa.connect(&qb.local_info(1, 0).unwrap(), &p).unwrap();
+        qb.connect(&qa.local_info(1, 0).unwrap(), &p).unwrap();
+        (qa, qb)
+    }
+}
+
+pub fn rc_write_and_read<B: Backend>(mut t: Bed<B>) {
+    let (qa, _qb) = t.rc(false);
+    let data = t.a.fill(0, 8192, 1);
+    let far = t.b.fill(0x10000, 4096, 2);
+    let (la, lk, rb, rk) = (t.a.mr.addr(), t.a.mr.lkey(), t.b.mr.addr(), t.b.mr.rkey());
+    qa.wqe_builder(1)
+        .unwrap()
+        .ctrl_rdma_write(WqeFlags::NONE)
+        .unwrap()
+        .rdma(rb, rk)
+        .unwrap()
+        .sge(la, 8192, lk)
+        .unwrap()
+        .finish()
+        .unwrap();
+    qa.wqe_builder(2)
+        .unwrap()
+        .ctrl_rdma_read(WqeFlags::SIGNALED)
+        .unwrap()
+        .rdma(rb + 0x10000, rk)
+        .unwrap()
+        .sge(la + 0x20000, 4096, lk)
+        .unwrap()
+        .finish()
+        .unwrap();
+    let c = t.a.wait(1);
+    assert_eq!(
+        (c[0].1, c[0].0.status, c[0].0.opcode, c[0].0.byte_len),
+        (2, Status::Success, WcOpcode::RdmaRead, 4096)
+    );
+    assert_eq!(t.b.bytes(0, 8192), data, "the unsignaled WRITE landed (covered by the READ's CQE)");
+    assert_eq!(t.a.bytes(0x20000, 4096), far);
+}
+
+pub fn rc_send_and_write_with_immediate<B: Backend>(mut t: Bed<B>) {
+    let (qa, qb) = t.rc(false);
+    let data = t.a.fill(0, 300, 3);
+    let (la, lk) = (t.a.mr.addr(), t.a.mr.lkey());
+    let sge = |off| Sge { addr: t.b.mr.addr() + off, len: 1024, lkey: t.b.mr.lkey() };
+    qb.post_recv(10, &[sge(0x1000)]).unwrap();
+    qb.post_recv(11, &[sge(0x2000)]).unwrap();
+    qa.wqe_builder(1)
+        .unwrap()
+        .ctrl_send_imm(WqeFlags::SIGNALED, 0xabcd)
+        .unwrap()
+        .sge(la, 300, lk)
+        .unwrap()
+        .finish()
+        .unwrap();
+    qa.wqe_builder(2)
+        .unwrap()
+        .ctrl_rdma_write_imm(WqeFlags::SIGNALED, 0x1234)
+        .unwrap()
+        .rdma(t.b.mr.addr() + 0x3000, t.b.mr.rkey())
+        .unwrap()
+        .inline(b"inline bytes")
+        .unwrap()
+        .finish_with_blueflame()
+        .unwrap();
+    assert!(t.a.wait(2).iter().all(|(c, _)| c.status == Status::Success));
+    let r = t.b.wait(2);
+    let got: Vec<_> = r.iter().map(|(c, e)| (*e, c.opcode, c.byte_len, c.imm)).collect();
+    assert_eq!(
+        got,
+        vec![(10, WcOpcode::RecvImm, 300, Some(0xabcd)), (11, WcOpcode::RecvRdmaImm, 12, Some(0x1234))]
+    );
+    assert_eq!(t.b.bytes(0x1000, 300), data);
+    assert_eq!(t.b.bytes(0x3000, 12), b"inline bytes");
+}
+
+pub fn rc_atomics<B: Backend>(mut t: Bed<B>) {
+    let (qa, _qb) = t.rc(false);
+    t.b.mr.write(0x40, &10u64.to_ne_bytes()).unwrap();
+    let (la, lk, ra, rk) = (t.a.mr.addr(), t.a.mr.lkey(), t.b.mr.addr() + 0x40, t.b.mr.rkey());
+    qa.wqe_builder(1)
+        .unwrap()
+        .ctrl_atomic_fa(WqeFlags::SIGNALED, 5)
+        .unwrap()
+        .rdma(ra, rk)
+        .unwrap()
+        .result(la, lk)
+        .unwrap()
+        .finish()
+        .unwrap();
+    qa.wqe_builder(2)
+        .unwrap()
+        .ctrl_atomic_cs(WqeFlags::SIGNALED, 99, 15)
+        .unwrap()
+        .rdma(ra, rk)
+        .unwrap()
+        .result(la + 8, lk)
+        .unwrap()
+        .finish()
+        .unwrap();
+    let c = t.a.wait(2);
+    assert!(c.iter().all(|(c, _)| c.status == Status::Success && c.byte_len == 8));
+    let word = |off| u64::from_ne_bytes(t.a.bytes(off, 8).try_into().unwrap());
+    assert_eq!((word(0), word(8)), (10, 15));
+    assert_eq!(u64::from_ne_bytes(t.b.bytes(0x40, 8).try_into().unwrap()), 99);
+}
+
+pub fn rc_remote_access_error_then_flush<B: Backend>(mut t: Bed<B>) {
+    let (qa, _qb) = t.rc(false);
+    qa.wqe_builder(1)
+        .unwrap()
+        .ctrl_rdma_write(WqeFlags::NONE)
+        .unwrap()
+        .rdma(t.b.mr.addr(), 0xdead_beef)
+        .unwrap()
+        .inline(b"x")
+        .unwrap()
+        .finish_batch()
+        .unwrap();
+    qa.wqe_builder(2).unwrap().ctrl_nop(WqeFlags::NONE).unwrap().finish_batch().unwrap();
+    qa.ring_sq_doorbell();
+    let c = t.a.wait(2);
+    let got: Vec<_> = c.iter().map(|(c, e)| (*e, c.status.syndrome())).collect();
+    assert_eq!(got, vec![(1, Some(Syndrome::RemoteAccess)), (2, Some(Syndrome::WrFlush))]);
+    assert_eq!(qa.state(), mlx5::QpState::Err);
+}
+
+pub fn ud_send_recv<B: Backend>(mut t: Bed<B>) {
+    let cfg = RcQpConfig {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let ua = t.a.ctx.create_ud_qp(&t.a.pd, &t.a.cq, &t.a.cq, None, &cfg).unwrap();
+    let ub = t.b.ctx.create_ud_qp(&t.b.pd, &t.b.cq, &t.b.cq, None, &cfg).unwrap();
+    ua.activate(1, 0x1111_1111).unwrap();
+    ub.activate(1, 0x1111_1111).unwrap();
+    ub.post_recv(5, &[Sge { addr: t.b.mr.addr(), len: 4096, lkey: t.b.mr.lkey() }]).unwrap();
+    let data = t.a.fill(0, 256, 9);
+    let av = t.b.av();
+    ua.wqe_builder(1)
+        .unwrap()
+        .ctrl_send(WqeFlags::SIGNALED)
+        .unwrap()
+        .datagram(&av, ub.qpn(), 0x1111_1111)
+        .unwrap()
+        .sge(t.a.mr.addr(), 256, t.a.mr.lkey())
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert_eq!(t.a.wait(1)[0].0.status, Status::Success);
+    let r = t.b.wait(1);
+    assert_eq!((r[0].1, r[0].0.byte_len, r[0].0.src_qpn), (5, 296, ua.qpn()));
+    assert_eq!(t.b.bytes(40, 256), data, "payload after the 40-byte GRH slot");
+}
+
+pub fn dc_write_and_send_through_srq<B: Backend>(mut t: Bed<B>) {
+    let cfg =
+        RcQpConfig { max_send_wr: 16, max_recv_wr: 0, max_send_sge: 1, max_recv_sge: 0, max_inline_data: 64 };
+    let dci = t.a.ctx.create_dci(&t.a.pd, &t.a.cq, &cfg).unwrap();
+    dci.activate(&ConnectParams::default()).unwrap();
+    let dct = t.b.ctx.create_dct(&t.b.pd, &t.b.cq, &t.b.srq, 0xdc).unwrap();
+    dct.activate(&ConnectParams::default()).unwrap();
+    let n = dct.dct_number().unwrap();
+    t.b.srq.post_recv(7, &[Sge { addr: t.b.mr.addr() + 0x8000, len: 1024, lkey: t.b.mr.lkey() }]).unwrap();
+    let data = t.a.fill(0, 512, 4);
+    let av = t.b.av();
+    dci.wqe_builder(1)
+        .unwrap()
+        .ctrl_rdma_write(WqeFlags::SIGNALED)
+        .unwrap()
+        .av(0xdc, n, &av)
+        .unwrap()
+        .rdma(t.b.mr.addr(), t.b.mr.rkey())
+        .unwrap()
+        .sge(t.a.mr.addr(), 512, t.a.mr.lkey())
+        .unwrap()
+        .finish()
+        .unwrap();
+    dci.wqe_builder(2)
+        .unwrap()
+        .ctrl_send(WqeFlags::SIGNALED)
+        .unwrap()
+        .av(0xdc, n, &av)
+        .unwrap()
+        .sge(t.a.mr.addr(), 100, t.a.mr.lkey())
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert!(t.a.wait(2).iter().all(|(c, _)| c.status == Status::Success));
+    let r = t.b.wait(1);
+    assert_eq!((r[0].1, r[0].0.opcode, r[0].0.byte_len, r[0].0.qpn), (7, WcOpcode::Recv, 100, n));
+    assert_eq!(t.b.bytes(0, 512), data);
+    assert_eq!(t.b.bytes(0x8000, 100), data[..100]);
+}
+
+pub fn srq_shared_by_two_rc_qps<B: Backend>(mut t: Bed<B>) {
+    let (a1, _b1) = t.rc(true);
+    let (a2, _b2) = t.rc(true);
+    for e in 0..4 {
+        t.b.srq
+            .post_recv(e, &[Sge { addr: t.b.mr.addr() + 0x100 * e, len: 64, lkey: t.b.mr.lkey() }])
+            .unwrap();
+    }
+    for (i, q) in [&a1, &a2, &a1, &a2].into_iter().enumerate() {
+        q.wqe_builder(i as u64)
+            .unwrap()
+            .ctrl_send(WqeFlags::SIGNALED)
+            .unwrap()
+            .inline(&[i as u8; 16])
+            .unwrap()
+            .finish()
+            .unwrap();
+    }
+    t.a.wait(4);
+    let r = t.b.wait(4);
+    let mut messages: Vec<u8> = r
+        .iter()
+        .map(|(c, e)| {
+            assert_eq!(c.status, Status::Success);
+            let m = t.b.bytes(0x100 * *e as usize, 16);
+            assert!(m.iter().all(|&x| x == m[0]), "entry {e} holds one whole message");
+            m[0]
+        })
+        .collect();
+    messages.sort();
+    assert_eq!(
+        messages,
+        vec![0, 1, 2, 3],
+        "every message landed in the buffer of the entry returned with it"
+    );
+}
+
+/// Instantiate every scenario as a test of module `$m` on the bed `$bed`,
+/// with extra attributes (the hardware variants are ignored with a reason).
+macro_rules! conformance_suite {
+    ($m:ident, $bed:expr $(, #[$attr:meta])*) => {
+        mod $m {
+            use super::*;
+            $(#[$attr])* #[test] fn rc_write_and_read() { scenarios::rc_write_and_read($bed) }
+            $(#[$attr])* #[test] fn rc_send_and_write_with_immediate() { scenarios::rc_send_and_write_with_immediate($bed) }
+            $(#[$attr])* #[test] fn rc_atomics() { scenarios::rc_atomics($bed) }
+            $(#[$attr])* #[test] fn rc_remote_access_error_then_flush() { scenarios::rc_remote_access_error_then_flush($bed) }
+            $(#[$attr])* #[test] fn ud_send_recv() { scenarios::ud_send_recv($bed) }
+            $(#[$attr])* #[test] fn dc_write_and_send_through_srq() { scenarios::dc_write_and_send_through_srq($bed) }
+            $(#[$attr])* #[test] fn srq_shared_by_two_rc_qps() { scenarios::srq_shared_by_two_rc_qps($bed) }
+        }
+    };
+}
