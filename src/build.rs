@@ -1,0 +1,48 @@
+//! Build-time probe for the hardware variants of the conformance suite.
+//! Whether a test runs is decided at build time (libtest has no run-time
+//! "skip"), so the probe sets one cfg per reason, and each hardware test is
+//! `ignore`d with that reason, never passed:
+//!
+//! - `hw_skip_no_library`: libibverbs.so.1 is not installed;
+//! - `hw_skip_not_selected`: `MLX5_TEST_DEVICE` is not set (hardware tests
+//!   never pick a NIC on their own);
+//! - `hw_skip_no_device`: `MLX5_TEST_DEVICE` names no device in
+//!   /sys/class/infiniband.
+
+use std::path::Path;
+
+fn has_libibverbs() -> bool {
+    let dirs = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+        "/lib64",
+        "/lib",
+    ];
+    let extra = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
+    dirs.iter()
+        .copied()
+        .chain(extra.split(':'))
+        .any(|d| !d.is_empty() && Path::new(d).join("libibverbs.so.1").exists())
+}
+
+fn main() {
+    println!("cargo::rustc-check-cfg=cfg(hw_skip_no_library)");
+    println!("cargo::rustc-check-cfg=cfg(hw_skip_not_selected)");
+    println!("cargo::rustc-check-cfg=cfg(hw_skip_no_device)");
+    println!("cargo:rerun-if-env-changed=MLX5_TEST_DEVICE");
+    println!("cargo:rerun-if-env-changed=LD_LIBRARY_PATH");
+    println!("cargo:rerun-if-changed=src/build.rs");
+    if !has_libibverbs() {
+        println!("cargo:rustc-cfg=hw_skip_no_library");
+        return;
+    }
+    match std::env::var("MLX5_TEST_DEVICE") {
+        Err(_) => println!("cargo:rustc-cfg=hw_skip_not_selected"),
+        Ok(dev) if !Path::new("/sys/class/infiniband").join(&dev).exists() => {
+            println!("cargo:rustc-cfg=hw_skip_no_device")
+        }
+        Ok(_) => {}
+    }
+}
