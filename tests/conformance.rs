@@ -28,3 +28,19 @@ fn sim_bed(roce: bool, mode: ExecMode) -> scenarios::Bed<Sim> {
 conformance_suite!(sim_ib, sim_bed(false, ExecMode::Deterministic));
 conformance_suite!(sim_roce, sim_bed(true, ExecMode::Deterministic));
 conformance_suite!(sim_threaded, sim_bed(false, ExecMode::Threaded));
+
+/// Loopback on one port of the device named by `MLX5_TEST_DEVICE`: both
+/// ends are QPs of the same device (one context each).
+fn hw_bed() -> scenarios::Bed<mlx5::hw::Hw> {
+    let name = std::env::var("MLX5_TEST_DEVICE").expect("MLX5_TEST_DEVICE names the device");
+    let dev = mlx5::hw::device(&name).unwrap_or_else(|e| panic!("{name}: {e}"));
+    scenarios::Bed::new(dev.open().unwrap(), dev.open().unwrap())
+}
+
+conformance_suite!(
+    hw,
+    hw_bed(),
+    #[cfg_attr(hw_skip_no_library, ignore = "libibverbs.so.1 not found: install rdma-core (ibverbs-providers)")],
+    #[cfg_attr(hw_skip_not_selected, ignore = "no mlx5 device selected: set MLX5_TEST_DEVICE=mlx5_0 to run on hardware")],
+    #[cfg_attr(hw_skip_no_device, ignore = "MLX5_TEST_DEVICE names no device in /sys/class/infiniband")]
+);

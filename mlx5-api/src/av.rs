@@ -39,7 +39,8 @@ pub struct RoceAv {
 
 impl RoceAv {
     /// A RoCE v2 destination with the usual defaults: sgid index 0, traffic
-    /// class 0, hop limit 64, priority 0, UDP source port 0xc000.
+    /// class 0, hop limit 64, priority 0, UDP source port 0xc000. On
+    /// hardware prefer [`RoceAv::from_port`].
     pub fn new(dgid: [u8; 16], dmac: [u8; 6]) -> Self {
         RoceAv {
             dgid,
@@ -50,6 +51,28 @@ impl RoceAv {
             flow_label: 0,
             priority: 0,
             udp_sport: 0xc000,
+        }
+    }
+
+    /// A RoCE v2 destination reached from `local`: the source GID index is
+    /// the local port's (on hardware, its RoCE v2 entry; index 0 is usually
+    /// RoCE v1).
+    pub fn from_port(local: &crate::types::PortInfo, dgid: [u8; 16], dmac: [u8; 6]) -> Self {
+        RoceAv { sgid_index: local.sgid_index, ..Self::new(dgid, dmac) }
+    }
+}
+
+impl AddressVector {
+    /// The address vector that reaches `remote` from `local`: InfiniBand by
+    /// LID (service level `sl`), RoCE v2 by GID and MAC with the local
+    /// source GID index (priority `sl & 7`).
+    pub fn between(local: &crate::types::PortInfo, remote: &crate::types::PortInfo, sl: u8) -> Self {
+        match remote.link_layer {
+            crate::types::LinkLayer::InfiniBand => Self::ib(remote.lid, sl),
+            crate::types::LinkLayer::Ethernet => Self::roce_v2(&RoceAv {
+                priority: sl & 7,
+                ..RoceAv::from_port(local, remote.gid, remote.mac)
+            }),
         }
     }
 }

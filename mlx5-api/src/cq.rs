@@ -193,7 +193,9 @@ pub struct Completion {
     /// Receives over RoCE: which network header sits in the GRH slot.
     pub network: Option<RoceL3>,
     pub timestamp: u64,
-    /// CQE version 1 user index (`srqn_uidx[23:0]`).
+    /// CQE version 1 user index (`srqn_uidx[23:0]`): the simulator reports
+    /// the index the front-end chose; on hardware rdma-core assigns its own.
+    /// Completions are attributed by QPN, never by this field.
     pub user_index: u32,
 }
 

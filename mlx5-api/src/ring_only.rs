@@ -130,6 +130,7 @@ impl Backend for RingOnly {
             port_num: port,
             lid: 1,
             gid: [0; 16],
+            sgid_index: 0,
             mac: [0; 6],
             link_layer: LinkLayer::InfiniBand,
             active_mtu: 4096,

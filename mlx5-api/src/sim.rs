@@ -147,6 +147,7 @@ impl Backend for Sim {
             port_num: i.port_num,
             lid: i.lid,
             gid: i.gid,
+            sgid_index: 0,
             mac: i.mac,
             link_layer: match i.link_layer {
                 model::LinkLayer::InfiniBand => LinkLayer::InfiniBand,

@@ -110,7 +110,11 @@ pub enum LinkLayer {
 pub struct PortInfo {
     pub port_num: u8,
     pub lid: u16,
+    /// The GID this port sends from (RoCE: the RoCE v2 entry).
     pub gid: [u8; 16],
+    /// The index of `gid` in the port's GID table: what address vectors
+    /// built for this port must carry as their source GID index.
+    pub sgid_index: u8,
     pub mac: [u8; 6],
     pub link_layer: LinkLayer,
     /// Active path MTU in bytes.
@@ -125,7 +129,9 @@ pub struct DeviceCaps {
     pub max_cqe: u32,
     /// Maximum send WQE size in bytes (`max_sq_desc_sz`), at most 1008 (63 DS).
     pub max_wqe_sz_sq: u32,
-    /// BlueFlame half-register size (`mlx5dv_qp.bf.size`), 0 when there is none.
+    /// BlueFlame half-register size when the device reports one for all QPs
+    /// (the simulator); 0 when it is per QP or unknown (hardware: each QP's
+    /// `QpResources::bf_size` is what the send queue uses).
     pub bf_size: u32,
     pub max_rd_atomic: u8,
 }

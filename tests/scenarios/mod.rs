@@ -7,9 +7,9 @@
 use std::time::{Duration, Instant};
 
 use mlx5::{
-    AccessFlags, AddressVector, Backend, Completion, CompletionQueue, ConnectParams, Context, LinkLayer,
-    MemoryRegion, PortInfo, ProtectionDomain, RcQp, RcQpConfig, RoceAv, Sge, SharedReceiveQueue, Status,
-    Syndrome, WcOpcode, WqeFlags,
+    AccessFlags, AddressVector, Backend, Completion, CompletionQueue, ConnectParams, Context, MemoryRegion,
+    PortInfo, ProtectionDomain, RcQp, RcQpConfig, Sge, SharedReceiveQueue, Status, Syndrome, WcOpcode,
+    WqeFlags,
 };
 
 pub const MR_LEN: usize = 1 << 20;
@@ -46,13 +46,6 @@ impl<B: Backend> End<B> {
         v
     }
 
-    pub fn av(&self) -> AddressVector {
-        match self.port.link_layer {
-            LinkLayer::InfiniBand => AddressVector::ib(self.port.lid, 0),
-            LinkLayer::Ethernet => AddressVector::roce_v2(&RoceAv::new(self.port.gid, self.port.mac)),
-        }
-    }
-
     pub fn fill(&self, off: usize, len: usize, seed: u8) -> Vec<u8> {
         let v: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed)).collect();
         self.mr.write(off, &v).unwrap();
@@ -74,6 +67,11 @@ pub struct Bed<B: Backend> {
 impl<B: Backend> Bed<B> {
     pub fn new(a: Context<B>, b: Context<B>) -> Self {
         Bed { a: End::new(a), b: End::new(b) }
+    }
+
+    /// The address vector from `a` to `b` (on RoCE, with `a`'s source GID index).
+    pub fn av_a_to_b(&self) -> AddressVector {
+        AddressVector::between(&self.a.port, &self.b.port, 0)
     }
 
     /// A connected RC pair (b's side on its SRQ when `srq`).
@@ -233,7 +231,7 @@ pub fn ud_send_recv<B: Backend>(mut t: Bed<B>) {
     ub.activate(1, 0x1111_1111).unwrap();
     ub.post_recv(5, &[Sge { addr: t.b.mr.addr(), len: 4096, lkey: t.b.mr.lkey() }]).unwrap();
     let data = t.a.fill(0, 256, 9);
-    let av = t.b.av();
+    let av = t.av_a_to_b();
     ua.wqe_builder(1)
         .unwrap()
         .ctrl_send(WqeFlags::SIGNALED)
@@ -260,7 +258,7 @@ pub fn dc_write_and_send_through_srq<B: Backend>(mut t: Bed<B>) {
     let n = dct.dct_number().unwrap();
     t.b.srq.post_recv(7, &[Sge { addr: t.b.mr.addr() + 0x8000, len: 1024, lkey: t.b.mr.lkey() }]).unwrap();
     let data = t.a.fill(0, 512, 4);
-    let av = t.b.av();
+    let av = t.av_a_to_b();
     dci.wqe_builder(1)
         .unwrap()
         .ctrl_rdma_write(WqeFlags::SIGNALED)
@@ -330,7 +328,7 @@ pub fn srq_shared_by_two_rc_qps<B: Backend>(mut t: Bed<B>) {
 /// Instantiate every scenario as a test of module `$m` on the bed `$bed`,
 /// with extra attributes (the hardware variants are ignored with a reason).
 macro_rules! conformance_suite {
-    ($m:ident, $bed:expr $(, #[$attr:meta])*) => {
+    ($m:ident, $bed:expr $(, #[$attr:meta])* $(,)?) => {
         mod $m {
             use super::*;
             $(#[$attr])* #[test] fn rc_write_and_read() { scenarios::rc_write_and_read($bed) }
