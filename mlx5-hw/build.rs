@@ -14,6 +14,11 @@ fn main() {
     println!("cargo::rerun-if-env-changed=CC");
     println!("cargo::rerun-if-env-changed=CPATH");
     println!("cargo::rerun-if-env-changed=C_INCLUDE_PATH");
+    // Installing or removing libibverbs-dev changes the package database:
+    // probe again then.
+    if std::path::Path::new("/var/lib/dpkg/status").exists() {
+        println!("cargo::rerun-if-changed=/var/lib/dpkg/status");
+    }
 
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let child = Command::new(&cc)

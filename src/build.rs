@@ -34,6 +34,12 @@ fn main() {
     println!("cargo:rerun-if-env-changed=MLX5_TEST_DEVICE");
     println!("cargo:rerun-if-env-changed=LD_LIBRARY_PATH");
     println!("cargo:rerun-if-changed=src/build.rs");
+    // Installing or removing rdma-core changes these: probe again then.
+    for p in ["/etc/ld.so.cache", "/var/lib/dpkg/status"] {
+        if Path::new(p).exists() {
+            println!("cargo:rerun-if-changed={p}");
+        }
+    }
     if !has_libibverbs() {
         println!("cargo:rustc-cfg=hw_skip_no_library");
         return;
