@@ -132,3 +132,61 @@ fn post_into_ring_only_does_not_allocate() {
     });
     assert_eq!(n, 0);
 }
+
+/// UD sends, DCI sends to a DCT, and SRQ receives: no allocation either.
+#[test]
+fn ud_dc_and_srq_paths_do_not_allocate() {
+    let (_f, h) = cluster(2, Addressing::Roce, ExecMode::Threaded);
+    let cfg = RcQpConfig {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let (a, b) = (&h[0], &h[1]);
+    let ua = a.ctx.create_ud_qp(&a.pd, &a.cq, &a.cq, None, &cfg).unwrap();
+    let ub = b.ctx.create_ud_qp(&b.pd, &b.cq, &b.cq, Some(&b.srq), &cfg).unwrap();
+    ua.activate(1, 7).unwrap();
+    ub.activate(1, 7).unwrap();
+    let dci = a.ctx.create_dci(&a.pd, &a.cq, &cfg).unwrap();
+    dci.activate(&ConnectParams::default()).unwrap();
+    let dct = b.ctx.create_dct(&b.pd, &b.cq, &b.srq, 9).unwrap();
+    dct.activate(&ConnectParams::default()).unwrap();
+    let dctn = dct.dct_number().unwrap();
+    let av = mlx5::AddressVector::between(&a.port, &b.port, 0);
+    let rsge = [Sge { addr: b.mr.addr(), len: 4096, lkey: b.mr.lkey() }];
+    let round = |i: u64| {
+        b.srq.post_recv(i, &rsge).unwrap();
+        b.srq.post_recv(i, &rsge).unwrap();
+        ua.wqe_builder(i)
+            .unwrap()
+            .ctrl_send(WqeFlags::SIGNALED)
+            .unwrap()
+            .datagram(&av, ub.qpn(), 7)
+            .unwrap()
+            .inline(&[1; 32])
+            .unwrap()
+            .finish()
+            .unwrap();
+        dci.wqe_builder(i)
+            .unwrap()
+            .ctrl_send_imm(WqeFlags::SIGNALED, 3)
+            .unwrap()
+            .av(9, dctn, &av)
+            .unwrap()
+            .sge(a.mr.addr(), 64, a.mr.lkey())
+            .unwrap()
+            .finish()
+            .unwrap();
+        let (mut sends, mut recvs) = (0, 0);
+        while sends < 2 || recvs < 2 {
+            sends += a.cq.poll_with(16, |_, _| {}).completions;
+            recvs += b.cq.poll_with(16, |_, _| {}).completions;
+        }
+    };
+    for i in 0..100 {
+        round(i);
+    }
+    assert_eq!(counted(|| (0..1000).for_each(round)), 0, "allocations on the UD/DC/SRQ post and poll paths");
+}

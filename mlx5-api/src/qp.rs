@@ -152,10 +152,11 @@ impl<B: Backend, T> QpShared<B, T> {
             return Err(Error::QpState { qpn: self.qpn.get(), state, needed: QpState::Rts });
         }
         let sq = self.sq();
-        if sq.free() == 0 {
+        let free = sq.free();
+        if free == 0 {
             return Err(Error::SqFull { needed: 1, free: 0 });
         }
-        Ok(WqeBuilder::new(sq, entry, init))
+        Ok(WqeBuilder::new(sq, entry, init, free))
     }
 
     #[inline(always)]

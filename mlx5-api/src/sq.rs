@@ -107,15 +107,9 @@ impl<B: Backend, T> SendQueue<B, T> {
         self.wqe_cnt
     }
 
-    /// The most DS a WQE starting at the producer may have: the WQE size
-    /// limit or the free part of the ring, whichever is smaller. Computed
-    /// once per WQE; each segment then costs one compare.
-    #[inline(always)]
-    pub(crate) fn ds_budget(&self) -> u32 {
-        self.max_ds.min(self.free() * 4)
-    }
-
-    /// The error for a WQE of `ds` DS that exceeds [`Self::ds_budget`].
+    /// The error for a WQE of `ds` DS that exceeds its budget: the WQE size
+    /// limit or the free part of the ring, whichever is smaller (computed
+    /// once per WQE by the builder; each segment then costs one compare).
     #[cold]
     pub(crate) fn over_budget(&self, ds: u32) -> Error {
         if ds > self.max_ds {
@@ -159,7 +153,9 @@ impl<B: Backend, T> SendQueue<B, T> {
     #[inline(always)]
     pub(crate) fn commit(&self, start: u32, ds: u32, opcode: u8, entry: T) {
         let nbb = ds.div_ceil(4);
-        let slot = &self.slots[(start & (self.wqe_cnt - 1)) as usize];
+        // SAFETY: the index is masked by wqe_cnt - 1 and slots has wqe_cnt
+        // entries (a power of two).
+        let slot = unsafe { self.slots.get_unchecked((start & (self.wqe_cnt - 1)) as usize) };
         slot.nbb.set(nbb as u8);
         slot.opcode.set(opcode);
         // SAFETY: single-threaded; no reference into the slot outlives this call.
@@ -184,9 +180,16 @@ impl<B: Backend, T> SendQueue<B, T> {
         if self.unrung.get() == 0 {
             return;
         }
-        self.write_dbrec();
         // SAFETY: the first 8 bytes of a ctrl segment never straddle the ring end.
         let ctrl = unsafe { (self.ds_ptr(self.last.get(), 0) as *const [u8; 8]).read() };
+        self.ring_doorbell_with(ctrl);
+    }
+
+    /// Ring for the WQE just committed, whose first 8 ctrl bytes the caller
+    /// still holds (saves reading them back from the ring).
+    #[inline(always)]
+    pub(crate) fn ring_doorbell_with(&self, ctrl: [u8; 8]) {
+        self.write_dbrec();
         B::ring_doorbell(&self.uar, self.bf_offset.get(), ctrl);
         self.after_doorbell();
     }

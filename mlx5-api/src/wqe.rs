@@ -96,13 +96,13 @@ pub struct WqeBuilder<'q, B: Backend, T, S> {
 
 impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
     #[inline(always)]
-    pub(crate) fn new(sq: &'q SendQueue<B, T>, entry: T, state: S) -> Self {
+    pub(crate) fn new(sq: &'q SendQueue<B, T>, entry: T, state: S, free: u32) -> Self {
         WqeBuilder {
             sq,
             entry,
             start: sq.pi(),
             ds: 1,
-            budget: sq.ds_budget(),
+            budget: sq.max_ds.min(free * 4),
             nsge: 0,
             msg_len: 0,
             opcode: 0,
@@ -233,9 +233,10 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
     }
 
     /// Write the ctrl segment (spec §2.1), record the WQE and advance the
-    /// producer; the doorbell is left to the caller.
+    /// producer; the doorbell is left to the caller, who gets the ctrl
+    /// segment's first 8 bytes (the doorbell value).
     #[inline(always)]
-    fn commit(self) {
+    fn commit(self) -> [u8; 8] {
         let sq = self.sq;
         let mut ctrl = [0u8; 16];
         let idx_opcode = ((self.start & 0xffff) << 8) | self.opcode as u32;
@@ -245,6 +246,9 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         ctrl[12..16].copy_from_slice(&self.imm);
         sq.write_ds(self.start, 0, ctrl);
         sq.commit(self.start, self.ds, self.opcode, self.entry);
+        let mut db = [0u8; 8];
+        db.copy_from_slice(&ctrl[..8]);
+        db
     }
 }
 
@@ -424,8 +428,10 @@ impl<'q, B: Backend, T, S: Finishable> WqeBuilder<'q, B, T, S> {
     #[inline(always)]
     pub fn finish(self) -> Result<()> {
         let sq = self.sq;
-        self.commit();
-        sq.ring_doorbell();
+        // Any WQEs pending from finish_batch() go with it: the doorbell
+        // record covers them all, the doorbell carries this (last) WQE's ctrl.
+        let ctrl = self.commit();
+        sq.ring_doorbell_with(ctrl);
         Ok(())
     }
 
@@ -435,7 +441,7 @@ impl<'q, B: Backend, T, S: Finishable> WqeBuilder<'q, B, T, S> {
     #[inline(always)]
     pub fn finish_with_blueflame(self) -> Result<()> {
         let sq = self.sq;
-        self.commit();
+        let _ = self.commit();
         sq.ring_blueflame();
         Ok(())
     }
@@ -444,7 +450,7 @@ impl<'q, B: Backend, T, S: Finishable> WqeBuilder<'q, B, T, S> {
     /// `ring_sq_doorbell()` on the QP.
     #[inline(always)]
     pub fn finish_batch(self) -> Result<()> {
-        self.commit();
+        let _ = self.commit();
         Ok(())
     }
 }
