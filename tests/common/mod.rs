@@ -29,13 +29,8 @@ impl Side {
         Side { qp, cq, mr, pd, ctx }
     }
 
-    /// Poll until the CQ is empty; deterministic mode executes at doorbell
-    /// time, so everything due is already there.
     pub fn drain(&mut self) -> Vec<(Completion, u64)> {
-        let mut v = Vec::new();
-        while self.cq.poll_with(64, |c, e| v.push((c, e))).consumed() > 0 {}
-        assert!(self.cq.take_unknown().is_none(), "no unattributable CQE");
-        v
+        drain(&self.cq)
     }
 
     /// Poll until `n` completions arrived (threaded mode), bounded in time.
@@ -49,17 +44,8 @@ impl Side {
         v
     }
 
-    /// Poll with virtual-time ticks (each empty poll advances the simulator's
-    /// clock by one RNR period) until `n` completions or `max_polls` polls.
     pub fn poll_ticks(&mut self, n: usize, max_polls: usize) -> Vec<(Completion, u64)> {
-        let mut v = Vec::new();
-        for _ in 0..max_polls {
-            self.cq.poll_with(64, |c, e| v.push((c, e)));
-            if v.len() >= n {
-                break;
-            }
-        }
-        v
+        poll_ticks(&self.cq, n, max_polls)
     }
 }
 
@@ -131,21 +117,11 @@ impl Node {
     }
 
     pub fn drain(&mut self) -> Vec<(Completion, u64)> {
-        let mut v = Vec::new();
-        while self.cq.poll_with(64, |c, e| v.push((c, e))).consumed() > 0 {}
-        assert!(self.cq.take_unknown().is_none(), "no unattributable CQE");
-        v
+        drain(&self.cq)
     }
 
     pub fn poll_ticks(&mut self, n: usize, max_polls: usize) -> Vec<(Completion, u64)> {
-        let mut v = Vec::new();
-        for _ in 0..max_polls {
-            self.cq.poll_with(64, |c, e| v.push((c, e)));
-            if v.len() >= n {
-                break;
-            }
-        }
-        v
+        poll_ticks(&self.cq, n, max_polls)
     }
 }
 
@@ -175,4 +151,26 @@ pub fn cluster(n: usize, addressing: Addressing, mode: ExecMode) -> (Fabric, Vec
         })
         .collect();
     (fabric, nodes)
+}
+
+/// Poll until the CQ is empty; deterministic mode executes at doorbell
+/// time, so everything due is already there.
+pub fn drain(cq: &CompletionQueue<Sim, u64>) -> Vec<(Completion, u64)> {
+    let mut v = Vec::new();
+    while cq.poll_with(64, |c, e| v.push((c, e))).consumed() > 0 {}
+    assert!(cq.take_unknown().is_none(), "no unattributable CQE");
+    v
+}
+
+/// Poll with virtual-time ticks (each empty poll advances the simulator's
+/// clock by one RNR period) until `n` completions or `max_polls` polls.
+pub fn poll_ticks(cq: &CompletionQueue<Sim, u64>, n: usize, max_polls: usize) -> Vec<(Completion, u64)> {
+    let mut v = Vec::new();
+    for _ in 0..max_polls {
+        cq.poll_with(64, |c, e| v.push((c, e)));
+        if v.len() >= n {
+            break;
+        }
+    }
+    v
 }
