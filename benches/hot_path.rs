@@ -1,0 +1,113 @@
+//! hot_path: a fixed amount of post or poll work, for instruction counting
+//! with callgrind (`benches/callgrind.sh` runs it with N and 2N operations
+//! and divides the difference by N, so set-up and loop entry cancel out).
+//!
+//! `hot_path post N`: N signaled 1-SGE RDMA_WRITEs into the ring-only
+//! backend (doorbell recorded, nothing executed), one `finish()` each.
+//! `hot_path poll N`: N signaled RDMA_WRITEs executed by the deterministic
+//! simulator (posted as one batch), then N CQEs polled by a `MonoCq` whose
+//! callback reads the status and the entry. Only `post_phase` /
+//! `poll_phase` are counted (`--toggle-collect`).
+
+use std::hint::black_box;
+
+use mlx5::model::ExecMode;
+use mlx5::ring_only::{RingOnly, RingOnlyDevice};
+use mlx5::sim::two_hosts;
+use mlx5::{AccessFlags, ConnectParams, Device, RcQpConfig, RemoteQpInfo, WqeFlags};
+
+type Cfg = RcQpConfig;
+
+fn cfg(n: u32) -> Cfg {
+    RcQpConfig { max_send_wr: n.next_power_of_two().max(64), max_recv_wr: 16, ..RcQpConfig::default() }
+}
+
+#[inline(never)]
+fn post_phase(qp: &mlx5::RcQp<RingOnly, u64>, n: u64) {
+    for i in 0..n {
+        qp.wqe_builder(i)
+            .unwrap()
+            .ctrl_rdma_write(WqeFlags::SIGNALED)
+            .unwrap()
+            .rdma(0x5555_0000_1000, 0x5678)
+            .unwrap()
+            .sge(0x7f12_3456_0000, 64, 0x1234)
+            .unwrap()
+            .finish()
+            .unwrap();
+    }
+}
+
+fn post(n: u32) {
+    let ctx = Device::<RingOnly>::new(RingOnlyDevice::new(1, 256)).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_mono_cq(64, |_, _: u64| {}).unwrap();
+    let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg(n)).unwrap();
+    qp.connect(&RemoteQpInfo::ib(2, 2), &ConnectParams::default()).unwrap();
+    post_phase(&qp, black_box(n as u64));
+    assert_eq!(qp.sq_pi(), n);
+}
+
+#[inline(never)]
+fn poll_phase<F: FnMut(mlx5::Completion, u64)>(cq: &mut mlx5::MonoCq<mlx5::sim::Sim, u64, F>, n: u32) -> u32 {
+    let mut got = 0;
+    while got < n {
+        got += cq.poll(n).completions;
+    }
+    got
+}
+
+fn poll(n: u32) {
+    let (_fabric, da, db) = two_hosts(ExecMode::Deterministic);
+    let (ca, cb) = (da.open().unwrap(), db.open().unwrap());
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let mut sum = 0u64;
+    let mut errors = 0u32;
+    let mut cqa = ca
+        .create_mono_cq(n.next_power_of_two(), |c, e: u64| {
+            sum = sum.wrapping_add(e);
+            errors += !c.status.is_ok() as u32;
+        })
+        .unwrap();
+    let cqb = cb.create_mono_cq(64, |_, _: u64| {}).unwrap();
+    let qa = ca.create_rc_qp(&pa, &cqa, &cqa, &cfg(n)).unwrap();
+    let qb = cb.create_rc_qp(&pb, &cqb, &cqb, &cfg(16)).unwrap();
+    let p = ConnectParams::default();
+    qa.connect(&qb.local_info(1, 0).unwrap(), &p).unwrap();
+    qb.connect(&qa.local_info(1, 0).unwrap(), &p).unwrap();
+    let la = pa.alloc_mr(4096, AccessFlags::ALL).unwrap();
+    let rb = pb.alloc_mr(4096, AccessFlags::ALL).unwrap();
+    for i in 0..n as u64 {
+        qa.wqe_builder(i)
+            .unwrap()
+            .ctrl_rdma_write(WqeFlags::SIGNALED)
+            .unwrap()
+            .rdma(rb.addr(), rb.rkey())
+            .unwrap()
+            .sge(la.addr(), 64, la.lkey())
+            .unwrap()
+            .finish_batch()
+            .unwrap();
+    }
+    qa.ring_sq_doorbell();
+    let got = poll_phase(&mut cqa, black_box(n));
+    drop(cqa);
+    assert_eq!(got, n);
+    assert_eq!(errors, 0);
+    assert_eq!(sum, (n as u64) * (n as u64 - 1) / 2);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    // `cargo bench` passes --bench: run a small smoke round and exit.
+    let what = args.get(1).map(String::as_str).unwrap_or("--bench");
+    let n: u32 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1000);
+    match what {
+        "post" => post(n),
+        "poll" => poll(n),
+        _ => {
+            post(64);
+            poll(64);
+        }
+    }
+}
