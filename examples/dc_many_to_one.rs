@@ -99,6 +99,7 @@ fn main() {
         max_send_sge: 1,
         max_recv_sge: 0,
         max_inline_data: SLOT as u32,
+        dedicated_uar: false,
     };
     let mut clients: Vec<_> = (0..a.clients)
         .map(|c| {

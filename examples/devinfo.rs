@@ -151,6 +151,7 @@ fn blueflame(hw: &HwContext) -> String {
             rq_stride: 16,
             user_index: 0,
             dc_key: 0,
+            dedicated_uar: false,
         };
         let (qp, res) = Hw::create_qp(hw, &pd, Some(&cq), &cq, None, &attr)?;
         drop(qp);

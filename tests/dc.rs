@@ -15,8 +15,14 @@ use mlx5::{
 const KEY: u64 = 0x1122_3344_5566_7788;
 
 fn dci(n: &Node, params: &ConnectParams) -> Dci<Sim, u64> {
-    let cfg =
-        RcQpConfig { max_send_wr: 64, max_recv_wr: 0, max_send_sge: 2, max_recv_sge: 0, max_inline_data: 64 };
+    let cfg = RcQpConfig {
+        max_send_wr: 64,
+        max_recv_wr: 0,
+        max_send_sge: 2,
+        max_recv_sge: 0,
+        max_inline_data: 64,
+        dedicated_uar: false,
+    };
     let d = n.ctx.create_dci(&n.pd, &n.cq, &cfg).unwrap();
     d.activate(params).unwrap();
     d

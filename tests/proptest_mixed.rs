@@ -84,6 +84,7 @@ fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 64,
+        dedicated_uar: false,
     };
     let p = ConnectParams::default();
     let mut hosts: Vec<Host> = n

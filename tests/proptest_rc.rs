@@ -101,6 +101,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         max_send_sge: 3,
         max_recv_sge: 3,
         max_inline_data: INLINE,
+        dedicated_uar: false,
     };
     let mut p = pair_with(ExecMode::Deterministic, &cfg, AccessFlags::ALL, &ConnectParams::default());
     fill(&p.a.mr, 0, HALF, 7);

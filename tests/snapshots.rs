@@ -56,8 +56,14 @@ fn fixture(pi: u32) -> Fx {
     let ctx = Device::<RingOnly>::new(dev.clone()).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16, |_, _: u32| {}).unwrap();
-    let cfg =
-        RcQpConfig { max_send_wr: 4, max_recv_wr: 1, max_send_sge: 4, max_recv_sge: 1, max_inline_data: 64 };
+    let cfg = RcQpConfig {
+        max_send_wr: 4,
+        max_recv_wr: 1,
+        max_send_sge: 4,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+        dedicated_uar: false,
+    };
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).unwrap();
     qp.connect(&RemoteQpInfo::ib(0x456, 2), &ConnectParams::default()).unwrap();
     // SAFETY: ring-only backend, empty queue.

@@ -107,6 +107,7 @@ fn ud_wqe_layouts() {
                 max_send_sge: 3,
                 max_recv_sge: 1,
                 max_inline_data: 32,
+                dedicated_uar: false,
             };
             let ud = ctx.create_ud_qp(&pd, &cq, &cq, None, &cfg).unwrap();
             assert_eq!(ud.sq_wqebbs(), 8);
@@ -187,6 +188,7 @@ fn dc_wqe_layouts() {
                 max_send_sge: 4,
                 max_recv_sge: 0,
                 max_inline_data: 32,
+                dedicated_uar: false,
             };
             let dci = ctx.create_dci(&pd, &cq, &cfg).unwrap();
             assert_eq!(dci.sq_wqebbs(), 8);

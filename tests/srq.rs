@@ -17,6 +17,7 @@ fn rc_pairs(h: &[Node], n: usize, params: &ConnectParams) -> Vec<(RcQp<Sim, u64>
         max_send_sge: 2,
         max_recv_sge: 2,
         max_inline_data: 64,
+        dedicated_uar: false,
     };
     (0..n)
         .map(|_| {

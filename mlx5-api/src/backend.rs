@@ -7,6 +7,7 @@
 //! polling — is generic code in this crate, shared by every backend.
 
 use crate::error::Result;
+use crate::ring::Mmio;
 use crate::types::{AccessFlags, DeviceCaps, PortInfo, QpState, RemoteQpInfo};
 
 /// Raw CQ resources (`struct mlx5dv_cq`).
@@ -37,8 +38,11 @@ pub struct QpResources<U> {
     pub rq_stride: u32,
     /// QP doorbell record: word 0 RQ counter, word 1 SQ counter (BE32).
     pub dbrec: *mut u32,
-    /// The QP's doorbell / BlueFlame register.
+    /// How doorbells reach the QP's register.
     pub uar: U,
+    /// The register (`bf.reg`). QPs that share a register report the same
+    /// address; the front-end keeps one BlueFlame toggle per register.
+    pub bf_reg: *mut u8,
     /// BlueFlame half size (`bf.size`), 0 when the register is doorbell-only.
     pub bf_size: u32,
 }
@@ -105,6 +109,9 @@ pub struct QpCreate {
     pub user_index: u32,
     /// DCT: the DC access key checked against every initiator's AV.
     pub dc_key: u64,
+    /// A register of its own, shared with no other QP (rdma-core's thread
+    /// domain): for a send queue driven from another thread.
+    pub dedicated_uar: bool,
 }
 
 /// One step of the QP state machine with the attributes it needs (spec §7).
@@ -137,8 +144,9 @@ pub trait Backend: Sized + 'static {
     type Cq;
     type Qp;
     type Srq;
-    /// Doorbell / BlueFlame register of a QP.
-    type Uar;
+    /// How doorbell and BlueFlame writes reach a QP's register (real MMIO
+    /// on hardware; the simulator's register otherwise).
+    type Uar: Mmio;
 
     fn device_name(dev: &Self::Device) -> String;
     fn open(dev: &Self::Device) -> Result<Self::Context>;
@@ -174,14 +182,6 @@ pub trait Backend: Sized + 'static {
     /// live: it does not exist before).
     fn dct_number(ctx: &Self::Context, qp: &Self::Qp) -> Result<u32>;
 
-    /// Plain doorbell: one 8-byte store of `ctrl` (the first 8 bytes of the
-    /// last WQE's ctrl segment) at `offset` of the register, with the MMIO
-    /// ordering of spec §1.7 (barrier B before, C after).
-    fn ring_doorbell(uar: &Self::Uar, offset: u32, ctrl: [u8; 8]);
-    /// BlueFlame: copy the whole last WQE, given as the part up to the ring
-    /// end and the wrapped rest (each a multiple of 64 bytes, together at most
-    /// `bf_size`), in ascending 64-byte chunks at `offset`.
-    fn ring_blueflame(uar: &Self::Uar, offset: u32, head: &[u8], tail: &[u8]);
     /// Called by `poll` when the CQ had nothing: the simulator advances its
     /// virtual clock (RNR retries); hardware does nothing.
     #[inline(always)]

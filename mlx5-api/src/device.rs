@@ -1,5 +1,6 @@
 //! Devices, contexts, protection domains and memory regions: RAII owners of
-//! backend objects, each keeping alive what it depends on.
+//! backend objects, each keeping alive what it depends on; the `create_*`
+//! calls that assemble QPs, CQs and SRQs from backend resources.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::cell::Cell;
@@ -7,13 +8,14 @@ use std::rc::Rc;
 
 use crate::backend::{Backend, QpCaps, QpCreate, QpKind, SrqCreate};
 use crate::cq::{AsCq, Completion, CompletionQueue, CqShared, MonoCq};
+use crate::ctx::{CtxInner, PdInner};
 use crate::error::{Error, Result};
-use crate::qp::{Dci, Dct, QpParts, QpShared, RcQp, RecvSide, UdQp};
-use crate::rq::RecvQueue;
+use crate::qp::{Dci, Dct, QpParts, QpShared, RcQp, UdQp};
+use crate::ring::{RqDesc, SqDesc, SqKind};
 use crate::sizing::{qp_geometry, srq_geometry, QpGeometry};
-use crate::sq::SendQueue;
 use crate::srq::{SharedReceiveQueue, SrqShared};
-use crate::types::{AccessFlags, DeviceCaps, PortInfo};
+use crate::types::{AccessFlags, DeviceCaps, PortInfo, QpState};
+use crate::wq::{RecvQueue, RecvSide, SendQueue, WorkQueues};
 
 /// A device that can be opened.
 pub struct Device<B: Backend> {
@@ -30,15 +32,8 @@ impl<B: Backend> Device<B> {
     pub fn open(&self) -> Result<Context<B>> {
         let raw = B::open(&self.raw)?;
         let caps = B::device_caps(&raw);
-        Ok(Context { inner: Rc::new(CtxInner { raw, caps, next_uidx: Cell::new(1) }) })
+        Ok(Context { inner: Rc::new(CtxInner::new(raw, caps)) })
     }
-}
-
-#[doc(hidden)]
-pub struct CtxInner<B: Backend> {
-    pub(crate) raw: B::Context,
-    caps: DeviceCaps,
-    next_uidx: Cell<u32>,
 }
 
 /// An opened device.
@@ -177,6 +172,7 @@ impl<B: Backend> Context<B> {
             max_send_sge: 0,
             max_recv_sge: 0,
             max_inline_data: 0,
+            dedicated_uar: false,
         };
         let shared =
             self.create_qp(QpKind::Dct, pd, None, recv_cq.shared(), Some(&srq.shared), &config, dc_key)?;
@@ -192,16 +188,10 @@ impl<B: Backend> Context<B> {
         max_sge: u32,
     ) -> Result<SharedReceiveQueue<B, T>> {
         let (wqe_cnt, stride) = srq_geometry(max_wr, max_sge, &self.inner.caps)?;
-        let attr = SrqCreate { wqe_cnt, stride, max_sge, user_index: self.next_user_index() };
+        let attr = SrqCreate { wqe_cnt, stride, max_sge, user_index: self.inner.next_user_index() };
         let (raw, res) = B::create_srq(&self.inner.raw, &pd.inner.raw, &attr)?;
         let shared = Rc::new(SrqShared::new(raw, res, max_sge, pd.inner.clone()));
         Ok(SharedReceiveQueue { shared })
-    }
-
-    fn next_user_index(&self) -> u32 {
-        let uidx = self.inner.next_uidx.get();
-        self.inner.next_uidx.set((uidx + 1) & 0xff_ffff);
-        uidx
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -237,8 +227,9 @@ impl<B: Backend> Context<B> {
             sq_wqe_cnt: geo.sq_wqe_cnt,
             rq_wqe_cnt: geo.rq_wqe_cnt,
             rq_stride: geo.rq_stride,
-            user_index: self.next_user_index(),
+            user_index: self.inner.next_user_index(),
             dc_key,
+            dedicated_uar: config.dedicated_uar,
         };
         let (raw, res) = B::create_qp(
             &self.inner.raw,
@@ -250,26 +241,53 @@ impl<B: Backend> Context<B> {
         )?;
         let recv = match srq {
             Some(s) => RecvSide::Srq(s.clone()),
-            None if res.rq_wqe_cnt > 0 => RecvSide::Rq(RecvQueue::new(
+            None if res.rq_wqe_cnt > 0 => RecvSide::Rq(RecvQueue::new(RqDesc::new(
                 res.rq_buf,
                 res.rq_wqe_cnt,
                 res.rq_stride,
                 res.dbrec,
                 caps.max_recv_sge,
-            )),
+            ))),
             None => RecvSide::None,
         };
-        let qpn = res.qpn;
         let max_msg = if kind == QpKind::Ud { port.active_mtu } else { 1 << 31 };
-        let sq = (kind != QpKind::Dct)
-            .then(|| SendQueue::new(res, caps.max_send_sge, caps.max_inline_data, geo.max_wqe_ds, max_msg));
-        Ok(QpShared::new(QpParts {
-            raw,
-            sq,
-            recv,
-            qpn,
+        let sq = match kind {
+            QpKind::Dct => None,
+            _ => {
+                let sq_kind = match kind {
+                    QpKind::Ud => SqKind::Ud,
+                    QpKind::Dci => SqKind::Dci,
+                    _ => SqKind::Rc,
+                };
+                let desc = SqDesc::new(
+                    res.sq_buf,
+                    res.sq_wqe_cnt,
+                    // SAFETY: dbrec points at the QP's two doorbell record words.
+                    unsafe { res.dbrec.add(1) },
+                    std::ptr::null_mut(),
+                    res.qpn,
+                    sq_kind,
+                    caps.max_send_sge,
+                    caps.max_inline_data,
+                    geo.max_wqe_ds,
+                    max_msg,
+                );
+                let reg = self.inner.register(res.bf_reg, res.bf_size, res.uar);
+                Some(SendQueue::new(desc, reg))
+            }
+        };
+        let wq = WorkQueues {
+            // A DCT's number is assigned at RTR; the creation handle is the backend's.
+            qpn: Cell::new(if kind == QpKind::Dct { 0 } else { res.qpn }),
+            state: Cell::new(QpState::Reset),
             kind,
             link: port.link_layer,
+            sq,
+            recv,
+        };
+        Ok(QpShared::new(QpParts {
+            raw,
+            wq,
             caps,
             send_cq: send_cq.cloned(),
             recv_cq: recv_cq.clone(),
@@ -286,6 +304,11 @@ pub struct RcQpConfig {
     pub max_send_sge: u32,
     pub max_recv_sge: u32,
     pub max_inline_data: u32,
+    /// A doorbell register of its own (rdma-core's thread domain), shared
+    /// with no other QP: for a send queue driven from another thread
+    /// through the ring core. Otherwise QPs of a context may share
+    /// registers (rdma-core does from the 17th QP on).
+    pub dedicated_uar: bool,
 }
 
 impl Default for RcQpConfig {
@@ -296,14 +319,9 @@ impl Default for RcQpConfig {
             max_send_sge: 4,
             max_recv_sge: 4,
             max_inline_data: 256,
+            dedicated_uar: false,
         }
     }
-}
-
-#[doc(hidden)]
-pub struct PdInner<B: Backend> {
-    pub(crate) raw: B::Pd,
-    pub(crate) ctx: Rc<CtxInner<B>>,
 }
 
 /// A protection domain.

@@ -54,3 +54,21 @@ pub enum Error {
 
 /// Result alias of the front-end.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<crate::ring::PostError> for Error {
+    #[cold]
+    fn from(e: crate::ring::PostError) -> Self {
+        use crate::ring::PostError as P;
+        match e {
+            P::SqFull { needed, free } => Error::SqFull { needed, free },
+            P::RqFull { capacity } => Error::RqFull { capacity },
+            P::SrqFull { capacity } => Error::SrqFull { capacity },
+            P::TooManySge { count, max } => Error::TooManySge { count, max },
+            P::InlineTooLarge { len, max } => Error::InlineTooLarge { len, max },
+            P::WqeTooLarge { ds, max } => Error::WqeTooLarge { ds, max },
+            P::MessageTooLong { len, max } => Error::MessageTooLong { len, max },
+            P::SgeTooLong { len } => Error::SgeTooLong { len },
+            other => Error::InvalidArgument(other.to_string()),
+        }
+    }
+}

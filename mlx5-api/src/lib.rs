@@ -1,41 +1,77 @@
-//! mlx5 direct-verbs front-end: type-state WQE builders writing straight
-//! into the send ring, ring bookkeeping, wr-id tracking and CQE polling,
-//! generic over a static [`Backend`] (the `mlx5-sim` software NIC, or
-//! ConnectX hardware through mlx5dv).
+//! mlx5 direct-verbs front-end, in two layers:
 //!
-//! Single-threaded by design: handles use `Rc`/`Cell`; the post and poll
-//! paths allocate nothing, take no lock and make no dynamic call (except
+//! * [`ring`], the **ring core**: `#[repr(C)]` plain-data queue descriptors
+//!   (send, receive, shared receive, completion), pure segment writers named
+//!   after rdma-core, the flat [`ring::send_wqe`], the doorbell sequence and
+//!   the pure CQE reader. `no_std`, no allocation: what a C program, another
+//!   thread or (later) a GPU kernel uses to post into rings that the
+//!   simulator or a ConnectX executes. Without the default `std` feature
+//!   this crate is the ring core alone.
+//! * The **handle layer** (feature `std`, default): RAII objects generic
+//!   over a static [`Backend`] (the `mlx5-sim` software NIC, or ConnectX
+//!   through mlx5dv), the type-state WQE builder, wr-id tracking
+//!   ([`tracker`]), and CQ polling that dispatches through an O(1) QPN
+//!   table to a small view of each QP's work queues ([`wq`]).
+//!
+//! Single-threaded handles (`Rc`/`Cell`); the post and poll paths allocate
+//! nothing, take no lock and make no dynamic call (except
 //! `CompletionQueue`'s boxed callback, which `MonoCq` avoids).
 
+#![cfg_attr(not(feature = "std"), no_std)]
+
+pub mod ring;
+
+#[cfg(feature = "std")]
 pub mod av;
+#[cfg(feature = "std")]
 pub mod backend;
-pub mod barrier;
+#[cfg(feature = "std")]
 pub mod cq;
+#[cfg(feature = "std")]
+pub mod ctx;
+#[cfg(feature = "std")]
 pub mod device;
+#[cfg(feature = "std")]
 pub mod error;
+#[cfg(feature = "std")]
 pub mod qp;
+#[cfg(feature = "std")]
+pub(crate) mod qpn_table;
+#[cfg(feature = "std")]
 pub mod ring_only;
+#[cfg(feature = "std")]
 pub mod rq;
 #[cfg(feature = "sim")]
 pub mod sim;
+#[cfg(feature = "std")]
 pub mod sizing;
-mod sq;
+#[cfg(feature = "std")]
 pub mod srq;
+#[cfg(feature = "std")]
+pub(crate) mod tracker;
+#[cfg(feature = "std")]
 pub mod types;
+#[cfg(feature = "std")]
+pub mod wq;
+#[cfg(feature = "std")]
 pub mod wqe;
 
-pub use av::{AddressVector, IbGrh, RoceAv};
-pub use backend::{Backend, CqResources, QpCaps, QpKind, QpResources, SrqResources};
-pub use cq::{
-    AsCq, Completion, CompletionQueue, CqeError, CqeFields, MonoCq, PollOutcome, RoceL3, Status, Syndrome,
-    UnknownCqe, UnknownReason, WcOpcode,
+/// The memory barriers of the post and poll paths (spec §1.7).
+pub use ring::barrier;
+
+#[cfg(feature = "std")]
+pub use {
+    av::{AddressVector, IbGrh, RoceAv},
+    backend::{Backend, CqResources, QpCaps, QpKind, QpResources, SrqResources},
+    cq::{
+        AsCq, Completion, CompletionQueue, MonoCq, PollOutcome, RoceL3, UnknownCqe, UnknownReason, WcOpcode,
+    },
+    device::{Context, Device, MemoryRegion, ProtectionDomain, RcQpConfig},
+    error::{Error, Result},
+    qp::{Dci, Dct, RcQp, UdQp},
+    ring::cqe::Cqe as CqeFields,
+    ring::{CqeError, Sge, Status, Syndrome},
+    srq::SharedReceiveQueue,
+    types::{AccessFlags, ConnectParams, DeviceCaps, LinkLayer, PortInfo, QpState, RemoteQpInfo, WqeFlags},
+    wqe::WqeBuilder,
 };
-pub use device::{Context, Device, MemoryRegion, ProtectionDomain, RcQpConfig};
-pub use error::{Error, Result};
-pub use qp::{Dci, Dct, RcQp, UdQp};
-pub use rq::Sge;
-pub use srq::SharedReceiveQueue;
-pub use types::{
-    AccessFlags, ConnectParams, DeviceCaps, LinkLayer, PortInfo, QpState, RemoteQpInfo, WqeFlags,
-};
-pub use wqe::WqeBuilder;

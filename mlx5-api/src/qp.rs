@@ -1,41 +1,27 @@
 //! Queue pairs: the state machine of spec §7 on the front-end side, the
 //! entry points of the WQE builder, and receive posting. One shared core
 //! serves every transport; the handle types (`RcQp`, `UdQp`, `Dci`, `Dct`)
-//! expose what each transport allows.
+//! expose what each transport allows. The work queues live in a
+//! [`WorkQueues`] view that the QP's CQs dispatch to.
 
-use std::cell::Cell;
 use std::rc::Rc;
 
 use crate::backend::{Backend, QpCaps, QpKind, QpTransition};
 use crate::cq::CqShared;
-use crate::device::PdInner;
+use crate::ctx::PdInner;
 use crate::error::{Error, Result};
-use crate::rq::{RecvQueue, Sge};
-use crate::sq::SendQueue;
-use crate::srq::SrqShared;
+use crate::ring::{RqDesc, Sge, SqDesc};
 use crate::types::{AccessFlags, ConnectParams, LinkLayer, QpState, RemoteQpInfo};
+use crate::wq::{RecvSide, WorkQueues};
 use crate::wqe::state::{DcInit, Init, UdInit};
 use crate::wqe::WqeBuilder;
 
-/// Where a QP's receives come from.
-pub(crate) enum RecvSide<B: Backend, T> {
-    None,
-    Rq(RecvQueue<T>),
-    Srq(Rc<SrqShared<B, T>>),
-}
-
-/// QP state shared by the user's handle and the CQs it reports to.
+/// QP state shared by the user's handle.
 #[doc(hidden)]
 pub struct QpShared<B: Backend, T> {
     /// Destroyed first: the backend QP goes before the CQs, SRQ and PD below.
     raw: B::Qp,
-    pub(crate) sq: Option<SendQueue<B, T>>,
-    pub(crate) recv: RecvSide<B, T>,
-    state: Cell<QpState>,
-    /// QPN; for a DCT, the DCT number once in RTR (0 before).
-    qpn: Cell<u32>,
-    kind: QpKind,
-    pub(crate) link: LinkLayer,
+    pub(crate) wq: Rc<WorkQueues<B, T>>,
     caps: QpCaps,
     send_cq: Option<Rc<CqShared<B, T>>>,
     recv_cq: Rc<CqShared<B, T>>,
@@ -45,11 +31,7 @@ pub struct QpShared<B: Backend, T> {
 /// Everything `QpShared::new` needs.
 pub(crate) struct QpParts<B: Backend, T> {
     pub raw: B::Qp,
-    pub sq: Option<SendQueue<B, T>>,
-    pub recv: RecvSide<B, T>,
-    pub qpn: u32,
-    pub kind: QpKind,
-    pub link: LinkLayer,
+    pub wq: WorkQueues<B, T>,
     pub caps: QpCaps,
     pub send_cq: Option<Rc<CqShared<B, T>>>,
     pub recv_cq: Rc<CqShared<B, T>>,
@@ -60,113 +42,81 @@ impl<B: Backend, T> QpShared<B, T> {
     pub(crate) fn new(p: QpParts<B, T>) -> Rc<Self> {
         let shared = Rc::new(QpShared {
             raw: p.raw,
-            sq: p.sq,
-            recv: p.recv,
-            state: Cell::new(QpState::Reset),
-            // A DCT's number is assigned at RTR; the creation handle is the backend's.
-            qpn: Cell::new(if p.kind == QpKind::Dct { 0 } else { p.qpn }),
-            kind: p.kind,
-            link: p.link,
+            wq: Rc::new(p.wq),
             caps: p.caps,
             send_cq: p.send_cq,
             recv_cq: p.recv_cq,
             pd: p.pd,
         });
         // A DCT is known to its CQ by its DCT number, which exists from RTR on.
-        if shared.kind != QpKind::Dct {
-            shared.register(shared.qpn.get());
+        if shared.wq.kind != QpKind::Dct {
+            shared.register(shared.wq.qpn.get());
         }
         shared
     }
 
-    fn register(self: &Rc<Self>, qpn: u32) {
-        if let Some(scq) = &self.send_cq {
-            scq.register(qpn, Rc::downgrade(self));
-        }
-        if self.send_cq.as_ref().is_none_or(|s| !Rc::ptr_eq(s, &self.recv_cq)) {
-            self.recv_cq.register(qpn, Rc::downgrade(self));
+    fn cqs(&self) -> impl Iterator<Item = &Rc<CqShared<B, T>>> {
+        let recv = Some(&self.recv_cq).filter(|r| self.send_cq.as_ref().is_none_or(|s| !Rc::ptr_eq(s, r)));
+        self.send_cq.iter().chain(recv)
+    }
+
+    fn register(&self, qpn: u32) {
+        for cq in self.cqs() {
+            cq.register(qpn, self.wq.clone());
         }
     }
 
     fn unregister(&self) {
-        let qpn = self.qpn.get();
-        if let Some(scq) = &self.send_cq {
-            scq.unregister(qpn);
-        }
-        self.recv_cq.unregister(qpn);
-    }
-
-    /// An error CQE moved the QP to ERR (spec §6.1); a UD send error to SQE.
-    pub(crate) fn enter_error(&self, send_side: bool) {
-        let s = if send_side && self.kind == QpKind::Ud { QpState::Sqe } else { QpState::Err };
-        if self.state.get() != QpState::Err {
-            self.state.set(s);
+        let qpn = self.wq.qpn.get();
+        for cq in self.cqs() {
+            cq.unregister(qpn);
         }
     }
 
-    pub(crate) fn kind(&self) -> QpKind {
-        self.kind
-    }
-
-    /// Retire the receive named by a responder CQE.
-    #[inline(always)]
-    pub(crate) fn retire_recv(&self, wqe_counter: u16) -> Option<T> {
-        match &self.recv {
-            RecvSide::Rq(rq) => rq.retire(wqe_counter),
-            RecvSide::Srq(srq) => srq.retire(wqe_counter),
-            RecvSide::None => None,
-        }
-    }
-
-    fn transition(self: &Rc<Self>, to: QpState, t: &QpTransition) -> Result<()> {
-        let from = self.state.get();
+    fn transition(&self, to: QpState, t: &QpTransition) -> Result<()> {
+        let from = self.wq.state.get();
         if !from.can_transition_to(to) {
             return Err(Error::InvalidTransition { from, to });
         }
         B::modify_qp(&self.pd.ctx.raw, &self.raw, t)?;
         if to == QpState::Reset {
-            if let Some(sq) = &self.sq {
+            if let Some(sq) = &self.wq.sq {
                 sq.reset();
             }
-            if let RecvSide::Rq(rq) = &self.recv {
+            if let RecvSide::Rq(rq) = &self.wq.recv {
                 rq.reset();
             }
         }
-        self.state.set(to);
-        if self.kind == QpKind::Dct && to == QpState::Rtr {
+        self.wq.state.set(to);
+        if self.wq.kind == QpKind::Dct && to == QpState::Rtr {
             let n = B::dct_number(&self.pd.ctx.raw, &self.raw)?;
-            self.qpn.set(n);
+            self.wq.qpn.set(n);
             self.register(n);
         }
         Ok(())
     }
 
-    fn sq(&self) -> &SendQueue<B, T> {
-        self.sq.as_ref().expect("only QP kinds with a send queue expose it")
+    fn sq(&self) -> &crate::wq::SendQueue<B, T> {
+        self.wq.sq.as_ref().expect("only QP kinds with a send queue expose it")
     }
 
     #[inline(always)]
     fn builder<S>(&self, entry: T, init: S) -> Result<WqeBuilder<'_, B, T, S>> {
-        let state = self.state.get();
+        let state = self.wq.state.get();
         if state != QpState::Rts {
-            return Err(Error::QpState { qpn: self.qpn.get(), state, needed: QpState::Rts });
+            return Err(Error::QpState { qpn: self.wq.qpn.get(), state, needed: QpState::Rts });
         }
-        let sq = self.sq();
-        let free = sq.free();
-        if free == 0 {
-            return Err(Error::SqFull { needed: 1, free: 0 });
-        }
-        Ok(WqeBuilder::new(sq, entry, init, free))
+        WqeBuilder::new(self.sq(), entry, init)
     }
 
     #[inline(always)]
     fn post_recv(&self, entry: T, sges: &[Sge]) -> Result<()> {
-        let state = self.state.get();
+        let state = self.wq.state.get();
         if state == QpState::Reset {
-            return Err(Error::QpState { qpn: self.qpn.get(), state, needed: QpState::Init });
+            return Err(Error::QpState { qpn: self.wq.qpn.get(), state, needed: QpState::Init });
         }
-        match &self.recv {
-            RecvSide::Rq(rq) => rq.post(entry, sges),
+        match &self.wq.recv {
+            RecvSide::Rq(rq) => Ok(rq.post(entry, sges)?),
             RecvSide::Srq(_) => {
                 Err(Error::InvalidArgument("this QP receives from an SRQ: post there".into()))
             }
@@ -184,11 +134,11 @@ macro_rules! common {
     () => {
         /// QP number (for a DCT: the DCT number, 0 before RTR).
         pub fn qpn(&self) -> u32 {
-            self.shared.qpn.get()
+            self.shared.wq.qpn.get()
         }
         /// State as last set by a transition or observed through an error CQE.
         pub fn state(&self) -> QpState {
-            self.shared.state.get()
+            self.shared.wq.state.get()
         }
         /// The capabilities the QP was created with.
         pub fn caps(&self) -> &QpCaps {
@@ -210,15 +160,15 @@ macro_rules! send_queue {
     () => {
         /// Free WQEBBs in the send queue.
         pub fn sq_free(&self) -> u32 {
-            self.shared.sq().free()
+            self.shared.sq().desc.free()
         }
         /// Size of the send queue in WQEBBs.
         pub fn sq_wqebbs(&self) -> u32 {
-            self.shared.sq().wqe_cnt()
+            self.shared.sq().desc.wqe_cnt
         }
         /// Producer counter of the next WQE (its `wqe_index` is this & 0xffff).
         pub fn sq_pi(&self) -> u32 {
-            self.shared.sq().pi()
+            self.shared.sq().desc.producer()
         }
         /// Ring the doorbell for WQEs written with `finish_batch()`.
         #[inline(always)]
@@ -227,11 +177,30 @@ macro_rules! send_queue {
         }
         /// A copy of the send ring's bytes (for dissection and snapshots).
         pub fn sq_ring_bytes(&self) -> Vec<u8> {
-            self.shared.sq().ring_bytes()
+            let d = &self.shared.sq().desc;
+            let mut v = vec![0u8; d.byte_mask() + 1];
+            // SAFETY: the ring is byte_mask + 1 bytes of live memory.
+            unsafe { std::ptr::copy(d.buf, v.as_mut_ptr(), v.len()) };
+            v
         }
         /// The SQ doorbell record word as the device reads it (host value).
         pub fn sq_dbrec(&self) -> u32 {
-            self.shared.sq().dbrec()
+            // SAFETY: the doorbell record lives as long as the QP.
+            u32::from_be(
+                unsafe { std::sync::atomic::AtomicU32::from_ptr(self.shared.sq().desc.dbrec) }
+                    .load(std::sync::atomic::Ordering::Acquire),
+            )
+        }
+        /// The send queue's ring-core descriptor, for executors that post
+        /// with their own code (the C ABI, another thread).
+        ///
+        /// # Safety
+        /// WQEs posted through it are not known to this handle's entries
+        /// (their completions come back as unknown through this QP's CQs):
+        /// use the descriptor with the ring core's CQ reader, and the
+        /// builder not at the same time.
+        pub unsafe fn sq_desc(&self) -> &SqDesc {
+            &self.shared.sq().desc
         }
         /// The send ring's memory, for fault-injection tests that must put
         /// bytes no builder would write (malformed WQEs) in front of the device.
@@ -240,7 +209,7 @@ macro_rules! send_queue {
         /// Writes through the pointer must stay inside the ring
         /// (`sq_wqebbs() * 64` bytes) and only touch unpublished WQEs.
         pub unsafe fn sq_buf(&self) -> *mut u8 {
-            self.shared.sq().buf()
+            self.shared.sq().desc.buf
         }
         /// Advance the SQ counters by `wqebbs` as if that many NOPs had been
         /// posted and completed. For encoder tests that must place a WQE at a
@@ -250,11 +219,19 @@ macro_rules! send_queue {
         /// No device may be executing this QP: use it with the ring-only
         /// backend only, on an empty send queue (otherwise it returns an error).
         pub unsafe fn skip_sq(&self, wqebbs: u32) -> Result<()> {
-            self.shared.sq().skip(wqebbs)
+            let d = &self.shared.sq().desc;
+            if d.producer() != d.consumer() {
+                return Err(Error::InvalidArgument("skip_sq needs an empty send queue".into()));
+            }
+            let pi = d.producer().wrapping_add(wqebbs);
+            for c in [&d.pi, &d.ci, &d.last] {
+                c.store(pi, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(())
         }
         /// Largest message one WQE may carry (UD: the path MTU).
         pub fn max_message(&self) -> u32 {
-            self.shared.sq().max_msg
+            self.shared.sq().desc.max_msg
         }
     };
 }
@@ -270,9 +247,20 @@ macro_rules! recv_queue {
         }
         /// Receive WQEs posted on the own receive queue and not yet completed.
         pub fn rq_outstanding(&self) -> u32 {
-            match &self.shared.recv {
-                RecvSide::Rq(rq) => rq.outstanding(),
+            match &self.shared.wq.recv {
+                RecvSide::Rq(rq) => rq.desc.outstanding(),
                 _ => 0,
+            }
+        }
+        /// The receive queue's ring-core descriptor (`None` on an SRQ).
+        ///
+        /// # Safety
+        /// As for `sq_desc`: receives posted through it are not known to
+        /// this handle.
+        pub unsafe fn rq_desc(&self) -> Option<&RqDesc> {
+            match &self.shared.wq.recv {
+                RecvSide::Rq(rq) => Some(&rq.desc),
+                _ => None,
             }
         }
     };
@@ -447,7 +435,7 @@ impl<B: Backend, T> Dct<B, T> {
     /// The DCT number initiators address (read live: it exists from RTR on).
     pub fn dct_number(&self) -> Result<u32> {
         match self.state() {
-            QpState::Rtr => Ok(self.shared.qpn.get()),
+            QpState::Rtr => Ok(self.shared.wq.qpn.get()),
             state => Err(Error::DctNotReady { state }),
         }
     }

@@ -12,6 +12,7 @@ use crate::backend::{
     Backend, CqResources, QpCreate, QpKind, QpResources, QpTransition, SrqCreate, SrqResources,
 };
 use crate::error::{Error, Result};
+use crate::ring::Mmio;
 use crate::types::{AccessFlags, DeviceCaps, LinkLayer, PortInfo};
 
 /// The ring-only backend marker.
@@ -92,10 +93,11 @@ pub struct RoCq {
     _buf: Region,
     _dbrec: Region,
 }
-/// A ring-only QP: RQ, SQ and doorbell record memory.
+/// A ring-only QP: RQ, SQ, doorbell record and register memory.
 pub struct RoQp {
     _buf: Region,
     _dbrec: Region,
+    _reg: Region,
     dct: bool,
     qpn: u32,
 }
@@ -198,6 +200,8 @@ impl Backend for RingOnly {
         let rq_bytes = rq_bytes.next_multiple_of(4096);
         let buf = Region::new(rq_bytes + attr.sq_wqe_cnt as usize * 64)?;
         let dbrec = Region::new(64)?;
+        // Its own register (two BlueFlame halves): the toggle is per register.
+        let reg = Region::new(512)?;
         let qpn = dev.next_qpn.get();
         dev.next_qpn.set(qpn + 1);
         let res = QpResources {
@@ -210,9 +214,10 @@ impl Backend for RingOnly {
             rq_stride: attr.rq_stride,
             dbrec: dbrec.ptr as *mut u32,
             uar: RoUar { log: dev.log.clone() },
+            bf_reg: reg.ptr,
             bf_size: dev.bf_size,
         };
-        Ok((RoQp { _buf: buf, _dbrec: dbrec, dct: attr.kind == QpKind::Dct, qpn }, res))
+        Ok((RoQp { _buf: buf, _dbrec: dbrec, _reg: reg, dct: attr.kind == QpKind::Dct, qpn }, res))
     }
     fn modify_qp(_: &RingOnlyDevice, _: &RoQp, _: &QpTransition) -> Result<()> {
         Ok(())
@@ -224,19 +229,22 @@ impl Backend for RingOnly {
         }
         Ok(qp.qpn | 0x80_0000)
     }
+}
+
+impl Mmio for RoUar {
     #[inline(always)]
-    fn ring_doorbell(uar: &RoUar, offset: u32, ctrl: [u8; 8]) {
-        uar.log.doorbells.set(uar.log.doorbells.get() + 1);
-        uar.log.last_doorbell.set((offset, ctrl));
+    unsafe fn write_db(&self, _reg: *mut u8, offset: u32, ctrl: [u8; 8]) {
+        self.log.doorbells.set(self.log.doorbells.get() + 1);
+        self.log.last_doorbell.set((offset, ctrl));
     }
-    fn ring_blueflame(uar: &RoUar, offset: u32, head: &[u8], tail: &[u8]) {
+    unsafe fn write_bf(&self, _reg: *mut u8, offset: u32, head: &[u8], tail: &[u8]) {
         let mut first = [0u8; 64];
         let h = head.len().min(64);
         first[..h].copy_from_slice(&head[..h]);
         if h < 64 {
             first[h..].copy_from_slice(&tail[..64 - h]);
         }
-        uar.log.blueflames.set(uar.log.blueflames.get() + 1);
-        uar.log.last_blueflame.set((offset, head.len() + tail.len(), first));
+        self.log.blueflames.set(self.log.blueflames.get() + 1);
+        self.log.last_blueflame.set((offset, head.len() + tail.len(), first));
     }
 }

@@ -10,6 +10,7 @@ use crate::backend::{
 };
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::ring::{HostMmio, Mmio};
 use crate::types::{AccessFlags, DeviceCaps, LinkLayer, PortInfo, QpState};
 
 pub use mlx5_sim::{AtomicEndianness, FabricConfig, HostConfig};
@@ -21,7 +22,27 @@ pub struct Sim;
 #[derive(Clone)]
 pub struct SimDevice {
     nic: Nic,
-    deterministic: bool,
+    mode: ExecMode,
+}
+
+/// An opened simulated device: a device context of the model (its own 16
+/// doorbell registers), closed on drop.
+pub struct SimContext {
+    dev: SimDevice,
+    id: u32,
+}
+
+impl Drop for SimContext {
+    fn drop(&mut self) {
+        let _ = self.dev.nic.close_context(self.id);
+    }
+}
+
+impl std::ops::Deref for SimContext {
+    type Target = SimDevice;
+    fn deref(&self) -> &SimDevice {
+        &self.dev
+    }
 }
 
 impl SimDevice {
@@ -33,8 +54,8 @@ impl SimDevice {
 
 /// The devices of a fabric, in the order their hosts were added.
 pub fn devices(fabric: &Fabric) -> Vec<Device<Sim>> {
-    let deterministic = matches!(fabric.mode(), ExecMode::Deterministic);
-    fabric.nics().into_iter().map(|nic| Device::new(SimDevice { nic, deterministic })).collect()
+    let mode = fabric.mode();
+    fabric.nics().into_iter().map(|nic| Device::new(SimDevice { nic, mode })).collect()
 }
 
 /// A deterministic fabric with two InfiniBand hosts (LIDs 1 and 2), the
@@ -74,7 +95,7 @@ impl Drop for SimMr {
 pub struct SimCq {
     nic: Nic,
     cqn: u32,
-    deterministic: bool,
+    mode: ExecMode,
 }
 impl Drop for SimCq {
     fn drop(&mut self) {
@@ -104,10 +125,43 @@ impl Drop for SimSrq {
         let _ = self.nic.destroy_srq(self.srqn);
     }
 }
-/// The QP's UAR register in the model.
+/// The QP's UAR register in the model. Deterministic and threaded modes
+/// deliver each write as a bus write (`uar_write64` / `uar_write_bf`);
+/// watch mode stores into the register's memory, as a foreign executor
+/// would, and wakes the NIC's thread.
 pub struct SimUar {
     nic: Nic,
     index: u32,
+    mode: ExecMode,
+}
+
+impl Mmio for SimUar {
+    #[inline(always)]
+    unsafe fn write_db(&self, reg: *mut u8, offset: u32, ctrl: [u8; 8]) {
+        match self.mode {
+            ExecMode::Watch => {
+                // SAFETY: forwarded (the register is a live UAR page of the model).
+                unsafe { HostMmio.write_db(reg, offset, ctrl) };
+                self.nic.kick();
+            }
+            _ => self.nic.uar_write64(self.index, offset, ctrl),
+        }
+    }
+    #[inline(always)]
+    unsafe fn write_bf(&self, reg: *mut u8, offset: u32, head: &[u8], tail: &[u8]) {
+        if self.mode == ExecMode::Watch {
+            // SAFETY: forwarded.
+            unsafe { HostMmio.write_bf(reg, offset, head, tail) };
+            self.nic.kick();
+            return;
+        }
+        // The model takes the register write as one burst; assemble it on the stack.
+        let mut burst = [0u8; 1024];
+        let n = head.len() + tail.len();
+        burst[..head.len()].copy_from_slice(head);
+        burst[head.len()..n].copy_from_slice(tail);
+        self.nic.uar_write_bf(self.index, offset, &burst[..n]);
+    }
 }
 
 fn to_model_state(s: QpState) -> model::QpState {
@@ -124,7 +178,7 @@ fn to_model_state(s: QpState) -> model::QpState {
 
 impl Backend for Sim {
     type Device = SimDevice;
-    type Context = SimDevice;
+    type Context = SimContext;
     type Pd = SimPd;
     type Mr = SimMr;
     type Cq = SimCq;
@@ -135,10 +189,10 @@ impl Backend for Sim {
     fn device_name(dev: &SimDevice) -> String {
         dev.nic.info().name
     }
-    fn open(dev: &SimDevice) -> Result<SimDevice> {
-        Ok(dev.clone())
+    fn open(dev: &SimDevice) -> Result<SimContext> {
+        Ok(SimContext { dev: dev.clone(), id: dev.nic.open_context() })
     }
-    fn query_port(ctx: &SimDevice, port: u8) -> Result<PortInfo> {
+    fn query_port(ctx: &SimContext, port: u8) -> Result<PortInfo> {
         let i = ctx.nic.info();
         if port != i.port_num {
             return Err(Error::InvalidArgument(format!("no port {port} (device has port {})", i.port_num)));
@@ -156,7 +210,7 @@ impl Backend for Sim {
             active_mtu: i.active_mtu,
         })
     }
-    fn device_caps(ctx: &SimDevice) -> DeviceCaps {
+    fn device_caps(ctx: &SimContext) -> DeviceCaps {
         let c = ctx.nic.info().caps;
         DeviceCaps {
             max_qp_wr: c.max_qp_wr,
@@ -167,12 +221,12 @@ impl Backend for Sim {
             max_rd_atomic: c.max_rd_atomic,
         }
     }
-    fn alloc_pd(ctx: &SimDevice) -> Result<SimPd> {
+    fn alloc_pd(ctx: &SimContext) -> Result<SimPd> {
         let pdn = ctx.nic.alloc_pd().map_err(sim_err("alloc_pd"))?;
         Ok(SimPd { nic: ctx.nic.clone(), pdn })
     }
     unsafe fn reg_mr(
-        ctx: &SimDevice,
+        ctx: &SimContext,
         pd: &SimPd,
         addr: *mut u8,
         len: usize,
@@ -183,15 +237,15 @@ impl Backend for Sim {
             .map_err(sim_err("reg_mr"))?;
         Ok((SimMr { nic: ctx.nic.clone(), lkey: k.lkey }, k.lkey, k.rkey))
     }
-    fn create_cq(ctx: &SimDevice, cqe: u32) -> Result<(SimCq, CqResources)> {
+    fn create_cq(ctx: &SimContext, cqe: u32) -> Result<(SimCq, CqResources)> {
         // rdma-core: cqe + 1 entries rounded up to a power of two.
         let cnt = (cqe + 1).next_power_of_two();
         let r = ctx.nic.create_cq(cnt, 64).map_err(sim_err("create_cq"))?;
         let res =
             CqResources { buf: r.buf, cqe_cnt: r.cqe_cnt, cqe_size: r.cqe_size, dbrec: r.dbrec, cqn: r.cqn };
-        Ok((SimCq { nic: ctx.nic.clone(), cqn: r.cqn, deterministic: ctx.deterministic }, res))
+        Ok((SimCq { nic: ctx.nic.clone(), cqn: r.cqn, mode: ctx.mode }, res))
     }
-    fn create_srq(ctx: &SimDevice, pd: &SimPd, attr: &SrqCreate) -> Result<(SimSrq, SrqResources)> {
+    fn create_srq(ctx: &SimContext, pd: &SimPd, attr: &SrqCreate) -> Result<(SimSrq, SrqResources)> {
         let r = ctx
             .nic
             .create_srq(&model::SrqInitAttr {
@@ -206,7 +260,7 @@ impl Backend for Sim {
         Ok((SimSrq { nic: ctx.nic.clone(), srqn: r.srqn }, res))
     }
     fn create_qp(
-        ctx: &SimDevice,
+        ctx: &SimContext,
         pd: &SimPd,
         send_cq: Option<&SimCq>,
         recv_cq: &SimCq,
@@ -232,6 +286,8 @@ impl Backend for Sim {
                 user_index: attr.user_index,
                 srqn: srq.map(|s| s.srqn),
                 dc_key: attr.dc_key,
+                context: ctx.id,
+                dedicated_uar: attr.dedicated_uar,
             })
             .map_err(sim_err("create_qp"))?;
         let res = QpResources {
@@ -242,12 +298,13 @@ impl Backend for Sim {
             rq_wqe_cnt: r.rq_wqe_cnt,
             rq_stride: r.rq_stride,
             dbrec: r.dbrec,
-            uar: SimUar { nic: ctx.nic.clone(), index: r.uar_index },
+            uar: SimUar { nic: ctx.nic.clone(), index: r.uar_index, mode: ctx.mode },
+            bf_reg: r.bf_reg,
             bf_size: r.bf_size,
         };
         Ok((SimQp { nic: ctx.nic.clone(), qpn: r.qpn }, res))
     }
-    fn modify_qp(ctx: &SimDevice, qp: &SimQp, t: &QpTransition) -> Result<()> {
+    fn modify_qp(ctx: &SimContext, qp: &SimQp, t: &QpTransition) -> Result<()> {
         let m = match t {
             QpTransition::Init { port, access, qkey } => model::QpModify {
                 state: Some(model::QpState::Init),
@@ -285,26 +342,13 @@ impl Backend for Sim {
         ctx.nic.modify_qp(qp.qpn, &m).map_err(sim_err("modify_qp"))
     }
 
-    fn dct_number(ctx: &SimDevice, qp: &SimQp) -> Result<u32> {
+    fn dct_number(ctx: &SimContext, qp: &SimQp) -> Result<u32> {
         ctx.nic.dct_number(qp.qpn).map_err(sim_err("dct_number"))
     }
 
     #[inline(always)]
-    fn ring_doorbell(uar: &SimUar, offset: u32, ctrl: [u8; 8]) {
-        uar.nic.uar_write64(uar.index, offset, ctrl);
-    }
-    #[inline(always)]
-    fn ring_blueflame(uar: &SimUar, offset: u32, head: &[u8], tail: &[u8]) {
-        // The model takes the register write as one burst; assemble it on the stack.
-        let mut burst = [0u8; 1024];
-        let n = head.len() + tail.len();
-        burst[..head.len()].copy_from_slice(head);
-        burst[head.len()..n].copy_from_slice(tail);
-        uar.nic.uar_write_bf(uar.index, offset, &burst[..n]);
-    }
-    #[inline(always)]
     fn cq_idle(cq: &SimCq) {
-        if cq.deterministic {
+        if cq.mode == ExecMode::Deterministic {
             cq.nic.tick();
         }
     }

@@ -5,11 +5,7 @@ use crate::backend::{QpCaps, QpKind};
 use crate::error::{Error, Result};
 use crate::types::DeviceCaps;
 
-/// Bytes of a DS unit and of a WQEBB.
-pub const DS_BYTES: u32 = 16;
-pub const WQEBB_BYTES: u32 = 64;
-/// `ds` is 6 bits: at most 63 DS per WQE.
-pub const MAX_DS: u32 = 63;
+pub use crate::ring::seg::{DS_BYTES, MAX_DS, WQEBB_BYTES};
 /// Largest SQ ring: the 16-bit `wqe_index` must identify a WQEBB unambiguously.
 pub const MAX_SQ_WQEBBS: u32 = 32768;
 

@@ -23,24 +23,14 @@ use std::marker::PhantomData;
 use crate::av::AddressVector;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::sq::SendQueue;
+use crate::ring::seg::{
+    self, set_atomic_seg, set_ctrl_seg, set_data_ptr_seg, set_datagram_seg, set_raddr_seg,
+};
+use crate::ring::sq::{copy_in, ds_ptr, over_budget};
 use crate::types::WqeFlags;
+use crate::wq::SendQueue;
 
-/// mlx5 send opcodes (spec §2.3).
-pub mod opcode {
-    pub const NOP: u8 = 0x00;
-    pub const SEND_INVAL: u8 = 0x01;
-    pub const RDMA_WRITE: u8 = 0x08;
-    pub const RDMA_WRITE_IMM: u8 = 0x09;
-    pub const SEND: u8 = 0x0a;
-    pub const SEND_IMM: u8 = 0x0b;
-    pub const RDMA_READ: u8 = 0x10;
-    pub const ATOMIC_CS: u8 = 0x11;
-    pub const ATOMIC_FA: u8 = 0x12;
-}
-
-/// `MLX5_INLINE_SEG`: bit 31 of an inline segment's byte_count.
-const INLINE_SEG: u32 = 0x8000_0000;
+pub use crate::ring::seg::opcode;
 
 /// Builder states (zero-sized unless they carry operands).
 pub mod state {
@@ -62,8 +52,8 @@ pub mod state {
     pub struct Scatter;
     /// Operands of an atomic, written with the raddr segment.
     pub struct AtomicArgs {
-        pub(crate) swap_add: u64,
-        pub(crate) compare: u64,
+        pub(crate) swap: u64,
+        pub(crate) compare_add: u64,
     }
     /// An atomic needs its 8-byte local result buffer.
     pub struct NeedsResult;
@@ -77,6 +67,10 @@ use state::*;
 pub struct WqeBuilder<'q, B: Backend, T, S> {
     sq: &'q SendQueue<B, T>,
     entry: T,
+    /// The ring and its byte mask, copied out of the descriptor so that
+    /// stores into the ring do not force reloads of them.
+    buf: *mut u8,
+    mask: usize,
     /// Counter of the WQE's first WQEBB.
     start: u32,
     /// DS units written so far, ctrl included.
@@ -95,14 +89,22 @@ pub struct WqeBuilder<'q, B: Backend, T, S> {
 }
 
 impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
+    /// Start a WQE at the producer counter; fails when the ring is full.
     #[inline(always)]
-    pub(crate) fn new(sq: &'q SendQueue<B, T>, entry: T, state: S, free: u32) -> Self {
-        WqeBuilder {
+    pub(crate) fn new(sq: &'q SendQueue<B, T>, entry: T, state: S) -> Result<Self> {
+        let d = &sq.desc;
+        let free = d.free();
+        if free == 0 {
+            return Err(Error::SqFull { needed: 1, free: 0 });
+        }
+        Ok(WqeBuilder {
             sq,
             entry,
-            start: sq.pi(),
+            buf: d.buf,
+            mask: d.byte_mask(),
+            start: d.producer(),
             ds: 1,
-            budget: sq.max_ds.min(free * 4),
+            budget: d.max_ds.min(free * 4),
             nsge: 0,
             msg_len: 0,
             opcode: 0,
@@ -110,7 +112,7 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
             imm: [0; 4],
             state,
             _not_send: PhantomData,
-        }
+        })
     }
 
     /// Take the state out, leaving a builder in the unit state.
@@ -119,6 +121,8 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         let WqeBuilder {
             sq,
             entry,
+            buf,
+            mask,
             start,
             ds,
             budget,
@@ -133,6 +137,8 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         let b = WqeBuilder {
             sq,
             entry,
+            buf,
+            mask,
             start,
             ds,
             budget,
@@ -153,6 +159,8 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         let WqeBuilder {
             sq,
             entry,
+            buf,
+            mask,
             start,
             ds,
             budget,
@@ -164,7 +172,22 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
             state: _,
             _not_send,
         } = self;
-        WqeBuilder { sq, entry, start, ds, budget, nsge, msg_len, opcode, fm_ce_se, imm, state, _not_send }
+        WqeBuilder {
+            sq,
+            entry,
+            buf,
+            mask,
+            start,
+            ds,
+            budget,
+            nsge,
+            msg_len,
+            opcode,
+            fm_ce_se,
+            imm,
+            state,
+            _not_send,
+        }
     }
 
     #[inline(always)]
@@ -182,17 +205,20 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         if ds <= self.budget {
             Ok(())
         } else {
-            Err(self.sq.over_budget(ds))
+            Err(over_budget(ds, self.sq.desc.max_ds, self.sq.desc.free()).into())
         }
     }
 
-    /// Append one 16-byte segment after the budget check.
+    /// The next DS of the WQE, in the ring (modulo rule of spec §1.3).
     #[inline(always)]
-    fn push_ds(&mut self, seg: [u8; 16]) -> Result<()> {
-        self.reserve(self.ds + 1)?;
-        self.sq.write_ds(self.start, self.ds, seg);
+    fn next_ds(&mut self) -> &'q mut [u8; 16] {
+        let p = ds_ptr(self.buf, self.mask, self.start, self.ds);
         self.ds += 1;
-        Ok(())
+        // SAFETY: the DS lies in a free slot of the live ring (`reserve`
+        // was checked against the free space); the device does not read it
+        // before the doorbell record moves, and no other reference to it
+        // exists.
+        unsafe { &mut *p }
     }
 
     /// Count `len` message bytes against the QP's message limit (the path
@@ -200,8 +226,9 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
     #[inline(always)]
     fn add_msg(&mut self, len: u32) -> Result<()> {
         let total = self.msg_len as u64 + len as u64;
-        if total > self.sq.max_msg as u64 {
-            return Err(Error::MessageTooLong { len: total, max: self.sq.max_msg });
+        let max = self.sq.desc.max_msg;
+        if total > max as u64 {
+            return Err(Error::MessageTooLong { len: total, max });
         }
         self.msg_len = total as u32;
         Ok(())
@@ -217,17 +244,13 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         if len > i32::MAX as u32 {
             return Err(Error::SgeTooLong { len: len as u64 });
         }
-        if self.nsge >= self.sq.max_sge {
-            return Err(Error::TooManySge { count: self.nsge + 1, max: self.sq.max_sge });
+        let max_sge = self.sq.desc.max_sge;
+        if self.nsge >= max_sge {
+            return Err(Error::TooManySge { count: self.nsge + 1, max: max_sge });
         }
         self.reserve(self.ds + 1)?;
         self.add_msg(len)?;
-        let mut seg = [0u8; 16];
-        seg[0..4].copy_from_slice(&len.to_be_bytes());
-        seg[4..8].copy_from_slice(&lkey.to_be_bytes());
-        seg[8..16].copy_from_slice(&addr.to_be_bytes());
-        self.sq.write_ds(self.start, self.ds, seg);
-        self.ds += 1;
+        set_data_ptr_seg(self.next_ds(), len, lkey, addr);
         self.nsge += 1;
         Ok(())
     }
@@ -239,13 +262,11 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
     fn commit(self) -> [u8; 8] {
         let sq = self.sq;
         let mut ctrl = [0u8; 16];
-        let idx_opcode = ((self.start & 0xffff) << 8) | self.opcode as u32;
-        ctrl[0..4].copy_from_slice(&idx_opcode.to_be_bytes());
-        ctrl[4..8].copy_from_slice(&((sq.qpn << 8) | (self.ds & 0x3f)).to_be_bytes());
-        ctrl[11] = self.fm_ce_se;
-        ctrl[12..16].copy_from_slice(&self.imm);
-        sq.write_ds(self.start, 0, ctrl);
-        sq.commit(self.start, self.ds, self.opcode, self.entry);
+        set_ctrl_seg(&mut ctrl, self.start, self.opcode, 0, sq.desc.qpn, self.fm_ce_se, self.ds, self.imm);
+        // SAFETY: DS 0 of this WQE, a free slot of the live ring.
+        unsafe { ds_ptr(self.buf, self.mask, self.start, 0).write(ctrl) };
+        sq.tracker.record(self.start, self.ds.div_ceil(4), self.opcode, self.entry);
+        sq.desc.commit(self.start, self.ds);
         let mut db = [0u8; 8];
         db.copy_from_slice(&ctrl[..8]);
         db
@@ -305,7 +326,7 @@ macro_rules! ctrl_methods {
                 swap: u64,
                 compare: u64,
             ) -> Result<WqeBuilder<'q, B, T, $wrap<NeedsRaddr<AtomicArgs>>>> {
-                let args = AtomicArgs { swap_add: swap, compare };
+                let args = AtomicArgs { swap, compare_add: compare };
                 self.ctrl(opcode::ATOMIC_CS, flags, [0; 4], $wrap(NeedsRaddr(args)))
             }
             /// ATOMIC fetch-and-add: `*r += add`; the old value lands in the result buffer.
@@ -315,7 +336,7 @@ macro_rules! ctrl_methods {
                 flags: WqeFlags,
                 add: u64,
             ) -> Result<WqeBuilder<'q, B, T, $wrap<NeedsRaddr<AtomicArgs>>>> {
-                let args = AtomicArgs { swap_add: add, compare: 0 };
+                let args = AtomicArgs { swap: 0, compare_add: add };
                 self.ctrl(opcode::ATOMIC_FA, flags, [0; 4], $wrap(NeedsRaddr(args)))
             }
             /// NOP (ctrl segment only).
@@ -409,10 +430,11 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
     #[inline(always)]
     fn push_av(&mut self, key: u64, dqpn: u32, av: &AddressVector) -> Result<()> {
         self.reserve(self.ds + 3)?;
-        for seg in av.segment(key, dqpn) {
-            self.sq.write_ds(self.start, self.ds, seg);
-            self.ds += 1;
-        }
+        let p = ds_ptr(self.buf, self.mask, self.start, self.ds) as *mut [u8; 48];
+        // SAFETY: DS 1..4 of the WQE (the AV follows the ctrl, which opens a
+        // WQEBB, so it never wraps), in free slots (`reserve`).
+        set_datagram_seg(unsafe { &mut *p }, key, dqpn, av);
+        self.ds += 3;
         Ok(())
     }
 }
@@ -431,7 +453,9 @@ impl<'q, B: Backend, T, S: Finishable> WqeBuilder<'q, B, T, S> {
         // Any WQEs pending from finish_batch() go with it: the doorbell
         // record covers them all, the doorbell carries this (last) WQE's ctrl.
         let ctrl = self.commit();
-        sq.ring_doorbell_with(ctrl);
+        // SAFETY: the descriptor describes the backend QP's live ring and
+        // register; handles are single-threaded.
+        unsafe { sq.desc.ring_db_with(&sq.reg.mmio, ctrl) };
         Ok(())
     }
 
@@ -442,7 +466,8 @@ impl<'q, B: Backend, T, S: Finishable> WqeBuilder<'q, B, T, S> {
     pub fn finish_with_blueflame(self) -> Result<()> {
         let sq = self.sq;
         let _ = self.commit();
-        sq.ring_blueflame();
+        // SAFETY: as in `finish`.
+        unsafe { sq.desc.ring_bf(&sq.reg.mmio) };
         Ok(())
     }
 
@@ -480,10 +505,9 @@ impl AfterRaddr for AtomicArgs {
     /// Atomic segment (spec §3.4): swap/add at +0, compare at +8.
     #[inline(always)]
     fn after_raddr<B: Backend, T>(self, b: &mut WqeBuilder<'_, B, T, ()>) -> Result<NeedsResult> {
-        let mut seg = [0u8; 16];
-        seg[0..8].copy_from_slice(&self.swap_add.to_be_bytes());
-        seg[8..16].copy_from_slice(&self.compare.to_be_bytes());
-        b.push_ds(seg)?;
+        b.reserve(b.ds + 1)?;
+        let op = b.opcode;
+        set_atomic_seg(b.next_ds(), op, self.swap, self.compare_add);
         Ok(NeedsResult)
     }
 }
@@ -492,11 +516,9 @@ impl<'q, B: Backend, T, N: AfterRaddr> WqeBuilder<'q, B, T, NeedsRaddr<N>> {
     /// Remote address segment (spec §3.1).
     #[inline(always)]
     pub fn rdma(self, raddr: u64, rkey: u32) -> Result<WqeBuilder<'q, B, T, N::Next>> {
-        let mut seg = [0u8; 16];
-        seg[0..8].copy_from_slice(&raddr.to_be_bytes());
-        seg[8..12].copy_from_slice(&rkey.to_be_bytes());
         let (NeedsRaddr(next), mut b) = self.split();
-        b.push_ds(seg)?;
+        b.reserve(b.ds + 1)?;
+        set_raddr_seg(b.next_ds(), raddr, rkey);
         let next = next.after_raddr(&mut b)?;
         Ok(b.to(next))
     }
@@ -519,20 +541,24 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Data> {
         if data.is_empty() {
             return Ok(b.to(Complete));
         }
-        let max = b.sq.max_inline as usize;
+        let max = b.sq.desc.max_inline as usize;
         if data.len() > max {
             return Err(Error::InlineTooLarge { len: data.len(), max });
         }
         let seg_ds = (4 + data.len() as u32).div_ceil(16);
         b.reserve(b.ds + seg_ds)?;
         b.add_msg(data.len() as u32)?;
-        let hdr = (data.len() as u32 | INLINE_SEG).to_be_bytes();
+        let mut hdr = [0u8; 4];
+        seg::set_inline_hdr(&mut hdr, data.len() as u32);
         let base = b.ds * 16;
-        b.sq.write_bytes(b.start, base, &hdr);
-        b.sq.write_bytes(b.start, base + 4, data);
         // Zero the pad up to the DS boundary so no stale ring bytes go out.
         let pad = (seg_ds * 16 - 4) as usize - data.len();
-        b.sq.write_bytes(b.start, base + 4 + data.len() as u32, &[0u8; 16][..pad]);
+        // SAFETY: inside the reserved DS, in free slots of the live ring.
+        unsafe {
+            copy_in(b.buf, b.mask, b.start, base, &hdr);
+            copy_in(b.buf, b.mask, b.start, base + 4, data);
+            copy_in(b.buf, b.mask, b.start, base + 4 + data.len() as u32, &[0u8; 16][..pad]);
+        }
         b.ds += seg_ds;
         Ok(b.to(Complete))
     }

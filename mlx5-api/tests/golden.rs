@@ -32,8 +32,14 @@ fn qp_at(pi: u32) -> Fixture {
     let ctx = Device::<RingOnly>::new(dev.clone()).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16, |_, _: u64| {}).unwrap();
-    let cfg =
-        RcQpConfig { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 4, max_recv_sge: 1, max_inline_data: 32 };
+    let cfg = RcQpConfig {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_send_sge: 4,
+        max_recv_sge: 1,
+        max_inline_data: 32,
+        dedicated_uar: false,
+    };
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).unwrap();
     assert_eq!(qp.qpn(), 0x123);
     assert_eq!(qp.sq_wqebbs(), 8, "the goldens use a ring of 8 WQEBBs");
@@ -304,7 +310,7 @@ fn c1_req_success_for_read() {
         "00 00 00 01  00 00 00 00  00 00 00 00  00 00 02 00",
         "00 00 00 01  02 03 04 05  10 00 01 23  00 12 00 01",
     ]));
-    assert_eq!((f.opcode, f.format, f.owner, f.se), (0, 0, true, false));
+    assert_eq!((f.opcode, f.format, f.owner, f.se), (0, mlx5_api::ring::CqeFormat::Normal, true, false));
     assert_eq!((f.qpn, f.wqe_opcode, f.wqe_counter), (0x123, 0x10, 0x12));
     assert_eq!((f.byte_cnt, f.srqn_uidx, f.timestamp), (0x200, 1, 0x0000_0001_0203_0405));
     assert!(f.error.is_none());
@@ -372,8 +378,14 @@ fn w8_ud_send_roce_v2() {
     let ctx = Device::<RingOnly>::new(dev.clone()).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16, |_, _: u64| {}).unwrap();
-    let cfg =
-        RcQpConfig { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let cfg = RcQpConfig {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+        dedicated_uar: false,
+    };
     let ud = ctx.create_ud_qp(&pd, &cq, &cq, None, &cfg).unwrap();
     assert_eq!((ud.qpn(), ud.sq_wqebbs()), (0x456, 8));
     ud.activate(1, 0x1111_1111).unwrap();
@@ -422,8 +434,14 @@ fn w9_dci_rdma_write_ib() {
     let ctx = Device::<RingOnly>::new(dev.clone()).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16, |_, _: u64| {}).unwrap();
-    let cfg =
-        RcQpConfig { max_send_wr: 4, max_recv_wr: 0, max_send_sge: 1, max_recv_sge: 0, max_inline_data: 0 };
+    let cfg = RcQpConfig {
+        max_send_wr: 4,
+        max_recv_wr: 0,
+        max_send_sge: 1,
+        max_recv_sge: 0,
+        max_inline_data: 0,
+        dedicated_uar: false,
+    };
     let dci = ctx.create_dci(&pd, &cq, &cfg).unwrap();
     assert_eq!((dci.qpn(), dci.sq_wqebbs()), (0x789, 8));
     dci.activate(&ConnectParams::default()).unwrap();

@@ -28,7 +28,14 @@ fn fixture(cfg: RcQpConfig, connect: bool) -> Fx {
 }
 
 fn small() -> RcQpConfig {
-    RcQpConfig { max_send_wr: 4, max_recv_wr: 2, max_send_sge: 4, max_recv_sge: 2, max_inline_data: 32 }
+    RcQpConfig {
+        max_send_wr: 4,
+        max_recv_wr: 2,
+        max_send_sge: 4,
+        max_recv_sge: 2,
+        max_inline_data: 32,
+        dedicated_uar: false,
+    }
 }
 
 /// Nothing was published: counters, doorbell record and doorbell untouched.
@@ -105,8 +112,14 @@ fn inline_too_large() {
 #[test]
 fn wqe_above_the_maximum_size() {
     // A SEND with 988 inline bytes is exactly 63 DS; a WRITE adds a raddr segment.
-    let cfg =
-        RcQpConfig { max_send_wr: 2, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 988 };
+    let cfg = RcQpConfig {
+        max_send_wr: 2,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 988,
+        dedicated_uar: false,
+    };
     let f = fixture(cfg, true);
     let data = vec![0xabu8; 988];
     f.qp.wqe_builder(1)

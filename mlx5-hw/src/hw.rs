@@ -829,6 +829,16 @@ impl Backend for Hw {
         if attr.kind == QpKind::Dct && srq.is_none() {
             return Err(Error::InvalidArgument("a DCT needs an SRQ".into()));
         }
+        if attr.dedicated_uar {
+            // rdma-core gives a QP its own register through a thread domain
+            // (ibv_alloc_td + a parent domain), which this backend does not
+            // create yet: refuse rather than hand out a shared register.
+            return Err(Error::Backend {
+                op: "create_qp",
+                reason: "a dedicated doorbell register (thread domain) is not supported on hardware yet"
+                    .into(),
+            });
+        }
         let (mut ex, mut dv) = qp_init_attrs(attr)?;
         // A DCT has no send queue: its "send CQ" is its receive CQ (the
         // kernel wants one; nothing is ever reported there).
@@ -862,6 +872,7 @@ impl Backend for Hw {
                 rq_stride: 0,
                 dbrec: ptr::null_mut(),
                 uar,
+                bf_reg: ptr::null_mut(),
                 bf_size: 0,
             };
             return Ok((qp, res));
@@ -896,6 +907,7 @@ impl Backend for Hw {
             rq_stride: if out.rq.wqe_cnt == 0 { 16 } else { out.rq.stride },
             dbrec: out.dbrec,
             uar,
+            bf_reg: out.bf.reg as *mut u8,
             bf_size: out.bf.size,
         };
         Ok((qp, res))
@@ -933,16 +945,6 @@ impl Backend for Hw {
             }
             n => Ok(n),
         }
-    }
-
-    #[inline(always)]
-    fn ring_doorbell(uar: &HwUar, offset: u32, ctrl: [u8; 8]) {
-        uar.ring_doorbell(offset, ctrl);
-    }
-
-    #[inline(always)]
-    fn ring_blueflame(uar: &HwUar, offset: u32, head: &[u8], tail: &[u8]) {
-        uar.ring_blueflame(offset, head, tail);
     }
 }
 
@@ -1034,6 +1036,7 @@ mod tests {
             rq_stride: 64,
             user_index: 5,
             dc_key: 0xdc_dc,
+            dedicated_uar: false,
         }
     }
 

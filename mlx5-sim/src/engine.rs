@@ -40,10 +40,34 @@ pub(crate) fn vendor_syndrome(s: u8) -> u8 {
     }
 }
 
-/// One UAR register (one per QP in this model).
+/// Registers per UAR page, and where the first one starts (spec §1.6).
+pub(crate) const REGS_PER_PAGE: u32 = 4;
+const FIRST_REG: usize = 0x800;
+/// Bytes of one register: two BlueFlame halves.
+const REG_BYTES: usize = 2 * BF_SIZE as usize;
+/// Registers of a device context that QPs get in turn before they share (rdma-core
+/// gives each of the first 16 QPs of a context its own).
+pub(crate) const CTX_REGS: usize = 16;
+
+/// One UAR register: where it lives, which half the next write must use, how many QPs
+/// use it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Uar {
     pub expected_offset: u32,
+    /// Index into `Host::uar_pages`.
+    pub page: usize,
+    /// Byte offset of the register in its page.
+    pub off: usize,
+    pub users: u32,
+}
+
+/// A device context's registers.
+#[derive(Debug, Default)]
+pub(crate) struct UarCtx {
+    /// Register indices, allocated on first use (at most `CTX_REGS`).
+    pub regs: Vec<u32>,
+    /// QPs created on the context so far (QP n uses register n % CTX_REGS).
+    pub qps: u32,
 }
 
 /// State of one simulated host / NIC.
@@ -58,6 +82,12 @@ pub(crate) struct Host {
     /// DCT number → QP handle of the DCT (only DCTs in RTR or later have a number).
     pub dcts: HashMap<u32, u32>,
     pub uars: HashMap<u32, Uar>,
+    /// UAR pages (4 KiB, ordinary memory), never freed before the host.
+    pub uar_pages: Vec<crate::mem::DevMem>,
+    /// Registers of freed pages' slots ready for reuse.
+    pub free_regs: Vec<u32>,
+    pub contexts: HashMap<u32, UarCtx>,
+    pub next_context: u32,
     pub stats: NicStats,
     pub events: Vec<AsyncEvent>,
     pub next_pdn: u32,
@@ -83,6 +113,10 @@ impl Host {
             srqs: HashMap::new(),
             dcts: HashMap::new(),
             uars: HashMap::new(),
+            uar_pages: Vec::new(),
+            free_regs: Vec::new(),
+            contexts: HashMap::new(),
+            next_context: 1,
             stats: NicStats::default(),
             events: Vec::new(),
             next_pdn: base << 8,
@@ -95,6 +129,64 @@ impl Host {
             // DCT's QP handle into an address vector reaches nothing.
             next_dct: 0x80_0000 | (base << 12),
             scratch: Vec::new(),
+        }
+    }
+
+    /// A register no QP uses: a freed one, or one of a new page.
+    pub(crate) fn alloc_reg(&mut self) -> Option<u32> {
+        if let Some(r) = self.free_regs.pop() {
+            return Some(r);
+        }
+        let page = self.uar_pages.len();
+        self.uar_pages.push(crate::mem::DevMem::new(4096, 4096)?);
+        let first = self.next_uar;
+        self.next_uar += REGS_PER_PAGE;
+        for k in (0..REGS_PER_PAGE).rev() {
+            let off = FIRST_REG + k as usize * REG_BYTES;
+            self.uars.insert(first + k, Uar { expected_offset: 0, page, off, users: 0 });
+            self.free_regs.push(first + k);
+        }
+        self.free_regs.pop()
+    }
+
+    /// The register a new QP of `context` uses: its own when `dedicated`, else the
+    /// context's next one in turn (shared from the 17th QP on).
+    pub(crate) fn assign_reg(&mut self, context: u32, dedicated: bool) -> Option<u32> {
+        let r = if dedicated {
+            self.alloc_reg()?
+        } else {
+            let (n, have) = {
+                let c = self.contexts.entry(context).or_default();
+                (c.qps as usize % CTX_REGS, c.regs.len())
+            };
+            if n >= have {
+                let r = self.alloc_reg()?;
+                self.contexts.get_mut(&context).expect("just made").regs.push(r);
+            }
+            let c = self.contexts.get_mut(&context).expect("just made");
+            c.qps += 1;
+            c.regs[n]
+        };
+        self.uars.get_mut(&r).expect("allocated").users += 1;
+        Some(r)
+    }
+
+    /// A QP stopped using register `r`; a dedicated register with no user is freed.
+    pub(crate) fn release_reg(&mut self, r: u32, dedicated: bool) {
+        if let Some(u) = self.uars.get_mut(&r) {
+            u.users = u.users.saturating_sub(1);
+            if dedicated && u.users == 0 {
+                u.expected_offset = 0;
+                self.free_regs.push(r);
+            }
+        }
+    }
+
+    /// Address of register `r` in its page.
+    pub(crate) fn reg_ptr(&self, r: u32) -> *mut u8 {
+        match self.uars.get(&r) {
+            Some(u) => self.uar_pages[u.page].ptr().wrapping_add(u.off),
+            None => std::ptr::null_mut(),
         }
     }
 
@@ -1076,7 +1168,7 @@ fn bf_matches(qp: &Qp, data: &[u8]) -> bool {
     ring[..data.len()] == *data
 }
 
-/// Handles one UAR write (plain doorbell when `bf` is `None`).
+/// Handles one UAR write (plain doorbell when `bf` is `None`) delivered as a bus write.
 pub(crate) fn doorbell(
     st: &mut FabricState,
     h: usize,
@@ -1086,6 +1178,21 @@ pub(crate) fn doorbell(
     bf: Option<&[u8]>,
 ) {
     let strict = st.cfg.mode == ExecMode::Deterministic;
+    doorbell_checked(st, h, uar_index, offset, value, bf, strict)
+}
+
+/// Handles one UAR write. `strict`: the named WQE must end exactly at the producer (a
+/// synchronous bus write); otherwise it may be older (the producer moved on before the
+/// write was seen).
+fn doorbell_checked(
+    st: &mut FabricState,
+    h: usize,
+    uar_index: u32,
+    offset: u32,
+    value: [u8; 8],
+    bf: Option<&[u8]>,
+    strict: bool,
+) {
     let host = &mut st.hosts[h];
     host.stats.doorbells += 1;
     if bf.is_some() {
@@ -1117,9 +1224,117 @@ pub(crate) fn doorbell(
     process_sq(st, h, qpn, false);
 }
 
+/// Doorbells stored into the UAR pages of host `h` since the last scan (spec §1.6): for
+/// each register in use, each half whose first 8 bytes are not zero holds a doorbell (a
+/// ctrl segment's first 8 bytes are never all zero: `ds` >= 1). The 8 bytes are taken
+/// with an atomic swap to zero. A BlueFlame write leaves the rest of the WQE behind them;
+/// memory does not show store sizes, so a write whose bytes 8.. are still zero counts as a
+/// plain doorbell, and one whose bytes differ from the ring is re-read for a while (the
+/// writer may be between its 64-byte chunks) before it counts as a content mismatch. The
+/// half is then cleared. When both halves were written since the last scan, the one the
+/// alternation expects is taken first. Returns the doorbells seen.
+pub(crate) fn scan_uars(st: &mut FabricState, h: usize) -> u64 {
+    let mut regs = std::mem::take(&mut st.hosts[h].scratch);
+    regs.clear();
+    regs.extend(st.hosts[h].uars.iter().filter(|(_, u)| u.users > 0).map(|(r, _)| *r));
+    regs.sort_unstable();
+    let mut seen = 0;
+    for &r in &regs {
+        let Some(u) = st.hosts[h].uars.get(&r).copied() else { continue };
+        let base = st.hosts[h].reg_ptr(r);
+        let first = u.expected_offset;
+        for half in [first, first ^ BF_SIZE] {
+            let p = base.wrapping_add(half as usize);
+            // SAFETY: `p` is 8-aligned inside a live UAR page owned by this host; writers
+            // store to it with plain 8-byte (or wider) stores.
+            let v = unsafe { std::sync::atomic::AtomicU64::from_ptr(p.cast::<u64>()) }
+                .swap(0, std::sync::atomic::Ordering::AcqRel);
+            if v == 0 {
+                continue;
+            }
+            seen += 1;
+            let value = v.to_ne_bytes();
+            let mut data = [0u8; BF_SIZE as usize];
+            data[..8].copy_from_slice(&value);
+            let len = bf_len(&value);
+            let bf = read_bf_half(st, h, p, &value, &mut data[..len]);
+            // SAFETY: bytes 8..BF_SIZE of the half, inside the live page.
+            unsafe { std::ptr::write_bytes(p.add(8), 0, BF_SIZE as usize - 8) };
+            doorbell_checked(st, h, r, half, value, bf.then_some(&data[..len]), false);
+        }
+    }
+    st.hosts[h].scratch = regs;
+    seen
+}
+
+/// Bytes a BlueFlame write of the WQE whose ctrl starts with `value` covers.
+fn bf_len(value: &[u8; 8]) -> usize {
+    let ds = usize::from(value[7] & 0x3f).max(1);
+    (ds.div_ceil(4) * WQEBB_SIZE).min(BF_SIZE as usize)
+}
+
+/// Reads bytes 8.. of a register half into `data` (which holds the doorbell's first 8
+/// bytes) and says whether they are a BlueFlame copy: all zero → plain doorbell; equal to
+/// the ring → BlueFlame; otherwise re-read (bounded) while the writer may still be copying,
+/// and report BlueFlame with what is there (the content check then counts the mismatch).
+fn read_bf_half(st: &FabricState, h: usize, p: *mut u8, value: &[u8; 8], data: &mut [u8]) -> bool {
+    let len = data.len();
+    let qpn = u32::from_be_bytes([value[4], value[5], value[6], value[7]]) >> 8;
+    let idx = u16::from_be_bytes([value[1], value[2]]);
+    let mut ring = [0u8; BF_SIZE as usize];
+    let have_ring = match st.hosts[h].qps.get(&qpn).filter(|q| q.sq_wqe_cnt != 0) {
+        Some(q) => {
+            q.read_sq(idx, 0, &mut ring[..len]);
+            true
+        }
+        None => false,
+    };
+    for round in 0..4096 {
+        // SAFETY: bytes 8..len of the half, inside the live page; volatile because the
+        // writer may be storing to them concurrently.
+        for (i, b) in data.iter_mut().enumerate().skip(8) {
+            *b = unsafe { std::ptr::read_volatile(p.add(i)) };
+        }
+        if data[8..].iter().all(|&b| b == 0) {
+            return false;
+        }
+        if !have_ring || data[8..] == ring[8..len] || round == 4095 {
+            return true;
+        }
+        std::hint::spin_loop();
+    }
+    true
+}
+
+/// One pass of a NIC that watches memory: doorbells stored into its UAR pages, send
+/// queues whose doorbell record moved (executed), receive WQEs posted to QPs in ERR
+/// (flushed). Returns whether it found anything to do.
+pub(crate) fn scan(st: &mut FabricState, h: usize) -> bool {
+    let before = (st.hosts[h].stats.wqes_executed, st.hosts[h].stats.cqes_written);
+    let seen = scan_uars(st, h);
+    let mut qpns = std::mem::take(&mut st.hosts[h].scratch);
+    qpns.clear();
+    qpns.extend(st.hosts[h].qps.iter().filter(|(_, q)| q.has_work()).map(|(n, _)| *n));
+    qpns.sort_unstable();
+    for &qpn in &qpns {
+        match st.hosts[h].qps.get(&qpn).map(|q| q.state) {
+            Some(QpState::Err) => {
+                flush_sq(st, h, qpn);
+                flush_rq(st, h, qpn);
+            }
+            Some(QpState::Sqe) => flush_sq(st, h, qpn),
+            Some(QpState::Rts) => process_sq(st, h, qpn, false),
+            _ => {}
+        }
+    }
+    st.hosts[h].scratch = qpns;
+    seen > 0 || before != (st.hosts[h].stats.wqes_executed, st.hosts[h].stats.cqes_written)
+}
+
 /// One RNR-timer period: retry RNR-blocked SQs, run SQs whose producer moved without a
 /// doorbell, flush WQEs posted to QPs in ERR.
 pub(crate) fn tick(st: &mut FabricState, h: usize) {
+    scan_uars(st, h);
     st.clock += 1;
     let mut qpns = std::mem::take(&mut st.hosts[h].scratch);
     qpns.clear();
@@ -1187,6 +1402,7 @@ mod tests {
             user_index: uidx,
             srqn: None,
             dc_key: 0,
+            ..Default::default()
         };
         Qp::new(qpn, 0, &attr).unwrap()
     }

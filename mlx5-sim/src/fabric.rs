@@ -5,12 +5,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
 
 use crate::cq::Cq;
 use crate::dma::{self, Mr};
-use crate::engine::{self, FabricState, Host, Uar, BF_SIZE};
+use crate::engine::{self, FabricState, Host, BF_SIZE};
 use crate::qp::Qp;
 use crate::srq::Srq;
 use crate::{
@@ -67,14 +68,70 @@ impl Link {
     }
 }
 
+/// A NIC thread of [`ExecMode::Watch`]: how to wake it and how far it got.
+struct Watcher {
+    thread: std::thread::Thread,
+    stop: std::sync::atomic::AtomicBool,
+    /// Completed scans (for `quiesce`).
+    scans: Mutex<u64>,
+    cv: Condvar,
+}
+
+/// Backoff of an idle watching NIC: spin this many empty scans, then yield this many,
+/// then sleep from `WATCH_SLEEP_MIN` doubling up to `WATCH_SLEEP_MAX`.
+const WATCH_SPIN: u32 = 64;
+const WATCH_YIELD: u32 = 256;
+const WATCH_SLEEP_MIN: Duration = Duration::from_micros(10);
+const WATCH_SLEEP_MAX: Duration = Duration::from_millis(1);
+/// The RNR timer period of a watching NIC (as in threaded mode).
+const RNR_PERIOD: Duration = Duration::from_micros(20);
+
+fn watch_thread(state: State, h: usize, w: Arc<Watcher>) {
+    let mut idle = 0u32;
+    let mut sleep = WATCH_SLEEP_MIN;
+    let mut last_tick = Instant::now();
+    while !w.stop.load(Ordering::Acquire) {
+        let busy = {
+            let mut st = lock(&state);
+            let mut busy = engine::scan(&mut st, h);
+            if engine::tick_interval(&st, h).is_some_and(|d| last_tick.elapsed() >= d.min(RNR_PERIOD * 50)) {
+                engine::tick(&mut st, h);
+                last_tick = Instant::now();
+                busy = true;
+            }
+            busy
+        };
+        *w.scans.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        w.cv.notify_all();
+        if busy {
+            idle = 0;
+            sleep = WATCH_SLEEP_MIN;
+        } else if idle < WATCH_SPIN {
+            idle += 1;
+            std::hint::spin_loop();
+        } else if idle < WATCH_SPIN + WATCH_YIELD {
+            idle += 1;
+            std::thread::yield_now();
+        } else {
+            std::thread::park_timeout(sleep);
+            sleep = (sleep * 2).min(WATCH_SLEEP_MAX);
+        }
+    }
+}
+
 struct Front {
     state: State,
     links: Mutex<Vec<Option<Arc<Link>>>>,
+    watchers: Mutex<Vec<Option<Arc<Watcher>>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Drop for Front {
     fn drop(&mut self) {
+        for w in self.watchers.lock().unwrap_or_else(|e| e.into_inner()).iter().flatten() {
+            w.stop.store(true, Ordering::Release);
+            w.thread.unpark();
+        }
         // Every Nic handle is gone (they hold the Front): dropping our senders disconnects
         // the channels and the threads return.
         self.links.lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -97,6 +154,7 @@ pub struct Nic {
     // Declared first so that it is dropped first: the last handle must release its channel
     // sender before it releases the Front, whose Drop joins the NIC threads.
     link: Option<Arc<Link>>,
+    watch: Option<Arc<Watcher>>,
     front: Arc<Front>,
     host: usize,
 }
@@ -173,6 +231,7 @@ impl Fabric {
             front: Arc::new(Front {
                 state: Arc::new(Mutex::new(FabricState { cfg, hosts: Vec::new(), clock: 0 })),
                 links: Mutex::new(Vec::new()),
+                watchers: Mutex::new(Vec::new()),
                 threads: Mutex::new(Vec::new()),
             }),
         }
@@ -187,8 +246,31 @@ impl Fabric {
             st.hosts.push(Host::new(h, cfg));
             (h, st.cfg.mode)
         };
+        let mut watch = None;
         let link = match mode {
             ExecMode::Deterministic => None,
+            ExecMode::Watch => {
+                let state = Arc::clone(&self.front.state);
+                let (tx, rx) = std::sync::mpsc::channel::<Arc<Watcher>>();
+                let t = std::thread::Builder::new()
+                    .name(format!("mlx5-sim-watch{h}"))
+                    .spawn(move || {
+                        if let Ok(w) = rx.recv() {
+                            watch_thread(state, h, w)
+                        }
+                    })
+                    .expect("spawning a NIC thread");
+                let w = Arc::new(Watcher {
+                    thread: t.thread().clone(),
+                    stop: std::sync::atomic::AtomicBool::new(false),
+                    scans: Mutex::new(0),
+                    cv: Condvar::new(),
+                });
+                let _ = tx.send(Arc::clone(&w));
+                self.front.threads.lock().unwrap_or_else(|e| e.into_inner()).push(t);
+                watch = Some(w);
+                None
+            }
             ExecMode::Threaded => {
                 let (tx, rx) = bounded(CHANNEL_DEPTH);
                 let progress = Arc::new(Progress::default());
@@ -203,7 +285,21 @@ impl Fabric {
             }
         };
         links.push(link.clone());
-        Nic { front: Arc::clone(&self.front), host: h, link }
+        self.front.watchers.lock().unwrap_or_else(|e| e.into_inner()).push(watch.clone());
+        Nic { front: Arc::clone(&self.front), host: h, link, watch }
+    }
+
+    /// Deterministic progress: one pass of every NIC as its watching thread would make
+    /// (doorbells stored into UAR pages, doorbell records that moved, flushes), in the
+    /// caller's thread. What a program that rings with plain stores calls instead of
+    /// waiting for [`ExecMode::Watch`] threads. Returns whether any NIC found work.
+    pub fn progress(&self) -> bool {
+        let mut st = lock(&self.front.state);
+        let mut any = false;
+        for h in 0..st.hosts.len() {
+            any |= engine::scan(&mut st, h);
+        }
+        any
     }
 
     /// The configuration the fabric was created with.
@@ -219,10 +315,17 @@ impl Fabric {
     /// Handles to every NIC, in the order they were added.
     pub fn nics(&self) -> Vec<Nic> {
         let links = self.front.links.lock().unwrap_or_else(|e| e.into_inner());
+        let watchers = self.front.watchers.lock().unwrap_or_else(|e| e.into_inner());
         links
             .iter()
+            .zip(watchers.iter())
             .enumerate()
-            .map(|(h, l)| Nic { front: Arc::clone(&self.front), host: h, link: l.clone() })
+            .map(|(h, (l, w))| Nic {
+                front: Arc::clone(&self.front),
+                host: h,
+                link: l.clone(),
+                watch: w.clone(),
+            })
             .collect()
     }
 }
@@ -378,10 +481,16 @@ impl Nic {
                 return Err(SimError::NoSuchSrq(s));
             }
         }
+        if attr.context != 0 && !host.contexts.contains_key(&attr.context) {
+            return bad("no such device context");
+        }
         let qpn = host.next_qpn;
         let dct = attr.qp_type == QpType::Dct;
-        let uar_index = if dct { u32::MAX } else { host.next_uar };
-        let qp = Qp::new(qpn, uar_index, attr)?;
+        let mut qp = Qp::new(qpn, u32::MAX, attr)?;
+        if !dct {
+            qp.uar_index = host.assign_reg(attr.context, attr.dedicated_uar).ok_or(SimError::OutOfMemory)?;
+        }
+        let uar_index = qp.uar_index;
         host.next_qpn += 1;
         let base = qp.buf.ptr();
         let res = if dct {
@@ -394,11 +503,10 @@ impl Nic {
                 rq_stride: 0,
                 dbrec: std::ptr::null_mut(),
                 uar_index,
+                bf_reg: std::ptr::null_mut(),
                 bf_size: BF_SIZE,
             }
         } else {
-            host.next_uar += 1;
-            host.uars.insert(uar_index, Uar { expected_offset: 0 });
             QpResources {
                 qpn,
                 // SAFETY (pointer arithmetic only): sq_off <= buffer length.
@@ -409,6 +517,7 @@ impl Nic {
                 rq_stride: qp.rq_stride,
                 dbrec: qp.dbrec.ptr().cast::<u32>(),
                 uar_index,
+                bf_reg: host.reg_ptr(uar_index),
                 bf_size: BF_SIZE,
             }
         };
@@ -513,7 +622,9 @@ impl Nic {
         let mut st = self.state();
         let host = &mut st.hosts[self.host];
         let qp = host.qps.remove(&qpn).ok_or(SimError::NoSuchQp(qpn))?;
-        host.uars.remove(&qp.uar_index);
+        if qp.qp_type != QpType::Dct {
+            host.release_reg(qp.uar_index, qp.dedicated_uar);
+        }
         if let Some(n) = qp.dct_num {
             host.dcts.remove(&n);
         }
@@ -560,9 +671,61 @@ impl Nic {
         }
     }
 
+    /// Watch mode: wake the NIC's thread now instead of at the end of its backoff (a
+    /// hint; the NIC notices stores to its memory without it). Otherwise a no-op.
+    #[inline]
+    pub fn kick(&self) {
+        if let Some(w) = &self.watch {
+            w.thread.unpark();
+        }
+    }
+
+    /// A device context of its own (`ibv_open_device`): 16 doorbell registers that its
+    /// first 16 QPs get one each and later QPs share (`QpInitAttr::context`).
+    pub fn open_context(&self) -> u32 {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        let id = host.next_context;
+        host.next_context += 1;
+        host.contexts.insert(id, Default::default());
+        id
+    }
+
+    /// Closes a device context; `Busy` while QPs use its registers.
+    pub fn close_context(&self, id: u32) -> Result<(), SimError> {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        let Some(c) = host.contexts.get(&id) else {
+            return bad("no such device context");
+        };
+        if c.regs.iter().any(|r| host.uars.get(r).is_some_and(|u| u.users > 0)) {
+            return Err(SimError::Busy { what: "context has QPs" });
+        }
+        let c = host.contexts.remove(&id).expect("checked");
+        for r in c.regs {
+            if let Some(u) = host.uars.get_mut(&r) {
+                u.expected_offset = 0;
+            }
+            host.free_regs.push(r);
+        }
+        Ok(())
+    }
+
     /// Threaded: blocks until this NIC's thread has processed every UAR write and tick sent
-    /// so far. Deterministic: no-op.
+    /// so far. Watch: blocks until the NIC's thread has made two full passes (so one
+    /// started after this call). Deterministic: no-op.
     pub fn quiesce(&self) {
+        if let Some(w) = &self.watch {
+            let mut scans = w.scans.lock().unwrap_or_else(|e| e.into_inner());
+            let target = *scans + 2;
+            w.thread.unpark();
+            while *scans < target {
+                let (g, _) =
+                    w.cv.wait_timeout(scans, Duration::from_millis(1)).unwrap_or_else(|e| e.into_inner());
+                scans = g;
+                w.thread.unpark();
+            }
+        }
         if let Some(l) = &self.link {
             let target = l.sent.load(Ordering::SeqCst);
             let mut done = l.progress.done.lock().unwrap_or_else(|e| e.into_inner());

@@ -31,6 +31,13 @@ pub enum ExecMode {
     Deterministic,
     /// Each NIC has its own thread fed by a bounded channel.
     Threaded,
+    /// Each NIC has its own thread that notices work from memory alone, as
+    /// a NIC does when a foreign executor (a C program, another thread, a
+    /// GPU kernel) rings it: doorbell-record advances and 8-byte / 64-byte
+    /// stores into its UAR pages, which are ordinary memory. The thread
+    /// spins briefly, then yields, then sleeps with a growing period (up to
+    /// 1 ms); [`Nic::kick`] wakes it at once.
+    Watch,
 }
 
 /// Byte order of the 8-byte atomic operand in remote memory and of the result written to
@@ -221,6 +228,12 @@ pub struct QpInitAttr {
     pub srqn: Option<u32>,
     /// DCT: the DC access key DCIs must present in their address vector (ignored otherwise).
     pub dc_key: u64,
+    /// The device context ([`Nic::open_context`]) whose registers the QP uses; 0 is the
+    /// host's default context.
+    pub context: u32,
+    /// A doorbell register of its own (rdma-core's thread domain) instead of one of the
+    /// context's 16: shared with no other QP.
+    pub dedicated_uar: bool,
 }
 
 impl Default for QpInitAttr {
@@ -237,6 +250,8 @@ impl Default for QpInitAttr {
             user_index: 0,
             srqn: None,
             dc_key: 0,
+            context: 0,
+            dedicated_uar: false,
         }
     }
 }
@@ -294,6 +309,11 @@ pub struct QpResources {
     pub dbrec: *mut u32,
     /// UAR register index to pass to `uar_write64` / `uar_write_bf`.
     pub uar_index: u32,
+    /// The register in its UAR page (`bf.reg`: page + 0x800 + k·0x200): two BlueFlame
+    /// halves of `bf_size` bytes, ordinary memory the NIC watches in
+    /// [`ExecMode::Watch`] (and scans at every [`Nic::tick`]). QPs sharing a register
+    /// report the same address.
+    pub bf_reg: *mut u8,
     /// BlueFlame half size (256).
     pub bf_size: u32,
 }

@@ -70,6 +70,8 @@ pub(crate) struct Qp {
     pub dc_key: u64,
     /// DCT: number assigned at INIT→RTR (released on RESET).
     pub dct_num: Option<u32>,
+    /// The QP has a register of its own (freed with the QP).
+    pub dedicated_uar: bool,
 }
 
 fn pow2_in(v: u32, lo: u32, hi: u32) -> bool {
@@ -149,6 +151,7 @@ impl Qp {
             srqn: attr.srqn,
             dc_key: attr.dc_key,
             dct_num: None,
+            dedicated_uar: attr.dedicated_uar,
         })
     }
 
@@ -158,6 +161,18 @@ impl Qp {
             return self.sq_ci; // no SQ (DCT): never anything to execute or flush
         }
         self.dbrec.load_be32(SND_DBR) as u16
+    }
+
+    /// Whether a scan has something to do here: send WQEs past the hardware counter
+    /// (not blocked by RNR), or receive WQEs to flush in ERR.
+    pub(crate) fn has_work(&self) -> bool {
+        match self.state {
+            QpState::Err => {
+                self.sq_producer() != self.sq_ci || (self.rq_wqe_cnt != 0 && self.rq_producer() != self.rq_ci)
+            }
+            QpState::Rts | QpState::Sqe => self.rnr.is_none() && self.sq_producer() != self.sq_ci,
+            _ => false,
+        }
     }
 
     /// RQ producer counter from doorbell record word 0 (Acquire).

@@ -56,7 +56,14 @@ pub struct Pair {
 }
 
 pub fn small_cfg() -> RcQpConfig {
-    RcQpConfig { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 128 }
+    RcQpConfig {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 4,
+        max_recv_sge: 4,
+        max_inline_data: 128,
+        dedicated_uar: false,
+    }
 }
 
 /// Two connected RC QPs; `access` is B's responder access (A gets ALL).

@@ -82,6 +82,7 @@ impl<B: Backend> Bed<B> {
             max_send_sge: 2,
             max_recv_sge: 2,
             max_inline_data: 64,
+            dedicated_uar: false,
         };
         let qa = self.a.ctx.create_rc_qp(&self.a.pd, &self.a.cq, &self.a.cq, &cfg).unwrap();
         let qb = if srq {
@@ -224,6 +225,7 @@ pub fn ud_send_recv<B: Backend>(mut t: Bed<B>) {
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 64,
+        dedicated_uar: false,
     };
     let ua = t.a.ctx.create_ud_qp(&t.a.pd, &t.a.cq, &t.a.cq, None, &cfg).unwrap();
     let ub = t.b.ctx.create_ud_qp(&t.b.pd, &t.b.cq, &t.b.cq, None, &cfg).unwrap();
@@ -249,8 +251,14 @@ pub fn ud_send_recv<B: Backend>(mut t: Bed<B>) {
 }
 
 pub fn dc_write_and_send_through_srq<B: Backend>(mut t: Bed<B>) {
-    let cfg =
-        RcQpConfig { max_send_wr: 16, max_recv_wr: 0, max_send_sge: 1, max_recv_sge: 0, max_inline_data: 64 };
+    let cfg = RcQpConfig {
+        max_send_wr: 16,
+        max_recv_wr: 0,
+        max_send_sge: 1,
+        max_recv_sge: 0,
+        max_inline_data: 64,
+        dedicated_uar: false,
+    };
     let dci = t.a.ctx.create_dci(&t.a.pd, &t.a.cq, &cfg).unwrap();
     dci.activate(&ConnectParams::default()).unwrap();
     let dct = t.b.ctx.create_dct(&t.b.pd, &t.b.cq, &t.b.srq, 0xdc).unwrap();

@@ -238,6 +238,7 @@ impl TestQp {
                 user_index: uidx,
                 srqn: None,
                 dc_key: 0,
+                ..Default::default()
             },
         )
     }
@@ -668,6 +669,7 @@ pub fn ud_qp(nic: &Nic, pd: u32, scq: u32, rcq: u32, sq: u32, srqn: Option<u32>,
             user_index: uidx,
             srqn,
             dc_key: 0,
+            ..Default::default()
         },
     )
 }

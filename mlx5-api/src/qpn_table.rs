@@ -1,0 +1,160 @@
+//! QPN → value in O(1): what a CQ uses to find the work queues a CQE
+//! names. Open addressing with linear probing over a power-of-two table,
+//! a multiplicative hash of the 24-bit QPN, and a last-hit index that makes
+//! the common case (a CQ serving one QP, or bursts from one QP) a single
+//! compare. Inserts and removals are control path; lookups allocate nothing.
+
+use std::cell::Cell;
+
+/// Marks a free slot (QPNs are 24 bits, so no QPN equals it).
+const EMPTY: u32 = u32::MAX;
+
+/// A QPN-keyed table.
+pub struct QpnTable<V> {
+    keys: Box<[u32]>,
+    vals: Box<[Option<V>]>,
+    len: usize,
+    /// Index of the last hit (always < capacity).
+    last: Cell<usize>,
+}
+
+impl<V> Default for QpnTable<V> {
+    fn default() -> Self {
+        Self::with_capacity(8)
+    }
+}
+
+impl<V> QpnTable<V> {
+    fn with_capacity(cap: usize) -> Self {
+        QpnTable {
+            keys: vec![EMPTY; cap].into_boxed_slice(),
+            vals: (0..cap).map(|_| None).collect(),
+            len: 0,
+            last: Cell::new(0),
+        }
+    }
+
+    #[inline(always)]
+    fn home(&self, qpn: u32) -> usize {
+        // Fibonacci hashing: the top bits of the product.
+        let bits = self.keys.len().trailing_zeros();
+        (qpn.wrapping_mul(0x9e37_79b9) >> (32 - bits)) as usize & (self.keys.len() - 1)
+    }
+
+    /// The value of `qpn`.
+    #[inline(always)]
+    pub fn get(&self, qpn: u32) -> Option<&V> {
+        let last = self.last.get();
+        // SAFETY: `last` is always a valid index (set from probes only).
+        if unsafe { *self.keys.get_unchecked(last) } == qpn {
+            // SAFETY: as above.
+            return unsafe { self.vals.get_unchecked(last) }.as_ref();
+        }
+        let i = self.find(qpn)?;
+        self.last.set(i);
+        self.vals[i].as_ref()
+    }
+
+    #[inline]
+    fn find(&self, qpn: u32) -> Option<usize> {
+        let mask = self.keys.len() - 1;
+        let mut i = self.home(qpn);
+        loop {
+            match self.keys[i] {
+                k if k == qpn => return Some(i),
+                EMPTY => return None,
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+
+    /// Insert or replace the value of `qpn` (24 bits).
+    pub fn insert(&mut self, qpn: u32, v: V) {
+        debug_assert!(qpn != EMPTY);
+        if let Some(i) = self.find(qpn) {
+            self.vals[i] = Some(v);
+            return;
+        }
+        if (self.len + 1) * 4 > self.keys.len() * 3 {
+            let mut bigger = Self::with_capacity(self.keys.len() * 2);
+            for (k, v) in self.keys.iter().zip(self.vals.iter_mut()) {
+                if *k != EMPTY {
+                    bigger.insert(*k, v.take().expect("occupied slots hold a value"));
+                }
+            }
+            *self = bigger;
+        }
+        let mask = self.keys.len() - 1;
+        let mut i = self.home(qpn);
+        while self.keys[i] != EMPTY {
+            i = (i + 1) & mask;
+        }
+        self.keys[i] = qpn;
+        self.vals[i] = Some(v);
+        self.len += 1;
+    }
+
+    /// Remove `qpn`; returns its value. Later entries of the probe run move
+    /// back (no tombstones).
+    pub fn remove(&mut self, qpn: u32) -> Option<V> {
+        let mask = self.keys.len() - 1;
+        let mut hole = self.find(qpn)?;
+        let v = self.vals[hole].take();
+        self.keys[hole] = EMPTY;
+        self.len -= 1;
+        let mut i = (hole + 1) & mask;
+        while self.keys[i] != EMPTY {
+            let home = self.home(self.keys[i]);
+            // Move entry i into the hole if its home is not in (hole, i].
+            if (i.wrapping_sub(home) & mask) >= (i.wrapping_sub(hole) & mask) {
+                self.keys[hole] = self.keys[i];
+                self.vals[hole] = self.vals[i].take();
+                self.keys[i] = EMPTY;
+                hole = i;
+            }
+            i = (i + 1) & mask;
+        }
+        self.last.set(0);
+        v
+    }
+
+    /// Entries.
+    #[cfg(test)]
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    proptest! {
+        /// Random inserts and removals agree with a HashMap, lookups included.
+        #[test]
+        fn agrees_with_a_hash_map(ops in proptest::collection::vec((any::<bool>(), 0u32..64, 0u32..4), 1..400)) {
+            let mut t = QpnTable::default();
+            let mut m = HashMap::new();
+            for (ins, k, hi) in ops {
+                // Keys collide on purpose: few distinct values, some far apart.
+                let qpn = k | (hi << 20);
+                if ins {
+                    t.insert(qpn, qpn * 3);
+                    m.insert(qpn, qpn * 3);
+                } else {
+                    prop_assert_eq!(t.remove(qpn), m.remove(&qpn));
+                }
+                prop_assert_eq!(t.len(), m.len());
+                for probe in [qpn, qpn ^ 1, k] {
+                    prop_assert_eq!(t.get(probe), m.get(&probe));
+                }
+            }
+            for (k, v) in &m {
+                prop_assert_eq!(t.get(*k), Some(v));
+            }
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! [`send_wqe`]: one flat call that builds any send WQE of spec §3.8 into
+//! a [`SqDesc`], the operation RDMaxcel calls `send_wqe`, done right: the
+//! DS count is the real one, several SGEs and inline data, the immediate,
+//! fence / signaled / solicited as asked (solicited only when asked), the
+//! atomic operands, an address vector for UD and DCI, the user's wr-id,
+//! the 16-bit masked WQE index, the ring's wrap. Every check runs before
+//! the first byte is written; the doorbell is separate
+//! ([`SqDesc::ring_db`] / [`SqDesc::ring_bf`]) so that one doorbell covers
+//! a batch.
+
+use crate::ring::av::AddressVector;
+use crate::ring::error::PostError;
+use crate::ring::seg::{
+    self, fm_ce_se, opcode, set_atomic_seg, set_ctrl_seg, set_data_ptr_seg, set_datagram_seg, set_raddr_seg,
+    Sge,
+};
+use crate::ring::sq::{over_budget, SqDesc, SqKind};
+
+/// `ibv_send_flags` values, as `SendWr::send_flags` takes them.
+pub mod send_flags {
+    /// Fence: wait for prior READ/atomic WQEs (FM = 4).
+    pub const FENCE: u32 = 1 << 0;
+    /// Generate a CQE on success.
+    pub const SIGNALED: u32 = 1 << 1;
+    /// Solicited event at the responder.
+    pub const SOLICITED: u32 = 1 << 2;
+    /// Copy the gather list's bytes into the WQE (one inline segment).
+    pub const INLINE: u32 = 1 << 3;
+}
+
+/// One send work request (the fields of `struct ibv_send_wr` the mlx5
+/// encoders use, flattened).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct SendWr {
+    /// Returned with the completion (stored when the queue tracks wr-ids).
+    pub wr_id: u64,
+    /// Gather list (or, with `INLINE`, the bytes to copy); may be null
+    /// when `num_sge` is 0. For atomics: the one 8-byte result buffer.
+    pub sg_list: *const Sge,
+    /// Entries in `sg_list`.
+    pub num_sge: u32,
+    /// mlx5 opcode ([`seg::opcode`]).
+    pub opcode: u32,
+    /// [`send_flags`] bits.
+    pub send_flags: u32,
+    /// Immediate data (host value) for `*_IMM`, the rkey to invalidate for
+    /// SEND_INVAL.
+    pub imm: u32,
+    /// Remote address (RDMA and atomics).
+    pub remote_addr: u64,
+    /// Remote key (RDMA and atomics).
+    pub rkey: u32,
+    /// UD: the destination QPN; DCI: the DCT number.
+    pub remote_qpn: u32,
+    /// Fetch-and-add: the addend; compare-and-swap: the compare value.
+    pub compare_add: u64,
+    /// Compare-and-swap: the new value.
+    pub swap: u64,
+    /// UD and DCI: the address vector (null otherwise).
+    pub av: *const AddressVector,
+    /// UD: the Q_Key; DCI: ignored.
+    pub remote_qkey: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// DCI: the DC access key of the target DCT.
+    pub dc_key: u64,
+}
+
+impl Default for SendWr {
+    fn default() -> Self {
+        SendWr {
+            wr_id: 0,
+            sg_list: core::ptr::null(),
+            num_sge: 0,
+            opcode: opcode::NOP as u32,
+            send_flags: 0,
+            imm: 0,
+            remote_addr: 0,
+            rkey: 0,
+            remote_qpn: 0,
+            compare_add: 0,
+            swap: 0,
+            av: core::ptr::null(),
+            remote_qkey: 0,
+            reserved: 0,
+            dc_key: 0,
+        }
+    }
+}
+
+/// What the opcode needs after the ctrl (and address vector).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Nop,
+    Send,
+    Write,
+    Read,
+    Atomic,
+}
+
+fn shape(op: u8, kind: SqKind) -> Result<Shape, PostError> {
+    let s = match op {
+        opcode::NOP => Shape::Nop,
+        opcode::SEND | opcode::SEND_IMM => Shape::Send,
+        opcode::SEND_INVAL if kind == SqKind::Rc => Shape::Send,
+        opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM if kind != SqKind::Ud => Shape::Write,
+        opcode::RDMA_READ if kind != SqKind::Ud => Shape::Read,
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA if kind != SqKind::Ud => Shape::Atomic,
+        _ => return Err(PostError::BadOpcode { opcode: op }),
+    };
+    Ok(s)
+}
+
+/// Build the WQE `wr` describes at the producer counter of `sq` and commit
+/// it (not rung). Errors leave the ring and the counters untouched.
+///
+/// # Safety
+/// `sq` describes live memory; one thread posts at a time; `wr.sg_list`
+/// points at `wr.num_sge` readable entries whose addresses are readable
+/// for their lengths when `INLINE` is set; `wr.av` is null or readable.
+pub unsafe fn send_wqe(sq: &SqDesc, wr: &SendWr) -> Result<(), PostError> {
+    let kind = sq.kind();
+    let op = u8::try_from(wr.opcode).map_err(|_| PostError::BadOpcode { opcode: 0xff })?;
+    let shape = shape(op, kind)?;
+    let sges: &[Sge] = if wr.num_sge == 0 || wr.sg_list.is_null() {
+        &[]
+    } else {
+        // SAFETY: caller contract.
+        unsafe { core::slice::from_raw_parts(wr.sg_list, wr.num_sge as usize) }
+    };
+    let inline = wr.send_flags & send_flags::INLINE != 0;
+    let needs_av = kind != SqKind::Rc && shape != Shape::Nop;
+    if needs_av && wr.av.is_null() {
+        return Err(PostError::MissingAv);
+    }
+    // Gather list: lengths, count (zero-length entries are skipped, as
+    // rdma-core does), message size.
+    let mut len = 0u64;
+    let mut nsge = 0u32;
+    for s in sges {
+        if s.len > i32::MAX as u32 {
+            return Err(PostError::SgeTooLong { len: s.len as u64 });
+        }
+        len += s.len as u64;
+        nsge += (s.len != 0) as u32;
+    }
+    let mut ds = 1 + if needs_av { 3 } else { 0 };
+    match shape {
+        Shape::Nop if nsge != 0 => return Err(PostError::TooManySge { count: nsge, max: 0 }),
+        Shape::Nop => {}
+        Shape::Atomic => {
+            if inline {
+                return Err(PostError::InlineNotAllowed);
+            }
+            if nsge != 1 || len != 8 || wr.remote_addr % 8 != 0 {
+                return Err(PostError::BadAtomic);
+            }
+            ds += 3;
+        }
+        Shape::Read if inline => return Err(PostError::InlineNotAllowed),
+        Shape::Send | Shape::Write | Shape::Read => {
+            ds += (shape != Shape::Send) as u32;
+            if len > sq.max_msg as u64 {
+                return Err(PostError::MessageTooLong { len, max: sq.max_msg });
+            }
+            if inline {
+                if len > sq.max_inline as u64 {
+                    return Err(PostError::InlineTooLarge { len: len as usize, max: sq.max_inline as usize });
+                }
+                ds += if len == 0 { 0 } else { (4 + len as u32).div_ceil(16) };
+            } else {
+                if nsge > sq.max_sge {
+                    return Err(PostError::TooManySge { count: nsge, max: sq.max_sge });
+                }
+                ds += nsge;
+            }
+        }
+    }
+    let free = sq.free();
+    if ds > sq.max_ds.min(free * 4) {
+        return Err(over_budget(ds, sq.max_ds, free));
+    }
+
+    // Everything checked: write the segments after the ctrl, then the ctrl.
+    let start = sq.producer();
+    let mut i = 1;
+    // SAFETY (every ring write below): the DS lie in free slots of the
+    // live ring (checked against `free`); a DS never straddles the ring end.
+    if needs_av {
+        // SAFETY: the AV is readable (caller contract); DS 1..4 never wrap
+        // (the ctrl opens a WQEBB).
+        unsafe {
+            let key = if kind == SqKind::Ud { (wr.remote_qkey as u64) << 32 } else { wr.dc_key };
+            set_datagram_seg(&mut *(sq.ds_ptr(start, 1) as *mut [u8; 48]), key, wr.remote_qpn, &*wr.av);
+        }
+        i += 3;
+    }
+    if matches!(shape, Shape::Write | Shape::Read | Shape::Atomic) {
+        set_raddr_seg(unsafe { &mut *sq.ds_ptr(start, i) }, wr.remote_addr, wr.rkey);
+        i += 1;
+    }
+    if shape == Shape::Atomic {
+        set_atomic_seg(unsafe { &mut *sq.ds_ptr(start, i) }, op, wr.swap, wr.compare_add);
+        i += 1;
+    }
+    if inline && len > 0 {
+        let mut hdr = [0u8; 4];
+        seg::set_inline_hdr(&mut hdr, len as u32);
+        let mut off = i * 16;
+        // SAFETY: inside the checked DS budget; the source bytes are
+        // readable (caller contract).
+        unsafe {
+            sq.copy_in(start, off, &hdr);
+            off += 4;
+            for s in sges {
+                sq.copy_in(start, off, core::slice::from_raw_parts(s.addr as *const u8, s.len as usize));
+                off += s.len;
+            }
+            let pad = (ds * 16 - off) as usize;
+            sq.copy_in(start, off, &[0u8; 16][..pad]);
+        }
+    } else {
+        for s in sges.iter().filter(|s| s.len != 0) {
+            set_data_ptr_seg(unsafe { &mut *sq.ds_ptr(start, i) }, s.len, s.lkey, s.addr);
+            i += 1;
+        }
+    }
+    let mut flags = 0u8;
+    if wr.send_flags & send_flags::SIGNALED != 0 {
+        flags |= fm_ce_se::CQ_UPDATE;
+    }
+    if wr.send_flags & send_flags::SOLICITED != 0 {
+        flags |= fm_ce_se::SOLICITED;
+    }
+    if wr.send_flags & send_flags::FENCE != 0 {
+        flags |= fm_ce_se::FENCE;
+    }
+    let imm = match op {
+        opcode::SEND_IMM | opcode::RDMA_WRITE_IMM | opcode::SEND_INVAL => wr.imm.to_be_bytes(),
+        _ => [0; 4],
+    };
+    set_ctrl_seg(unsafe { &mut *sq.ds_ptr(start, 0) }, start, op, 0, sq.qpn, flags, ds, imm);
+    if !sq.wrid.is_null() {
+        // SAFETY: `wrid` has wqe_cnt entries (field contract).
+        unsafe { *sq.wrid.add((start & (sq.wqe_cnt - 1)) as usize) = wr.wr_id };
+    }
+    sq.commit(start, ds);
+    Ok(())
+}

@@ -1,0 +1,302 @@
+//! Pure segment writers, named after rdma-core's helpers (spec §2–§4). Each
+//! fills one segment given as a fixed-size byte array, big-endian as the
+//! spec's tables say, and knows nothing about rings, counters or QPs.
+//! Callers that write into ring memory pass a pointer to a free slot; the
+//! unit tests below pass plain arrays and compare with the spec's goldens.
+//!
+//! [`set_data_ptr_seg`] is the one data-segment encoder: the send gather
+//! list, RDMA READ / atomic scatter entries, receive WQEs and SRQ WQEs all
+//! go through it.
+
+/// mlx5 send opcodes (spec §2.3).
+pub mod opcode {
+    /// NOP: ctrl segment only.
+    pub const NOP: u8 = 0x00;
+    /// SEND with invalidate.
+    pub const SEND_INVAL: u8 = 0x01;
+    /// RDMA WRITE.
+    pub const RDMA_WRITE: u8 = 0x08;
+    /// RDMA WRITE with immediate.
+    pub const RDMA_WRITE_IMM: u8 = 0x09;
+    /// SEND.
+    pub const SEND: u8 = 0x0a;
+    /// SEND with immediate.
+    pub const SEND_IMM: u8 = 0x0b;
+    /// RDMA READ.
+    pub const RDMA_READ: u8 = 0x10;
+    /// Atomic compare-and-swap (8 bytes).
+    pub const ATOMIC_CS: u8 = 0x11;
+    /// Atomic fetch-and-add (8 bytes).
+    pub const ATOMIC_FA: u8 = 0x12;
+}
+
+/// `fm_ce_se` bits of the ctrl segment (spec §2.2).
+pub mod fm_ce_se {
+    /// CE = 2: always generate a CQE (`MLX5_WQE_CTRL_CQ_UPDATE`).
+    pub const CQ_UPDATE: u8 = 0x08;
+    /// SE: solicited event at the responder.
+    pub const SOLICITED: u8 = 0x02;
+    /// FM = 4, small-and-fence (`MLX5_WQE_CTRL_FENCE`, rdma-core's `IBV_SEND_FENCE`).
+    pub const FENCE: u8 = 0x80;
+}
+
+/// Bytes of a DS unit (one 16-byte "octoword").
+pub const DS_BYTES: u32 = 16;
+/// Bytes of a WQEBB (send ring slot).
+pub const WQEBB_BYTES: u32 = 64;
+/// `ds` is 6 bits: at most 63 DS per WQE (spec §1.4).
+pub const MAX_DS: u32 = 63;
+/// `MLX5_INLINE_SEG`: bit 31 of an inline segment's byte count (spec §3.3).
+pub const INLINE_SEG: u32 = 0x8000_0000;
+/// `MLX5_INVALID_LKEY`: terminates a short receive scatter list (spec §4.1).
+pub const INVALID_LKEY: u32 = 0x100;
+/// `MLX5_EXTENDED_UD_AV`: bit 31 of `dqp_dct` (48-byte address vector).
+pub const EXTENDED_AV: u32 = 0x8000_0000;
+
+/// One scatter/gather entry (`struct ibv_sge`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Sge {
+    /// Virtual address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// Local key of the memory region.
+    pub lkey: u32,
+}
+
+/// Control segment (spec §2.1, `mlx5dv_set_ctrl_seg`): `pi` is masked to the
+/// 16-bit `wqe_index`, `qpn` to 24 bits, `ds` to 6 bits; `imm` is stored
+/// verbatim (wire byte order); signature and DCI stream id are 0.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn set_ctrl_seg(
+    seg: &mut [u8; 16],
+    pi: u32,
+    opcode: u8,
+    opmod: u8,
+    qpn: u32,
+    fm_ce_se: u8,
+    ds: u32,
+    imm: [u8; 4],
+) {
+    let opmod_idx_opcode = ((opmod as u32) << 24) | ((pi & 0xffff) << 8) | opcode as u32;
+    seg[0..4].copy_from_slice(&opmod_idx_opcode.to_be_bytes());
+    seg[4..8].copy_from_slice(&(((qpn & 0xff_ffff) << 8) | (ds & 0x3f)).to_be_bytes());
+    seg[8..12].copy_from_slice(&(fm_ce_se as u32).to_be_bytes());
+    seg[12..16].copy_from_slice(&imm);
+}
+
+/// Remote address segment (spec §3.1).
+#[inline(always)]
+pub fn set_raddr_seg(seg: &mut [u8; 16], raddr: u64, rkey: u32) {
+    seg[0..8].copy_from_slice(&raddr.to_be_bytes());
+    seg[8..12].copy_from_slice(&rkey.to_be_bytes());
+    seg[12..16].copy_from_slice(&[0; 4]);
+}
+
+/// Data pointer segment (spec §3.2, `mlx5dv_set_data_seg`): gather and
+/// scatter entries of every queue. `len` must be below 2^31 (bit 31 would
+/// mark an inline segment); callers check it.
+#[inline(always)]
+pub fn set_data_ptr_seg(seg: &mut [u8; 16], len: u32, lkey: u32, addr: u64) {
+    seg[0..4].copy_from_slice(&len.to_be_bytes());
+    seg[4..8].copy_from_slice(&lkey.to_be_bytes());
+    seg[8..16].copy_from_slice(&addr.to_be_bytes());
+}
+
+/// Atomic segment (spec §3.4, rdma-core `set_atomic_seg`): compare-and-swap
+/// puts `swap` at +0 and `compare_add` (the compare value) at +8;
+/// fetch-and-add puts `compare_add` (the addend) at +0 and 0 at +8.
+#[inline(always)]
+pub fn set_atomic_seg(seg: &mut [u8; 16], opcode: u8, swap: u64, compare_add: u64) {
+    let (a, b) = if opcode == opcode::ATOMIC_CS { (swap, compare_add) } else { (compare_add, 0) };
+    seg[0..8].copy_from_slice(&a.to_be_bytes());
+    seg[8..16].copy_from_slice(&b.to_be_bytes());
+}
+
+/// Inline segment header (spec §3.3): the byte count with bit 31 set. The
+/// data follows it, split at the ring end byte by byte (`SqDesc::copy_in`).
+#[inline(always)]
+pub fn set_inline_hdr(hdr: &mut [u8; 4], len: u32) {
+    *hdr = (len | INLINE_SEG).to_be_bytes();
+}
+
+/// Datagram segment / 48-byte address vector (spec §3.6,
+/// `mlx5dv_set_dgram_seg`): `key` is the Q_Key in the high 32 bits for UD
+/// or the DC access key for DCI; `dqp_dct` the destination QPN or DCT
+/// number (the extended-AV bit is set); the path comes pre-encoded.
+#[inline(always)]
+pub fn set_datagram_seg(seg: &mut [u8; 48], key: u64, dqp_dct: u32, av: &crate::ring::av::AddressVector) {
+    seg.copy_from_slice(av.as_bytes());
+    seg[0..8].copy_from_slice(&key.to_be_bytes());
+    seg[8..12].copy_from_slice(&(EXTENDED_AV | (dqp_dct & 0xff_ffff)).to_be_bytes());
+}
+
+/// SRQ next segment (spec §4.3): `next_wqe_index` at +2, the rest 0.
+#[inline(always)]
+pub fn set_srq_next_seg(seg: &mut [u8; 16], next_wqe_index: u16) {
+    *seg = [0; 16];
+    seg[2..4].copy_from_slice(&next_wqe_index.to_be_bytes());
+}
+
+/// A receive scatter list (spec §4.1, §4.3): one data segment per entry
+/// of `sges` into the `max_gs` 16-byte slots at `dst`, and an invalid-lkey
+/// terminator after the last one when a slot is left. `skip_empty` drops
+/// zero-length entries (rdma-core's QP RQ path; its SRQ path keeps them).
+/// Returns the number of entries written (without the terminator).
+///
+/// # Safety
+/// `dst` must be writable for `max_gs * 16` bytes, 16-aligned, and the
+/// caller must have checked that at most `max_gs` entries will be written.
+#[inline(always)]
+pub unsafe fn set_scatter_list(dst: *mut u8, max_gs: u32, sges: &[Sge], skip_empty: bool) -> u32 {
+    let mut i = 0u32;
+    for s in sges {
+        if skip_empty && s.len == 0 {
+            continue;
+        }
+        // SAFETY: i < max_gs (caller contract): inside the WQE.
+        set_data_ptr_seg(unsafe { &mut *(dst.add(i as usize * 16) as *mut [u8; 16]) }, s.len, s.lkey, s.addr);
+        i += 1;
+    }
+    if i < max_gs {
+        // SAFETY: as above.
+        set_data_ptr_seg(unsafe { &mut *(dst.add(i as usize * 16) as *mut [u8; 16]) }, 0, INVALID_LKEY, 0);
+    }
+    i
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::ring::av::{AddressVector, RoceAv};
+
+    /// Parse one golden row ("00 00 10 08  00 01 23 03 ...") of spec §9.
+    pub(crate) fn ds(hex: &str) -> [u8; 16] {
+        let v: Vec<u8> = hex.split_whitespace().map(|b| u8::from_str_radix(b, 16).unwrap()).collect();
+        v.try_into().unwrap()
+    }
+
+    const LKEY: u32 = 0x1234;
+    const RKEY: u32 = 0x5678;
+
+    #[test]
+    fn w1_ctrl_raddr_data() {
+        let mut s = [0u8; 16];
+        set_ctrl_seg(&mut s, 0x10, opcode::RDMA_WRITE, 0, 0x123, fm_ce_se::CQ_UPDATE, 3, [0; 4]);
+        assert_eq!(s, ds("00 00 10 08  00 01 23 03  00 00 00 08  00 00 00 00"));
+        set_raddr_seg(&mut s, 0x0000_5555_0000_1000, RKEY);
+        assert_eq!(s, ds("00 00 55 55  00 00 10 00  00 00 56 78  00 00 00 00"));
+        set_data_ptr_seg(&mut s, 0x1000, LKEY, 0x0000_7f12_3456_0000);
+        assert_eq!(s, ds("00 00 10 00  00 00 12 34  00 00 7f 12  34 56 00 00"));
+    }
+
+    #[test]
+    fn w2_ctrl_with_imm_and_inline_header() {
+        let mut s = [0u8; 16];
+        let f = fm_ce_se::CQ_UPDATE | fm_ce_se::SOLICITED;
+        set_ctrl_seg(&mut s, 0x11, opcode::RDMA_WRITE_IMM, 0, 0x123, f, 4, 0x1234_5678u32.to_be_bytes());
+        assert_eq!(s, ds("00 00 11 09  00 01 23 04  00 00 00 0a  12 34 56 78"));
+        let mut h = [0u8; 4];
+        set_inline_hdr(&mut h, 20);
+        assert_eq!(h, [0x80, 0x00, 0x00, 0x14]);
+    }
+
+    #[test]
+    fn w3_read_ctrl_and_scatter() {
+        let mut s = [0u8; 16];
+        set_ctrl_seg(&mut s, 0x12, opcode::RDMA_READ, 0, 0x123, 0x08, 3, [0; 4]);
+        assert_eq!(s, ds("00 00 12 10  00 01 23 03  00 00 00 08  00 00 00 00"));
+        set_data_ptr_seg(&mut s, 0x200, LKEY, 0x0000_7f12_3456_1000);
+        assert_eq!(s, ds("00 00 02 00  00 00 12 34  00 00 7f 12  34 56 10 00"));
+    }
+
+    #[test]
+    fn w4_w5_atomic_segments() {
+        let mut s = [0u8; 16];
+        set_ctrl_seg(
+            &mut s,
+            0x13,
+            opcode::ATOMIC_FA,
+            0,
+            0x123,
+            fm_ce_se::FENCE | fm_ce_se::CQ_UPDATE,
+            4,
+            [0; 4],
+        );
+        assert_eq!(s, ds("00 00 13 12  00 01 23 04  00 00 00 88  00 00 00 00"));
+        set_atomic_seg(&mut s, opcode::ATOMIC_FA, 0xdead, 1);
+        assert_eq!(
+            s,
+            ds("00 00 00 00  00 00 00 01  00 00 00 00  00 00 00 00"),
+            "FA: add at +0, swap ignored"
+        );
+        set_atomic_seg(&mut s, opcode::ATOMIC_CS, 0xcafe_f00d, 0);
+        assert_eq!(
+            s,
+            ds("00 00 00 00  ca fe f0 0d  00 00 00 00  00 00 00 00"),
+            "CS: swap at +0, compare at +8"
+        );
+    }
+
+    #[test]
+    fn w6_w7_ctrl_index_is_the_counter() {
+        let mut s = [0u8; 16];
+        set_ctrl_seg(&mut s, 0x16, opcode::SEND, 0, 0x123, 0, 4, [0; 4]);
+        assert_eq!(s, ds("00 00 16 0a  00 01 23 04  00 00 00 00  00 00 00 00"));
+        set_ctrl_seg(&mut s, 0x17, opcode::SEND, 0, 0x123, 0x08, 5, [0; 4]);
+        assert_eq!(s, ds("00 00 17 0a  00 01 23 05  00 00 00 08  00 00 00 00"));
+        // PITFALLS: the counter is masked to 16 bits before the shift, so
+        // opmod stays intact after 65,536 WQEs.
+        set_ctrl_seg(&mut s, 0x1_0017, opcode::SEND, 0, 0x123, 0x08, 5, [0; 4]);
+        assert_eq!(s[..4], [0x00, 0x00, 0x17, 0x0a]);
+    }
+
+    #[test]
+    fn w8_ud_datagram_roce_v2() {
+        let mut dgid = [0u8; 16];
+        dgid[10..16].copy_from_slice(&[0xff, 0xff, 192, 168, 1, 2]);
+        let av = AddressVector::roce_v2(&RoceAv {
+            sgid_index: 3,
+            priority: 3,
+            udp_sport: 0xd001,
+            ..RoceAv::new(dgid, [2, 0, 0, 0, 0, 2])
+        });
+        let mut s = [0u8; 48];
+        set_datagram_seg(&mut s, 0x1111_1111u64 << 32, 0xabc, &av);
+        assert_eq!(s[0..16], ds("11 11 11 11  00 00 00 00  80 00 0a bc  06 00 d0 01"));
+        assert_eq!(s[16..32], ds("00 00 00 00  02 00 00 00  00 02 00 40  00 30 00 00"));
+        assert_eq!(s[32..48], ds("00 00 00 00  00 00 00 00  00 00 ff ff  c0 a8 01 02"));
+    }
+
+    #[test]
+    fn w9_dci_datagram_ib() {
+        let mut s = [0u8; 48];
+        set_datagram_seg(&mut s, 0x1122_3344_5566_7788, 0xabcd, &AddressVector::ib(0x11, 1));
+        assert_eq!(s[0..16], ds("11 22 33 44  55 66 77 88  80 00 ab cd  01 00 00 11"));
+        assert_eq!(s[16..48], [0u8; 32]);
+        let mut c = [0u8; 16];
+        set_ctrl_seg(&mut c, 0x100, opcode::RDMA_WRITE, 0, 0x789, 0x08, 6, [0; 4]);
+        assert_eq!(c, ds("00 01 00 08  00 07 89 06  00 00 00 08  00 00 00 00"));
+    }
+
+    #[test]
+    fn receive_lists_share_the_data_segment_encoder() {
+        let mut wqe = [0xeeu8; 64];
+        let sges = [Sge { addr: 0x1000, len: 64, lkey: 7 }, Sge { addr: 0x2000, len: 0, lkey: 8 }];
+        // SAFETY: 64 bytes = 4 slots.
+        let n = unsafe { set_scatter_list(wqe.as_mut_ptr(), 4, &sges, true) };
+        assert_eq!(n, 1, "the empty entry is skipped on a QP RQ");
+        assert_eq!(wqe[0..16], ds("00 00 00 40  00 00 00 07  00 00 00 00  00 00 10 00"));
+        assert_eq!(wqe[16..32], ds("00 00 00 00  00 00 01 00  00 00 00 00  00 00 00 00"), "terminator");
+        assert!(wqe[32..].iter().all(|&b| b == 0xee), "nothing after the terminator");
+        // SAFETY: two slots, both used: no terminator.
+        let n = unsafe { set_scatter_list(wqe.as_mut_ptr(), 2, &sges, false) };
+        assert_eq!(n, 2, "the SRQ path keeps empty entries");
+        assert_eq!(wqe[16..32], ds("00 00 00 00  00 00 00 08  00 00 00 00  00 00 20 00"));
+        let mut next = [0xffu8; 16];
+        set_srq_next_seg(&mut next, 5);
+        assert_eq!(next, ds("00 00 00 05  00 00 00 00  00 00 00 00  00 00 00 00"));
+    }
+}

@@ -1,0 +1,372 @@
+//! The send queue as plain data (spec §1.2–§1.7): [`SqDesc`] holds what
+//! `mlx5dv_init_obj` gives (ring, WQEBB count, doorbell record, register)
+//! plus the producer/consumer counters and the limits the post path checks.
+//! Its methods address DS units with the ring's modulo rule, copy inline
+//! data across the ring end, commit WQEs and ring the doorbell in
+//! rdma-core's order: WQE stores, barrier A, doorbell record, barrier B,
+//! register write, barrier C, offset toggle.
+//!
+//! Producer and consumer may be two threads (a single-producer,
+//! single-consumer queue): the poster owns `pi`, `last` and `unrung`, the
+//! poller advances `ci` ([`SqDesc::retire`]) with a Release store that the
+//! poster reads with Acquire. The counters are atomics so that both sides
+//! work through shared references; their loads and stores are plain moves
+//! on x86_64 and arm64.
+
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use crate::ring::barrier::udma_to_device_barrier;
+use crate::ring::error::PostError;
+use crate::ring::mmio::{BfReg, Mmio};
+use crate::ring::seg::{DS_BYTES, WQEBB_BYTES};
+
+/// Transport of a send queue (what [`crate::ring::send_wqe`] accepts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum SqKind {
+    /// Reliable connected.
+    Rc = 0,
+    /// Unreliable datagram: an address vector per WQE, SEND only.
+    Ud = 1,
+    /// DC initiator: an address vector per WQE.
+    Dci = 2,
+}
+
+/// A send queue (the SQ half of `struct mlx5dv_qp` plus its counters).
+#[derive(Debug)]
+#[repr(C)]
+pub struct SqDesc {
+    /// Ring of `wqe_cnt` 64-byte WQEBBs.
+    pub buf: *mut u8,
+    /// The SQ word of the doorbell record (`dbrec[1]`, `MLX5_SND_DBR`).
+    pub dbrec: *mut u32,
+    /// The doorbell / BlueFlame register (shared by the QPs on it).
+    pub bf: *mut BfReg,
+    /// Optional `wqe_cnt` wr-ids, indexed by the slot of a WQE's first
+    /// WQEBB (null: the caller tracks work requests itself).
+    pub wrid: *mut u64,
+    /// Number of WQEBBs, a power of two.
+    pub wqe_cnt: u32,
+    /// Free-running producer counter in WQEBBs (`sq.cur_post`).
+    pub pi: AtomicU32,
+    /// Free-running counter of the oldest WQEBB not yet retired (advanced
+    /// by the poller).
+    pub ci: AtomicU32,
+    /// Counter of the last WQE written (its ctrl goes into the doorbell).
+    pub last: AtomicU32,
+    /// WQEs written since the last doorbell.
+    pub unrung: AtomicU32,
+    /// QP number (24 bits).
+    pub qpn: u32,
+    /// Transport ([`SqKind`] as u32).
+    pub kind: u32,
+    /// Largest gather list.
+    pub max_sge: u32,
+    /// Largest inline payload.
+    pub max_inline: u32,
+    /// Largest WQE in DS units (at most 63).
+    pub max_ds: u32,
+    /// Largest message (UD: the path MTU; otherwise 2^31).
+    pub max_msg: u32,
+}
+
+/// What [`SqDesc::retire`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retired {
+    /// Ring slot of the completed WQE's first WQEBB.
+    pub slot: u32,
+    /// Its wr-id, if the queue tracks them.
+    pub wr_id: Option<u64>,
+}
+
+impl SqDesc {
+    /// A send queue over memory described as `mlx5dv_init_obj` does, with
+    /// counters at 0. `dbrec` is the SQ word (`&dbrec[1]`).
+    #[allow(clippy::too_many_arguments)]
+    pub const fn new(
+        buf: *mut u8,
+        wqe_cnt: u32,
+        dbrec: *mut u32,
+        bf: *mut BfReg,
+        qpn: u32,
+        kind: SqKind,
+        max_sge: u32,
+        max_inline: u32,
+        max_ds: u32,
+        max_msg: u32,
+    ) -> Self {
+        SqDesc {
+            buf,
+            dbrec,
+            bf,
+            wrid: core::ptr::null_mut(),
+            wqe_cnt,
+            pi: AtomicU32::new(0),
+            ci: AtomicU32::new(0),
+            last: AtomicU32::new(0),
+            unrung: AtomicU32::new(0),
+            qpn,
+            kind: kind as u32,
+            max_sge,
+            max_inline,
+            max_ds,
+            max_msg,
+        }
+    }
+
+    /// The transport.
+    pub fn kind(&self) -> SqKind {
+        match self.kind {
+            1 => SqKind::Ud,
+            2 => SqKind::Dci,
+            _ => SqKind::Rc,
+        }
+    }
+
+    /// The consumer counter (Acquire).
+    #[inline(always)]
+    pub fn consumer(&self) -> u32 {
+        self.ci.load(Ordering::Acquire)
+    }
+
+    /// The producer counter (the poster's own view).
+    #[inline(always)]
+    pub fn producer(&self) -> u32 {
+        self.pi.load(Ordering::Relaxed)
+    }
+
+    /// Counter of the last WQE committed.
+    #[inline(always)]
+    pub fn last(&self) -> u32 {
+        self.last.load(Ordering::Relaxed)
+    }
+
+    /// WQEs committed since the last doorbell.
+    #[inline(always)]
+    pub fn unrung(&self) -> u32 {
+        self.unrung.load(Ordering::Relaxed)
+    }
+
+    /// Free WQEBBs.
+    #[inline(always)]
+    pub fn free(&self) -> u32 {
+        self.wqe_cnt - self.producer().wrapping_sub(self.consumer())
+    }
+
+    /// Ring size in bytes minus one.
+    #[inline(always)]
+    pub fn byte_mask(&self) -> usize {
+        (self.wqe_cnt * WQEBB_BYTES) as usize - 1
+    }
+
+    /// Address of DS `i` of the WQE whose first WQEBB has counter `start`,
+    /// with the modulo rule of spec §1.3.
+    #[inline(always)]
+    pub fn ds_ptr(&self, start: u32, i: u32) -> *mut [u8; 16] {
+        ds_ptr(self.buf, self.byte_mask(), start, i)
+    }
+
+    /// Copy `data` into the ring `byte_off` bytes after the start of the WQE
+    /// at `start`, split at the ring end byte by byte (spec §3.3).
+    ///
+    /// # Safety
+    /// The descriptor describes live memory and the bytes belong to free slots.
+    #[inline(always)]
+    pub unsafe fn copy_in(&self, start: u32, byte_off: u32, data: &[u8]) {
+        // SAFETY: forwarded.
+        unsafe { copy_in(self.buf, self.byte_mask(), start, byte_off, data) }
+    }
+
+    /// Record a finished WQE of `ds` DS at `start`: advance the producer.
+    /// Nothing reaches the device before the doorbell record.
+    #[inline(always)]
+    pub fn commit(&self, start: u32, ds: u32) {
+        self.last.store(start, Ordering::Relaxed);
+        self.unrung.store(self.unrung() + 1, Ordering::Relaxed);
+        self.pi.store(start.wrapping_add(ds.div_ceil(4)), Ordering::Relaxed);
+    }
+
+    /// Barrier A, then the producer counter (16 bits, big-endian) into the
+    /// doorbell record (spec §1.5).
+    ///
+    /// # Safety
+    /// `dbrec` points at a live doorbell record word.
+    #[inline(always)]
+    pub unsafe fn publish(&self) {
+        udma_to_device_barrier();
+        // SAFETY: caller contract.
+        unsafe { AtomicU32::from_ptr(self.dbrec) }
+            .store((self.producer() & 0xffff).to_be(), Ordering::Release);
+    }
+
+    /// The first 8 bytes of the last WQE's ctrl segment: the doorbell value.
+    ///
+    /// # Safety
+    /// The descriptor describes live memory.
+    #[inline(always)]
+    pub unsafe fn last_ctrl8(&self) -> [u8; 8] {
+        // SAFETY: a ctrl segment never straddles the ring end.
+        unsafe { (self.ds_ptr(self.last(), 0) as *const [u8; 8]).read() }
+    }
+
+    /// Ring the doorbell for every WQE committed since the last one: the
+    /// doorbell record, then one 8-byte store of the last WQE's first 8
+    /// ctrl bytes at the register's current half, then the toggle. Nothing
+    /// to ring: nothing happens.
+    ///
+    /// # Safety
+    /// The descriptor describes live memory and its register is not written
+    /// by another thread meanwhile.
+    #[inline(always)]
+    pub unsafe fn ring_db<M: Mmio>(&self, m: &M) {
+        if self.unrung() == 0 {
+            return;
+        }
+        // SAFETY: forwarded.
+        unsafe { self.ring_db_with(m, self.last_ctrl8()) }
+    }
+
+    /// [`SqDesc::ring_db`] with the doorbell value the caller still holds.
+    ///
+    /// # Safety
+    /// As [`SqDesc::ring_db`].
+    #[inline(always)]
+    pub unsafe fn ring_db_with<M: Mmio>(&self, m: &M, ctrl8: [u8; 8]) {
+        // SAFETY: caller contract.
+        unsafe {
+            self.publish();
+            let bf = &*self.bf;
+            m.write_db(bf.reg, bf.next_offset(), ctrl8);
+            bf.toggle();
+        }
+        self.unrung.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether the last WQE may go through BlueFlame (spec §1.6): it is the
+    /// only one since the last doorbell, the register has BlueFlame, and the
+    /// WQE fits one half.
+    #[inline(always)]
+    pub fn blueflame_legal(&self) -> bool {
+        // SAFETY: `bf` is live (type contract of the ring methods).
+        let size = unsafe { (*self.bf).size };
+        self.unrung() == 1 && size != 0 && self.producer().wrapping_sub(self.last()) * WQEBB_BYTES <= size
+    }
+
+    /// Ring with BlueFlame when legal (the whole WQE copied to the register,
+    /// following its wrap at the ring end), else a plain doorbell.
+    ///
+    /// # Safety
+    /// As [`SqDesc::ring_db`].
+    #[inline(always)]
+    pub unsafe fn ring_bf<M: Mmio>(&self, m: &M) {
+        if !self.blueflame_legal() {
+            // SAFETY: forwarded.
+            return unsafe { self.ring_db(m) };
+        }
+        let last = self.last();
+        let bytes = (self.producer().wrapping_sub(last) * WQEBB_BYTES) as usize;
+        let mask = self.byte_mask();
+        let off = (last as usize * WQEBB_BYTES as usize) & mask;
+        let head = bytes.min(mask + 1 - off);
+        // SAFETY: caller contract; both ranges lie inside the ring and hold
+        // the WQE just written.
+        unsafe {
+            self.publish();
+            let (h, t) = (
+                core::slice::from_raw_parts(self.buf.add(off), head),
+                core::slice::from_raw_parts(self.buf, bytes - head),
+            );
+            let bf = &*self.bf;
+            m.write_bf(bf.reg, bf.next_offset(), h, t);
+            bf.toggle();
+        }
+        self.unrung.store(0, Ordering::Relaxed);
+    }
+
+    /// Retire WQEs up to and including the one whose `wqe_index` is
+    /// `wqe_counter` (unsignaled WQEs before it are implicitly complete,
+    /// spec §5.9): walks the WQEs from the consumer counter by the `ds` of
+    /// their ctrl segments (still in the ring: a slot is reused only after
+    /// this), then publishes the new consumer counter. `None` when no
+    /// outstanding WQE starts at that index (a CQE that does not match the
+    /// ring: report it, never trust it); nothing changes then.
+    ///
+    /// # Safety
+    /// The descriptor describes live memory; one thread retires at a time.
+    pub unsafe fn retire(&self, wqe_counter: u16) -> Option<Retired> {
+        let pi = self.producer();
+        let ci = self.consumer();
+        let dist = (wqe_counter as u32).wrapping_sub(ci) & 0xffff;
+        if dist >= pi.wrapping_sub(ci) {
+            return None;
+        }
+        let mut at = ci;
+        loop {
+            // SAFETY: `at` lies in [ci, pi): a posted WQE's ctrl segment.
+            let ds = unsafe { (*self.ds_ptr(at, 0))[7] } as u32 & 0x3f;
+            if at as u16 == wqe_counter {
+                let slot = at & (self.wqe_cnt - 1);
+                let wr_id = if self.wrid.is_null() {
+                    None
+                } else {
+                    // SAFETY: `wrid` has wqe_cnt entries (field contract).
+                    Some(unsafe { *self.wrid.add(slot as usize) })
+                };
+                self.ci.store(at.wrapping_add(ds.div_ceil(4).max(1)), Ordering::Release);
+                return Some(Retired { slot, wr_id });
+            }
+            at = at.wrapping_add(ds.div_ceil(4).max(1));
+            if at.wrapping_sub(ci) > dist {
+                return None;
+            }
+        }
+    }
+
+    /// Forget every WQE (the QP went to RESET): counters back to 0, the
+    /// register keeps its toggle.
+    pub fn reset(&self) {
+        for c in [&self.pi, &self.ci, &self.last, &self.unrung] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// DS `i` of the WQE at counter `start` in a ring at `buf` of `mask + 1` bytes.
+#[inline(always)]
+pub fn ds_ptr(buf: *mut u8, mask: usize, start: u32, i: u32) -> *mut [u8; 16] {
+    let off = ((start as usize) * WQEBB_BYTES as usize + (i * DS_BYTES) as usize) & mask;
+    buf.wrapping_add(off) as *mut [u8; 16]
+}
+
+/// Copy `data` to `byte_off` bytes after the WQE at `start`, wrapping.
+///
+/// # Safety
+/// The ring at `buf` is `mask + 1` bytes of live memory; the bytes are free.
+#[inline(always)]
+pub unsafe fn copy_in(buf: *mut u8, mask: usize, start: u32, byte_off: u32, data: &[u8]) {
+    let ring = mask + 1;
+    let off = ((start as usize) * WQEBB_BYTES as usize + byte_off as usize) & mask;
+    let first = data.len().min(ring - off);
+    // SAFETY: both copies stay inside the ring (caller contract).
+    unsafe {
+        core::ptr::copy_nonoverlapping(data.as_ptr(), buf.add(off), first);
+        core::ptr::copy_nonoverlapping(data.as_ptr().add(first), buf, data.len() - first);
+    }
+}
+
+/// The error for a WQE of `ds` DS that exceeds the smaller of the size
+/// limit and the free ring space.
+#[cold]
+pub fn over_budget(ds: u32, max_ds: u32, free: u32) -> PostError {
+    if ds > max_ds {
+        return PostError::WqeTooLarge { ds, max: max_ds };
+    }
+    PostError::SqFull { needed: ds.div_ceil(4), free }
+}
+
+// SAFETY: the descriptor's mutable state is atomic; the memory it points
+// to is reached only through `unsafe` methods whose contracts say who may
+// touch it (one posting thread, one retiring thread).
+unsafe impl Send for SqDesc {}
+// SAFETY: as above.
+unsafe impl Sync for SqDesc {}

@@ -1,0 +1,173 @@
+//! wr-id tracking of the handle layer: the user's entry of type `T` for
+//! every posted WQE, returned with its completion. The ring core knows
+//! nothing of `T`; these tables sit beside its descriptors.
+
+use std::cell::{Cell, UnsafeCell};
+use std::mem::MaybeUninit;
+
+/// Send side: per SQ slot of a WQE's first WQEBB, its size in WQEBBs, its
+/// opcode and the entry. Entries are live exactly at the WQE starts in
+/// `[ci, pi)` of the send queue; the queue passes its counters in.
+pub struct Tracker<T> {
+    slots: Box<[Slot<T>]>,
+    mask: u32,
+}
+
+struct Slot<T> {
+    /// WQEBBs (low byte) and mlx5 opcode (high byte).
+    meta: Cell<u16>,
+    entry: UnsafeCell<MaybeUninit<T>>,
+}
+
+/// What retiring a WQE gives back.
+pub struct Retired<T> {
+    /// The user's entry.
+    pub entry: T,
+    /// The WQE's mlx5 opcode.
+    pub opcode: u8,
+    /// The consumer counter after the WQE.
+    pub ci: u32,
+}
+
+impl<T> Tracker<T> {
+    /// A table for a ring of `wqe_cnt` WQEBBs (a power of two).
+    pub fn new(wqe_cnt: u32) -> Self {
+        let slots = (0..wqe_cnt.max(1))
+            .map(|_| Slot { meta: Cell::new(0), entry: UnsafeCell::new(MaybeUninit::uninit()) });
+        Tracker { slots: slots.collect(), mask: wqe_cnt.max(1) - 1 }
+    }
+
+    #[inline(always)]
+    fn slot(&self, counter: u32) -> &Slot<T> {
+        // SAFETY: masked by len - 1 (len is a power of two).
+        unsafe { self.slots.get_unchecked((counter & self.mask) as usize) }
+    }
+
+    /// Record the WQE of `nbb` WQEBBs at counter `start` (a free slot).
+    #[inline(always)]
+    pub fn record(&self, start: u32, nbb: u32, opcode: u8, entry: T) {
+        let s = self.slot(start);
+        s.meta.set(nbb as u16 | (opcode as u16) << 8);
+        // SAFETY: single-threaded; the slot is free (outside [ci, pi)), so
+        // nothing live is overwritten and no reference into it exists.
+        unsafe { (*s.entry.get()).write(entry) };
+    }
+
+    /// Retire WQEs from `ci` up to and including the one whose `wqe_index`
+    /// is `wqe_counter`; entries of the unsignaled WQEs before it are
+    /// dropped. `None` (and nothing changed) when no WQE in `[ci, pi)`
+    /// starts at that index.
+    #[inline(always)]
+    pub fn retire(&self, pi: u32, ci: u32, wqe_counter: u16) -> Option<Retired<T>> {
+        let dist = (wqe_counter as u32).wrapping_sub(ci) & 0xffff;
+        if dist >= pi.wrapping_sub(ci) {
+            return None;
+        }
+        if dist != 0 && !self.starts_a_wqe(ci, dist) {
+            return None;
+        }
+        let mut at = ci;
+        loop {
+            let s = self.slot(at);
+            let meta = s.meta.get();
+            // SAFETY: `at` is a WQE start in [ci, pi): its entry is live;
+            // it is moved out once and the counter moves past it.
+            let entry = unsafe { (*s.entry.get()).assume_init_read() };
+            let next = at.wrapping_add((meta & 0xff).max(1) as u32);
+            if at as u16 == wqe_counter {
+                return Some(Retired { entry, opcode: (meta >> 8) as u8, ci: next });
+            }
+            drop(entry);
+            at = next;
+        }
+    }
+
+    /// Whether walking the WQEs from `ci` lands exactly `dist` WQEBBs on.
+    #[cold]
+    fn starts_a_wqe(&self, ci: u32, dist: u32) -> bool {
+        let mut off = 0;
+        while off < dist {
+            off += (self.slot(ci.wrapping_add(off)).meta.get() & 0xff).max(1) as u32;
+        }
+        off == dist
+    }
+
+    /// Drop every live entry (`[ci, pi)`), e.g. when the QP goes to RESET
+    /// or is destroyed.
+    pub fn clear(&self, pi: u32, ci: u32) {
+        let mut at = ci;
+        while at != pi && pi.wrapping_sub(at) <= self.mask + 1 {
+            let s = self.slot(at);
+            // SAFETY: a live entry, dropped once; the caller resets the counters.
+            unsafe { (*s.entry.get()).assume_init_drop() };
+            at = at.wrapping_add((s.meta.get() & 0xff).max(1) as u32);
+        }
+    }
+}
+
+/// Receive side: one optional entry per RQ slot or SRQ WQE index.
+pub struct RecvTracker<T> {
+    entries: Box<[UnsafeCell<Option<T>>]>,
+}
+
+impl<T> RecvTracker<T> {
+    /// A table of `n` entries.
+    pub fn new(n: u32) -> Self {
+        RecvTracker { entries: (0..n).map(|_| UnsafeCell::new(None)).collect() }
+    }
+
+    /// Store the entry of slot `i` (in range: the ring checked it).
+    #[inline(always)]
+    pub fn put(&self, i: u32, entry: T) {
+        // SAFETY: single-threaded; no reference into the slot outlives this call.
+        unsafe { *self.entries[i as usize].get() = Some(entry) };
+    }
+
+    /// Take the entry of slot `i`, if any.
+    #[inline(always)]
+    pub fn take(&self, i: u32) -> Option<T> {
+        // SAFETY: as in `put`.
+        self.entries.get(i as usize).and_then(|e| unsafe { (*e.get()).take() })
+    }
+
+    /// Drop every entry.
+    pub fn clear(&self) {
+        for e in self.entries.iter() {
+            // SAFETY: as in `put`.
+            unsafe { *e.get() = None };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::rc::Rc;
+
+    #[test]
+    fn retire_walks_unsignaled_wqes_and_drops_their_entries() {
+        let t = Tracker::new(8);
+        let live = Rc::new(());
+        t.record(0, 1, 0x08, live.clone());
+        t.record(1, 2, 0x0a, live.clone());
+        t.record(3, 1, 0x10, live.clone());
+        assert_eq!(Rc::strong_count(&live), 4);
+        assert!(t.retire(4, 0, 2).is_none(), "2 is inside a WQE, not its start");
+        assert!(t.retire(4, 0, 4).is_none(), "4 is not posted");
+        assert_eq!(Rc::strong_count(&live), 4, "a failed retire changes nothing");
+        let r = t.retire(4, 0, 3).unwrap();
+        assert_eq!((r.opcode, r.ci), (0x10, 4));
+        drop(r);
+        assert_eq!(Rc::strong_count(&live), 1, "the two unsignaled entries were dropped");
+    }
+
+    #[test]
+    fn clear_drops_live_entries_across_the_wrap() {
+        let t = Tracker::new(4);
+        let live = Rc::new(());
+        t.record(6, 1, 0, live.clone());
+        t.record(7, 2, 0, live.clone());
+        t.clear(9, 6);
+        assert_eq!(Rc::strong_count(&live), 1);
+    }
+}

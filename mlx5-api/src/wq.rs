@@ -1,0 +1,139 @@
+//! The work queues of one QP as a CQ sees them: a small, named view
+//! ([`WorkQueues`]) holding the ring-core descriptors, the wr-id trackers,
+//! the QP's state and what a completion needs to name itself. A CQ's QPN
+//! table maps each QPN to this view, never to the QP handle, so `cq` does
+//! not depend on `qp`.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use crate::backend::{Backend, QpKind};
+use crate::ctx::UarReg;
+use crate::ring::{PostError, RqDesc, Sge, SqDesc};
+use crate::srq::SrqShared;
+use crate::tracker::{RecvTracker, Tracker};
+use crate::types::{LinkLayer, QpState};
+
+/// The send side of a QP: the ring-core descriptor (whose register view
+/// lives in `reg`, shared with the QPs on the same register), the entries
+/// and a wr-id array for ring-core posters (the C ABI's `send_wqe`).
+pub(crate) struct SendQueue<B: Backend, T> {
+    pub(crate) desc: SqDesc,
+    pub(crate) tracker: Tracker<T>,
+    pub(crate) reg: Rc<UarReg<B>>,
+    _wrid: Box<[u64]>,
+}
+
+impl<B: Backend, T> SendQueue<B, T> {
+    /// A send queue over `desc` (whose `bf` and `wrid` are set here).
+    pub(crate) fn new(mut desc: SqDesc, reg: Rc<UarReg<B>>) -> Self {
+        let mut wrid = vec![0u64; desc.wqe_cnt as usize].into_boxed_slice();
+        desc.bf = &reg.bf as *const _ as *mut _;
+        desc.wrid = wrid.as_mut_ptr();
+        SendQueue { tracker: Tracker::new(desc.wqe_cnt), desc, reg, _wrid: wrid }
+    }
+
+    /// Ring the doorbell for every WQE committed since the last one.
+    #[inline(always)]
+    pub(crate) fn ring_doorbell(&self) {
+        // SAFETY: the descriptor describes the backend QP's live ring and
+        // register; handles are single-threaded.
+        unsafe { self.desc.ring_db(&self.reg.mmio) }
+    }
+
+    /// Forget every WQE (QP to RESET).
+    pub(crate) fn reset(&self) {
+        self.tracker.clear(self.desc.producer(), self.desc.consumer());
+        self.desc.reset();
+    }
+}
+
+impl<B: Backend, T> Drop for SendQueue<B, T> {
+    fn drop(&mut self) {
+        self.tracker.clear(self.desc.producer(), self.desc.consumer());
+    }
+}
+
+/// The QP's own receive queue.
+pub(crate) struct RecvQueue<T> {
+    pub(crate) desc: RqDesc,
+    tracker: RecvTracker<T>,
+    _wrid: Box<[u64]>,
+}
+
+impl<T> RecvQueue<T> {
+    pub(crate) fn new(mut desc: RqDesc) -> Self {
+        let mut wrid = vec![0u64; desc.wqe_cnt as usize].into_boxed_slice();
+        desc.wrid = wrid.as_mut_ptr();
+        RecvQueue { tracker: RecvTracker::new(desc.wqe_cnt), desc, _wrid: wrid }
+    }
+
+    #[inline(always)]
+    pub(crate) fn post(&self, entry: T, sges: &[Sge]) -> Result<(), PostError> {
+        // SAFETY: the descriptor describes the backend QP's live ring; single-threaded.
+        let slot = unsafe { self.desc.post(sges, 0)? };
+        self.tracker.put(slot, entry);
+        Ok(())
+    }
+
+    #[inline(always)]
+    pub(crate) fn retire(&self, wqe_counter: u16) -> Option<T> {
+        // SAFETY: as in `post`.
+        let r = unsafe { self.desc.retire(wqe_counter)? };
+        self.tracker.take(r.slot)
+    }
+
+    pub(crate) fn reset(&self) {
+        self.tracker.clear();
+        self.desc.reset();
+    }
+}
+
+/// Where a QP's receives come from.
+pub(crate) enum RecvSide<B: Backend, T> {
+    None,
+    Rq(RecvQueue<T>),
+    Srq(Rc<SrqShared<B, T>>),
+}
+
+/// The view of a QP's work queues that its CQs dispatch to.
+#[doc(hidden)]
+pub struct WorkQueues<B: Backend, T> {
+    /// QPN; for a DCT, the DCT number once in RTR (0 before).
+    pub(crate) qpn: Cell<u32>,
+    pub(crate) state: Cell<QpState>,
+    pub(crate) kind: QpKind,
+    pub(crate) link: LinkLayer,
+    pub(crate) sq: Option<SendQueue<B, T>>,
+    pub(crate) recv: RecvSide<B, T>,
+}
+
+impl<B: Backend, T> WorkQueues<B, T> {
+    /// An error CQE moved the QP to ERR (spec §6.1); a UD send error to SQE.
+    #[inline]
+    pub(crate) fn enter_error(&self, send_side: bool) {
+        let s = if send_side && self.kind == QpKind::Ud { QpState::Sqe } else { QpState::Err };
+        if self.state.get() != QpState::Err {
+            self.state.set(s);
+        }
+    }
+
+    /// Retire the send WQE a requester CQE names: its entry and opcode.
+    #[inline(always)]
+    pub(crate) fn retire_send(&self, wqe_counter: u16) -> Option<(T, u8)> {
+        let sq = self.sq.as_ref()?;
+        let r = sq.tracker.retire(sq.desc.producer(), sq.desc.consumer(), wqe_counter)?;
+        sq.desc.ci.store(r.ci, std::sync::atomic::Ordering::Release);
+        Some((r.entry, r.opcode))
+    }
+
+    /// Retire the receive a responder CQE names.
+    #[inline(always)]
+    pub(crate) fn retire_recv(&self, wqe_counter: u16) -> Option<T> {
+        match &self.recv {
+            RecvSide::Rq(rq) => rq.retire(wqe_counter),
+            RecvSide::Srq(srq) => srq.retire(wqe_counter),
+            RecvSide::None => None,
+        }
+    }
+}
