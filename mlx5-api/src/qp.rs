@@ -144,6 +144,15 @@ macro_rules! common {
         pub fn caps(&self) -> &QpCaps {
             &self.shared.caps
         }
+        /// What a peer needs to connect to this QP on `port` (LID on InfiniBand;
+        /// GID and MAC on RoCE).
+        pub fn local_info(&self, port: u8, psn: u32) -> Result<RemoteQpInfo> {
+            let p = self.shared.port_info(port)?;
+            Ok(match p.link_layer {
+                LinkLayer::Ethernet => RemoteQpInfo { psn, ..RemoteQpInfo::roce(self.qpn(), p.gid, p.mac) },
+                LinkLayer::InfiniBand => RemoteQpInfo { psn, ..RemoteQpInfo::ib(self.qpn(), p.lid) },
+            })
+        }
         /// Move to ERR: outstanding work completes with flush errors.
         pub fn modify_to_error(&self) -> Result<()> {
             self.shared.transition(QpState::Err, &QpTransition::To(QpState::Err))
@@ -303,16 +312,6 @@ impl<B: Backend, T> RcQp<B, T> {
     common!();
     send_queue!();
     recv_queue!();
-
-    /// What a peer needs to connect to this QP on `port` (LID on InfiniBand;
-    /// GID and MAC on RoCE).
-    pub fn local_info(&self, port: u8, psn: u32) -> Result<RemoteQpInfo> {
-        let p = self.shared.port_info(port)?;
-        Ok(match p.link_layer {
-            LinkLayer::Ethernet => RemoteQpInfo { psn, ..RemoteQpInfo::roce(self.qpn(), p.gid, p.mac) },
-            LinkLayer::InfiniBand => RemoteQpInfo { psn, ..RemoteQpInfo::ib(self.qpn(), p.lid) },
-        })
-    }
 
     /// RESET→INIT with the responder access rights of this QP.
     pub fn modify_to_init(&self, port: u8, access: AccessFlags) -> Result<()> {

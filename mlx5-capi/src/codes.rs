@@ -1,0 +1,105 @@
+//! Return codes of the C ABI, and the mapping from the ring core's
+//! [`PostError`] and the front-end's [`Error`].
+
+use std::ffi::c_char;
+
+use mlx5_api::ring::PostError;
+use mlx5_api::Error;
+
+/// Success.
+pub const MLX5R_OK: i32 = 0;
+/// The send queue has not enough free WQEBBs.
+pub const MLX5R_ERR_SQ_FULL: i32 = -1;
+/// The receive queue is full.
+pub const MLX5R_ERR_RQ_FULL: i32 = -2;
+/// The shared receive queue is full.
+pub const MLX5R_ERR_SRQ_FULL: i32 = -3;
+/// More SGEs than the queue allows.
+pub const MLX5R_ERR_TOO_MANY_SGE: i32 = -4;
+/// Inline data larger than the QP's limit.
+pub const MLX5R_ERR_INLINE_TOO_LARGE: i32 = -5;
+/// The WQE exceeds the maximum WQE size.
+pub const MLX5R_ERR_WQE_TOO_LARGE: i32 = -6;
+/// The message exceeds what the QP carries (UD: the path MTU).
+pub const MLX5R_ERR_MESSAGE_TOO_LONG: i32 = -7;
+/// An SGE of 2^31 bytes or more.
+pub const MLX5R_ERR_SGE_TOO_LONG: i32 = -8;
+/// An opcode this QP type cannot send.
+pub const MLX5R_ERR_BAD_OPCODE: i32 = -9;
+/// An atomic without one 8-byte result SGE or with an unaligned address.
+pub const MLX5R_ERR_BAD_ATOMIC: i32 = -10;
+/// A UD or DCI WQE without an address vector.
+pub const MLX5R_ERR_MISSING_AV: i32 = -11;
+/// Inline data for RDMA READ or an atomic.
+pub const MLX5R_ERR_INLINE_NOT_ALLOWED: i32 = -12;
+/// No outstanding work request matches (retirement).
+pub const MLX5R_ERR_NOT_FOUND: i32 = -13;
+/// A CQE in a format this library does not decode (consumed, reported).
+pub const MLX5R_ERR_CQE_FORMAT: i32 = -14;
+/// A null pointer or an argument out of range.
+pub const MLX5R_ERR_INVALID: i32 = -20;
+/// The backend (simulator or rdma-core) refused a control-path request.
+pub const MLX5R_ERR_BACKEND: i32 = -21;
+/// rdma-core is not installed, or no (such) mlx5 device exists.
+pub const MLX5R_ERR_NO_DEVICE: i32 = -22;
+/// Objects of different backends or contexts were mixed.
+pub const MLX5R_ERR_MISMATCH: i32 = -23;
+/// The QP is not in a state that allows this.
+pub const MLX5R_ERR_QP_STATE: i32 = -24;
+
+pub(crate) fn post_code(e: PostError) -> i32 {
+    match e {
+        PostError::SqFull { .. } => MLX5R_ERR_SQ_FULL,
+        PostError::RqFull { .. } => MLX5R_ERR_RQ_FULL,
+        PostError::SrqFull { .. } => MLX5R_ERR_SRQ_FULL,
+        PostError::TooManySge { .. } => MLX5R_ERR_TOO_MANY_SGE,
+        PostError::InlineTooLarge { .. } => MLX5R_ERR_INLINE_TOO_LARGE,
+        PostError::WqeTooLarge { .. } => MLX5R_ERR_WQE_TOO_LARGE,
+        PostError::MessageTooLong { .. } => MLX5R_ERR_MESSAGE_TOO_LONG,
+        PostError::SgeTooLong { .. } => MLX5R_ERR_SGE_TOO_LONG,
+        PostError::BadOpcode { .. } => MLX5R_ERR_BAD_OPCODE,
+        PostError::BadAtomic => MLX5R_ERR_BAD_ATOMIC,
+        PostError::MissingAv => MLX5R_ERR_MISSING_AV,
+        PostError::InlineNotAllowed => MLX5R_ERR_INLINE_NOT_ALLOWED,
+        _ => MLX5R_ERR_INVALID,
+    }
+}
+
+pub(crate) fn error_code(e: &Error) -> i32 {
+    match e {
+        Error::QpState { .. } | Error::InvalidTransition { .. } | Error::DctNotReady { .. } => {
+            MLX5R_ERR_QP_STATE
+        }
+        Error::InvalidArgument(_) => MLX5R_ERR_INVALID,
+        _ => MLX5R_ERR_BACKEND,
+    }
+}
+
+/// A static, NUL-terminated description of a return code.
+#[no_mangle]
+pub extern "C" fn mlx5r_strerror(code: i32) -> *const c_char {
+    let s: &'static [u8] = match code {
+        MLX5R_OK => b"success\0",
+        MLX5R_ERR_SQ_FULL => b"send queue full\0",
+        MLX5R_ERR_RQ_FULL => b"receive queue full\0",
+        MLX5R_ERR_SRQ_FULL => b"shared receive queue full\0",
+        MLX5R_ERR_TOO_MANY_SGE => b"too many SGEs\0",
+        MLX5R_ERR_INLINE_TOO_LARGE => b"inline data too large\0",
+        MLX5R_ERR_WQE_TOO_LARGE => b"WQE too large\0",
+        MLX5R_ERR_MESSAGE_TOO_LONG => b"message too long\0",
+        MLX5R_ERR_SGE_TOO_LONG => b"SGE length exceeds 2^31-1\0",
+        MLX5R_ERR_BAD_OPCODE => b"opcode not valid on this QP type\0",
+        MLX5R_ERR_BAD_ATOMIC => b"atomic needs one 8-byte result SGE and an 8-byte aligned address\0",
+        MLX5R_ERR_MISSING_AV => b"UD and DCI WQEs need an address vector\0",
+        MLX5R_ERR_INLINE_NOT_ALLOWED => b"inline data not allowed for READ and atomics\0",
+        MLX5R_ERR_NOT_FOUND => b"no outstanding work request matches\0",
+        MLX5R_ERR_CQE_FORMAT => b"CQE format not decoded (compressed or scatter-to-CQE)\0",
+        MLX5R_ERR_INVALID => b"invalid argument\0",
+        MLX5R_ERR_BACKEND => b"backend refused the request\0",
+        MLX5R_ERR_NO_DEVICE => b"rdma-core or the mlx5 device not found\0",
+        MLX5R_ERR_MISMATCH => b"objects of different backends or contexts\0",
+        MLX5R_ERR_QP_STATE => b"QP state does not allow this\0",
+        _ => b"unknown error\0",
+    };
+    s.as_ptr() as *const c_char
+}

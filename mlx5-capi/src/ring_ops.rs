@@ -1,0 +1,393 @@
+//! The ring-core operations as C functions: the four of RDMaxcel
+//! (`send_wqe`, `recv_wqe`, `db_ring`, `cqe_poll`) done right, plus
+//! retirement (a CQE's `wqe_counter` back to the caller's wr-id) and
+//! address-vector encoders. Nothing here allocates, locks or calls a
+//! backend: these run against any ring described by a descriptor.
+
+#![allow(non_camel_case_types)]
+
+use mlx5_api::ring::cqe::CqeFormat;
+use mlx5_api::ring::{
+    send_wqe, AddressVector, CqDesc, Cqe, HostMmio, IbGrh, RoceAv, RqDesc, SendWr, Sge, SqDesc, SrqDesc,
+};
+
+use crate::codes::*;
+
+/// `mlx5r_cqe_poll`: nothing yet.
+pub const MLX5R_CQE_EMPTY: i32 = 0;
+/// `mlx5r_cqe_poll`: a successful completion.
+pub const MLX5R_CQE_OK: i32 = 1;
+/// `mlx5r_cqe_poll`: an error completion (see `syndrome`); never "nothing yet".
+pub const MLX5R_CQE_ERROR: i32 = 2;
+
+/// `mlx5r_db_ring` flag: write the WQE through BlueFlame when that is legal
+/// (one WQE since the last doorbell, fits the register's half).
+pub const MLX5R_DB_BLUEFLAME: u32 = 1;
+
+/// A decoded CQE (spec §5.1, §5.4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct mlx5r_cqe {
+    /// 0 success, 1 error.
+    pub status: u8,
+    /// CQE opcode (`op_own[7:4]`): 0 REQ, 1..4 RESP_*, 13 REQ_ERR, 14 RESP_ERR.
+    pub opcode: u8,
+    /// Requester: the mlx5 opcode of the completed send WQE.
+    pub wqe_opcode: u8,
+    /// Error CQEs: the syndrome (0x05 flush, 0x13 remote access, ...).
+    pub syndrome: u8,
+    /// Error CQEs: the vendor syndrome.
+    pub vendor_err: u8,
+    /// `op_own[3:2]` (0 for every CQE this library decodes).
+    pub format: u8,
+    /// The sender asked for a solicited event.
+    pub solicited: u8,
+    /// Reserved, 0.
+    pub reserved: u8,
+    /// Send WQE index, receive counter or SRQ WQE index.
+    pub wqe_counter: u16,
+    /// Receives: the source LID.
+    pub slid: u16,
+    /// The local QPN (DCT number for a DCT).
+    pub qpn: u32,
+    /// Bytes transferred (0 in error CQEs).
+    pub byte_cnt: u32,
+    /// Immediate (host value), or the invalidated rkey.
+    pub imm: u32,
+    /// Receives: source QPN (`flags_rqpn[23:0]`).
+    pub src_qpn: u32,
+    /// Receives: the whole `flags_rqpn` word.
+    pub flags_rqpn: u32,
+    /// `srqn_uidx[23:0]`.
+    pub user_index: u32,
+    /// Completion timestamp.
+    pub timestamp: u64,
+}
+
+impl From<&Cqe> for mlx5r_cqe {
+    fn from(c: &Cqe) -> Self {
+        let (syndrome, vendor_err) = c.error.map_or((0, 0), |e| (e.syndrome.raw(), e.vendor_err));
+        mlx5r_cqe {
+            status: c.error.is_some() as u8,
+            opcode: c.opcode,
+            wqe_opcode: c.wqe_opcode,
+            syndrome,
+            vendor_err,
+            format: (c.op_own >> 2) & 3,
+            solicited: c.se as u8,
+            reserved: 0,
+            wqe_counter: c.wqe_counter,
+            slid: c.slid,
+            qpn: c.qpn,
+            byte_cnt: c.byte_cnt,
+            imm: c.imm_inval_pkey,
+            src_qpn: c.flags_rqpn & 0xff_ffff,
+            flags_rqpn: c.flags_rqpn,
+            user_index: c.srqn_uidx & 0xff_ffff,
+            timestamp: c.timestamp,
+        }
+    }
+}
+
+/// Build the WQE `wr` describes at the producer counter of `sq` (every
+/// transport and opcode of spec §3.8, several SGEs, inline, immediate,
+/// flags, atomic operands, address vector) and record `wr->wr_id`. Not
+/// rung: call `mlx5r_db_ring` once for a batch. Returns 0, or a negative
+/// code with nothing written.
+///
+/// # Safety
+/// `sq` describes live ring memory (from `mlx5r_qp_sq` or filled by the
+/// caller from its own mlx5dv QP) and only this thread posts to it;
+/// `wr->sg_list` has `wr->num_sge` entries whose bytes are readable when
+/// the INLINE flag is set; `wr->av` is null or valid.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_send_wqe(sq: *const SqDesc, wr: *const SendWr) -> i32 {
+    if sq.is_null() || wr.is_null() {
+        return MLX5R_ERR_INVALID;
+    }
+    // SAFETY: caller contract.
+    match unsafe { send_wqe(&*sq, &*wr) } {
+        Ok(()) => MLX5R_OK,
+        Err(e) => post_code(e),
+    }
+}
+
+/// Ring the doorbell for every WQE posted since the last call: barrier, the
+/// doorbell record (16-bit producer), barrier, one 8-byte store of the last
+/// WQE's ctrl bytes (or, with `MLX5R_DB_BLUEFLAME` when legal, the whole
+/// WQE in 64-byte chunks) at the register's current half, barrier, and the
+/// register's half toggled. Returns 1 when something was rung, 0 when
+/// nothing was pending.
+///
+/// # Safety
+/// As `mlx5r_send_wqe`; no other thread writes the same register meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_db_ring(sq: *const SqDesc, flags: u32) -> i32 {
+    if sq.is_null() || unsafe { (*sq).bf.is_null() } {
+        return MLX5R_ERR_INVALID;
+    }
+    // SAFETY: caller contract.
+    let sq = unsafe { &*sq };
+    if sq.unrung() == 0 {
+        return 0;
+    }
+    // SAFETY: caller contract: live ring and register.
+    unsafe {
+        if flags & MLX5R_DB_BLUEFLAME != 0 {
+            sq.ring_bf(&HostMmio);
+        } else {
+            sq.ring_db(&HostMmio);
+        }
+    }
+    1
+}
+
+/// Post one receive WQE of `num_sge` entries at the producer slot of `rq`
+/// (zero-length entries skipped, invalid-lkey terminator when shorter than
+/// the stride), record `wr_id`, and publish it in the doorbell record.
+///
+/// # Safety
+/// `rq` describes live memory; one thread posts; `sges` has `num_sge` entries.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_recv_wqe(
+    rq: *const RqDesc,
+    sges: *const Sge,
+    num_sge: u32,
+    wr_id: u64,
+) -> i32 {
+    let Some(sges) = (unsafe { sge_slice(sges, num_sge) }) else { return MLX5R_ERR_INVALID };
+    if rq.is_null() {
+        return MLX5R_ERR_INVALID;
+    }
+    // SAFETY: caller contract.
+    match unsafe { (*rq).post(sges, wr_id) } {
+        Ok(_) => MLX5R_OK,
+        Err(e) => post_code(e),
+    }
+}
+
+/// Post one receive WQE on a shared receive queue, at the head of its
+/// linked list (the list itself is never rewritten), and publish the count.
+///
+/// # Safety
+/// As `mlx5r_recv_wqe`; posting and freeing happen on one thread.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_srq_recv_wqe(
+    srq: *const SrqDesc,
+    sges: *const Sge,
+    num_sge: u32,
+    wr_id: u64,
+) -> i32 {
+    let Some(sges) = (unsafe { sge_slice(sges, num_sge) }) else { return MLX5R_ERR_INVALID };
+    if srq.is_null() {
+        return MLX5R_ERR_INVALID;
+    }
+    // SAFETY: caller contract.
+    match unsafe { (*srq).post(sges, wr_id) } {
+        Ok(_) => MLX5R_OK,
+        Err(e) => post_code(e),
+    }
+}
+
+/// # Safety
+/// `sges` is null with `n == 0`, or points at `n` entries.
+unsafe fn sge_slice<'a>(sges: *const Sge, n: u32) -> Option<&'a [Sge]> {
+    match (sges.is_null(), n) {
+        (_, 0) => Some(&[]),
+        (true, _) => None,
+        // SAFETY: caller contract.
+        (false, n) => Some(unsafe { std::slice::from_raw_parts(sges, n as usize) }),
+    }
+}
+
+/// Poll one CQE: `MLX5R_CQE_EMPTY` when there is nothing yet,
+/// `MLX5R_CQE_OK` or `MLX5R_CQE_ERROR` with `*out` filled (an error CQE is a
+/// result with its syndrome, vendor syndrome, counter and QPN, never
+/// "nothing yet"), or `MLX5R_ERR_CQE_FORMAT` for a compressed or
+/// scatter-to-CQE entry (consumed, `*out` filled as far as it decodes).
+/// Ownership is checked, then the read barrier, then the fields (for
+/// 128-byte CQEs the second half of the slot); the consumer index is
+/// published after the read.
+///
+/// # Safety
+/// `cq` describes live memory; one thread polls it.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_cqe_poll(cq: *const CqDesc, out: *mut mlx5r_cqe) -> i32 {
+    if cq.is_null() || out.is_null() {
+        return MLX5R_ERR_INVALID;
+    }
+    // SAFETY: caller contract.
+    let Some(c) = (unsafe { (*cq).poll() }) else { return MLX5R_CQE_EMPTY };
+    // SAFETY: `out` is writable (caller contract).
+    unsafe { *out = mlx5r_cqe::from(&c) };
+    match (c.format, c.error) {
+        (CqeFormat::Normal, None) => MLX5R_CQE_OK,
+        (CqeFormat::Normal, Some(_)) => MLX5R_CQE_ERROR,
+        _ => MLX5R_ERR_CQE_FORMAT,
+    }
+}
+
+/// Retire the send WQE a requester CQE names (and the unsignaled ones
+/// before it): `*wr_id` gets the wr-id `mlx5r_send_wqe` recorded. Returns
+/// `MLX5R_ERR_NOT_FOUND` (nothing changed) when no outstanding WQE starts
+/// at `wqe_counter`.
+///
+/// # Safety
+/// `sq` describes live memory; one thread retires.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_sq_retire(sq: *const SqDesc, wqe_counter: u16, wr_id: *mut u64) -> i32 {
+    if sq.is_null() {
+        return MLX5R_ERR_INVALID;
+    }
+    // SAFETY: caller contract.
+    match unsafe { (*sq).retire(wqe_counter) } {
+        Some(r) => {
+            if !wr_id.is_null() {
+                // SAFETY: writable (caller contract).
+                unsafe { *wr_id = r.wr_id.unwrap_or(0) };
+            }
+            MLX5R_OK
+        }
+        None => MLX5R_ERR_NOT_FOUND,
+    }
+}
+
+/// Retire the receive a responder CQE names on a QP's receive queue.
+///
+/// # Safety
+/// As `mlx5r_sq_retire`.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_rq_retire(rq: *const RqDesc, wqe_counter: u16, wr_id: *mut u64) -> i32 {
+    if rq.is_null() {
+        return MLX5R_ERR_INVALID;
+    }
+    // SAFETY: caller contract.
+    match unsafe { (*rq).retire(wqe_counter) } {
+        Some(r) => {
+            if !wr_id.is_null() {
+                // SAFETY: writable (caller contract).
+                unsafe { *wr_id = r.wr_id.unwrap_or(0) };
+            }
+            MLX5R_OK
+        }
+        None => MLX5R_ERR_NOT_FOUND,
+    }
+}
+
+/// Free the SRQ WQE a responder CQE names (its `wqe_counter` is the WQE
+/// index) and link it behind the tail.
+///
+/// # Safety
+/// As `mlx5r_sq_retire`; the index names an outstanding WQE.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_srq_free(srq: *const SrqDesc, index: u16, wr_id: *mut u64) -> i32 {
+    if srq.is_null() || index as u32 >= unsafe { (*srq).wqe_cnt } {
+        return MLX5R_ERR_INVALID;
+    }
+    // SAFETY: caller contract.
+    let w = unsafe { (*srq).free_wqe(index as u32) };
+    if !wr_id.is_null() {
+        // SAFETY: writable (caller contract).
+        unsafe { *wr_id = w.unwrap_or(0) };
+    }
+    MLX5R_OK
+}
+
+/// An InfiniBand address vector without GRH (destination LID, SL).
+///
+/// # Safety
+/// `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_av_ib(dlid: u16, sl: u8, out: *mut AddressVector) -> i32 {
+    if out.is_null() {
+        return MLX5R_ERR_INVALID;
+    }
+    // SAFETY: caller contract.
+    unsafe { *out = AddressVector::ib(dlid, sl) };
+    MLX5R_OK
+}
+
+/// An InfiniBand address vector with a GRH.
+///
+/// # Safety
+/// `dgid` has 16 bytes; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_av_ib_grh(
+    dlid: u16,
+    sl: u8,
+    dgid: *const u8,
+    sgid_index: u8,
+    out: *mut AddressVector,
+) -> i32 {
+    if out.is_null() || dgid.is_null() {
+        return MLX5R_ERR_INVALID;
+    }
+    // SAFETY: caller contract.
+    let dgid = unsafe { *(dgid as *const [u8; 16]) };
+    let grh = IbGrh { dgid, sgid_index, traffic_class: 0, hop_limit: 64, flow_label: 0 };
+    // SAFETY: caller contract.
+    unsafe { *out = AddressVector::ib_grh(dlid, sl, &grh) };
+    MLX5R_OK
+}
+
+/// A RoCE v2 address vector (destination GID and MAC, source GID index,
+/// priority, UDP source port; hop limit 64).
+///
+/// # Safety
+/// `dgid` has 16 bytes, `dmac` 6; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_av_roce_v2(
+    dgid: *const u8,
+    dmac: *const u8,
+    sgid_index: u8,
+    priority: u8,
+    udp_sport: u16,
+    out: *mut AddressVector,
+) -> i32 {
+    if out.is_null() || dgid.is_null() || dmac.is_null() {
+        return MLX5R_ERR_INVALID;
+    }
+    // SAFETY: caller contract.
+    let (dgid, dmac) = unsafe { (*(dgid as *const [u8; 16]), *(dmac as *const [u8; 6])) };
+    let r = RoceAv { sgid_index, priority, udp_sport, ..RoceAv::new(dgid, dmac) };
+    // SAFETY: caller contract.
+    unsafe { *out = AddressVector::roce_v2(&r) };
+    MLX5R_OK
+}
+
+/// mlx5 send opcodes for `mlx5r_send_wr.opcode` (spec §2.3).
+pub const MLX5R_OPCODE_NOP: u32 = 0x00;
+/// SEND with invalidate (`imm` = the rkey to invalidate).
+pub const MLX5R_OPCODE_SEND_INVAL: u32 = 0x01;
+/// RDMA WRITE.
+pub const MLX5R_OPCODE_RDMA_WRITE: u32 = 0x08;
+/// RDMA WRITE with immediate.
+pub const MLX5R_OPCODE_RDMA_WRITE_IMM: u32 = 0x09;
+/// SEND.
+pub const MLX5R_OPCODE_SEND: u32 = 0x0a;
+/// SEND with immediate.
+pub const MLX5R_OPCODE_SEND_IMM: u32 = 0x0b;
+/// RDMA READ.
+pub const MLX5R_OPCODE_RDMA_READ: u32 = 0x10;
+/// Atomic compare-and-swap.
+pub const MLX5R_OPCODE_ATOMIC_CS: u32 = 0x11;
+/// Atomic fetch-and-add.
+pub const MLX5R_OPCODE_ATOMIC_FA: u32 = 0x12;
+
+/// `mlx5r_send_wr.send_flags`: fence (ibverbs' `IBV_SEND_FENCE`).
+pub const MLX5R_SEND_FENCE: u32 = 1;
+/// Generate a CQE on success (`IBV_SEND_SIGNALED`).
+pub const MLX5R_SEND_SIGNALED: u32 = 2;
+/// Solicited event (`IBV_SEND_SOLICITED`).
+pub const MLX5R_SEND_SOLICITED: u32 = 4;
+/// Copy the gather list into the WQE (`IBV_SEND_INLINE`).
+pub const MLX5R_SEND_INLINE: u32 = 8;
+
+const _: () = {
+    use mlx5_api::ring::post::send_flags as f;
+    use mlx5_api::ring::seg::opcode as o;
+    assert!(MLX5R_SEND_FENCE == f::FENCE && MLX5R_SEND_SIGNALED == f::SIGNALED);
+    assert!(MLX5R_SEND_SOLICITED == f::SOLICITED && MLX5R_SEND_INLINE == f::INLINE);
+    assert!(MLX5R_OPCODE_RDMA_WRITE == o::RDMA_WRITE as u32 && MLX5R_OPCODE_ATOMIC_FA == o::ATOMIC_FA as u32);
+    assert!(MLX5R_OPCODE_SEND_INVAL == o::SEND_INVAL as u32 && MLX5R_OPCODE_RDMA_READ == o::RDMA_READ as u32);
+};
