@@ -1,0 +1,60 @@
+//! The C programs of `tests/c/`, compiled against the generated header
+//! (`include/mlx5r.h`) with the `cc` crate's compiler and linked with this
+//! crate's shared library, then run: `abi_ops.c` drives every operation
+//! through the C ABI on the simulator; `foreign_writer.c` writes WQEs with
+//! rdma-core's mlx5dv.h helpers and rings with plain stores (ignored, with
+//! the reason, where `infiniband/mlx5dv.h` is not installed).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where cargo put this crate's libraries (`target/<profile>`).
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/..").to_path_buf()
+}
+
+fn build_and_run(name: &str) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let lib = lib_dir();
+    assert!(lib.join("libmlx5_capi.so").exists(), "libmlx5_capi.so not built in {}", lib.display());
+    let target = env!("MLX5R_TARGET");
+    let compiler = cc::Build::new()
+        .target(target)
+        .host(target)
+        .opt_level(1)
+        .cargo_metadata(false)
+        .cargo_warnings(false)
+        .get_compiler();
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let status = compiler
+        .to_command()
+        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"])
+        .arg("-I")
+        .arg(dir.join("include"))
+        .arg(dir.join("tests/c").join(format!("{name}.c")))
+        .arg("-o")
+        .arg(&out)
+        .arg(format!("-L{}", lib.display()))
+        .arg("-lmlx5_capi")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "compiling {name}.c failed");
+    let run = Command::new(&out).output().expect("run the C program");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{name} failed ({}):\n{stdout}{stderr}", run.status);
+    assert!(stdout.contains(": ok") || stdout.contains("ok\n"), "{name}: {stdout}");
+}
+
+#[test]
+fn abi_ops_c_program() {
+    build_and_run("abi_ops");
+}
+
+#[test]
+#[cfg_attr(no_mlx5dv_header, ignore = "infiniband/mlx5dv.h not installed (Debian: libibverbs-dev)")]
+fn foreign_writer_c_program_with_mlx5dv_helpers() {
+    build_and_run("foreign_writer");
+}
