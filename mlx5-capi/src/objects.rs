@@ -37,6 +37,13 @@ pub enum Back<S, H> {
 pub struct FabricObj {
     fabric: Fabric,
 }
+
+impl FabricObj {
+    /// The model's NIC handles (statistics, for Rust-side tests).
+    pub fn nics(&self) -> Vec<mlx5_sim::Nic> {
+        self.fabric.nics()
+    }
+}
 /// An opened device (`mlx5r_context`).
 pub struct CtxObj(Back<Context<Sim>, Context<Hw>>);
 /// A protection domain (`mlx5r_pd`).
