@@ -82,8 +82,8 @@ impl Rig {
                 );
             }
             let mut info = [mlx5r_remote::default(); 2];
-            for h in 0..2 {
-                assert_eq!(mlx5r_qp_local(r.qp[h], &mut info[h]), 0);
+            for (qp, i) in r.qp.iter().zip(info.iter_mut()) {
+                assert_eq!(mlx5r_qp_local(*qp, i), 0);
             }
             for h in 0..2 {
                 assert_eq!(mlx5r_qp_connect(r.qp[h], &info[1 - h], 0x1111), 0);
@@ -101,10 +101,6 @@ impl Rig {
     fn cq(&self, h: usize) -> *const CqDesc {
         // SAFETY: a live CQ.
         unsafe { mlx5r_cq_desc(self.cq[h]) }
-    }
-    fn bytes(&self, h: usize, off: usize, n: usize) -> Vec<u8> {
-        // SAFETY: inside the registered buffer.
-        unsafe { std::slice::from_raw_parts((self.mem[h].as_ptr() as *const u8).add(off), n).to_vec() }
     }
     fn progress(&self) {
         // SAFETY: a live fabric.
