@@ -1,0 +1,84 @@
+//! A second Rust thread posts through the ring core (`send_wqe`, `ring_db`
+//! with real stores into the register) while the owner thread polls the CQ
+//! through the ring core and retires wr-ids; the simulator's NICs run in
+//! watch mode and notice the work from memory alone.
+
+use mlx5::model::{ExecMode, FabricConfig, HostConfig};
+use mlx5::ring::post::send_flags;
+use mlx5::ring::seg::opcode;
+use mlx5::ring::{send_wqe, HostMmio, SendWr, Sge};
+use mlx5::sim::devices;
+use mlx5::{AccessFlags, ConnectParams, RcQpConfig};
+
+#[test]
+fn another_thread_posts_while_the_owner_polls() {
+    const N: u64 = 2000;
+    let fabric = mlx5::model::Fabric::new(FabricConfig { mode: ExecMode::Watch, ..FabricConfig::default() });
+    fabric.add_host(HostConfig::infiniband("a", 1));
+    fabric.add_host(HostConfig::infiniband("b", 2));
+    let d = devices(&fabric);
+    let (a, b) = (d[0].open().unwrap(), d[1].open().unwrap());
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let cqa = a.create_cq(256, |_, _: ()| {}).unwrap();
+    let cqb = b.create_cq(256, |_, _: ()| {}).unwrap();
+    let cfg = RcQpConfig { max_send_wr: 64, dedicated_uar: true, ..RcQpConfig::default() };
+    let qa = a.create_rc_qp(&pa, &cqa, &cqa, &cfg).unwrap();
+    let qb = b.create_rc_qp(&pb, &cqb, &cqb, &RcQpConfig::default()).unwrap();
+    qa.connect(&qb.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+    qb.connect(&qa.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+    let la = pa.alloc_mr(8 * N as usize, AccessFlags::ALL).unwrap();
+    let rb = pb.alloc_mr(8 * N as usize, AccessFlags::ALL).unwrap();
+    for i in 0..N {
+        la.write(8 * i as usize, &i.to_le_bytes()).unwrap();
+    }
+    // SAFETY: from here on the queue is used only through the descriptors
+    // (one posting thread, one polling thread); the handles outlive the scope.
+    let (sq, cq) = unsafe { (qa.sq_desc(), cqa.desc()) };
+    let (laddr, lkey, raddr, rkey) = (la.addr(), la.lkey(), rb.addr(), rb.rkey());
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            for i in 0..N {
+                let sge = [Sge { addr: laddr + 8 * i, len: 8, lkey }];
+                let wr = SendWr {
+                    wr_id: 1000 + i,
+                    sg_list: sge.as_ptr(),
+                    num_sge: 1,
+                    opcode: opcode::RDMA_WRITE as u32,
+                    send_flags: if i % 4 == 3 { send_flags::SIGNALED } else { 0 },
+                    remote_addr: raddr + 8 * i,
+                    rkey,
+                    ..SendWr::default()
+                };
+                // SAFETY: this thread is the only poster; the QP outlives the scope.
+                while let Err(e) = unsafe { send_wqe(sq, &wr) } {
+                    assert!(matches!(e, mlx5::ring::PostError::SqFull { .. }), "{e}");
+                    std::thread::yield_now();
+                }
+                if i % 4 == 3 {
+                    // SAFETY: the QP's own (dedicated) register, written by this thread only.
+                    unsafe { sq.ring_db(&HostMmio) };
+                }
+            }
+        });
+        let mut next = 1003;
+        while next < 1000 + N {
+            // SAFETY: this thread is the only poller and retirer.
+            match unsafe { cq.poll() } {
+                Some(c) => {
+                    assert!(c.error.is_none(), "{c:?}");
+                    let r = unsafe { sq.retire(c.wqe_counter) }.expect("the CQE names a posted WQE");
+                    assert_eq!(r.wr_id, Some(next), "completions in order, with the poster's wr-ids");
+                    next += 4;
+                }
+                None => std::thread::yield_now(),
+            }
+        }
+    });
+    for i in 0..N {
+        let mut v = [0u8; 8];
+        rb.read(8 * i as usize, &mut v).unwrap();
+        assert_eq!(u64::from_le_bytes(v), i);
+    }
+    let s = a.raw().nic().stats();
+    assert_eq!((s.malformed_wqes, s.bf_offset_mismatch, s.doorbell_mismatch), (0, 0, 0), "{s:?}");
+}
