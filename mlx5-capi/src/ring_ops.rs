@@ -240,16 +240,21 @@ pub unsafe extern "C" fn mlx5r_sq_retire(sq: *const SqDesc, wqe_counter: u16, wr
         return MLX5R_ERR_INVALID;
     }
     // SAFETY: caller contract.
-    match unsafe { (*sq).retire(wqe_counter) } {
-        Some(r) => {
-            if !wr_id.is_null() {
-                // SAFETY: writable (caller contract).
-                unsafe { *wr_id = r.wr_id.unwrap_or(0) };
-            }
-            MLX5R_OK
-        }
-        None => MLX5R_ERR_NOT_FOUND,
+    unsafe { report_retired((*sq).retire(wqe_counter), wr_id) }
+}
+
+/// The wr-id of a retired work request into `*wr_id` (when not null), or
+/// `MLX5R_ERR_NOT_FOUND`.
+///
+/// # Safety
+/// `wr_id` is null or writable.
+unsafe fn report_retired(r: Option<mlx5_api::ring::sq::Retired>, wr_id: *mut u64) -> i32 {
+    let Some(r) = r else { return MLX5R_ERR_NOT_FOUND };
+    if !wr_id.is_null() {
+        // SAFETY: caller contract.
+        unsafe { *wr_id = r.wr_id.unwrap_or(0) };
     }
+    MLX5R_OK
 }
 
 /// Retire the receive a responder CQE names on a QP's receive queue.
@@ -262,16 +267,7 @@ pub unsafe extern "C" fn mlx5r_rq_retire(rq: *const RqDesc, wqe_counter: u16, wr
         return MLX5R_ERR_INVALID;
     }
     // SAFETY: caller contract.
-    match unsafe { (*rq).retire(wqe_counter) } {
-        Some(r) => {
-            if !wr_id.is_null() {
-                // SAFETY: writable (caller contract).
-                unsafe { *wr_id = r.wr_id.unwrap_or(0) };
-            }
-            MLX5R_OK
-        }
-        None => MLX5R_ERR_NOT_FOUND,
-    }
+    unsafe { report_retired((*rq).retire(wqe_counter), wr_id) }
 }
 
 /// Free the SRQ WQE a responder CQE names (its `wqe_counter` is the WQE
