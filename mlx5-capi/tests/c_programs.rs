@@ -8,10 +8,18 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Where cargo put this crate's libraries (`target/<profile>`).
+/// Where cargo put this crate's shared library. `cargo test` builds every
+/// crate type of the library next to the test executable
+/// (`target/<profile>/deps/`) and does not copy them up to
+/// `target/<profile>/`, which only `cargo build` fills; the copy beside the
+/// test is also the one built from the same sources.
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/..").to_path_buf()
+    let deps = exe.parent().expect("target/<profile>/deps").to_path_buf();
+    if deps.join("libmlx5_capi.so").exists() {
+        return deps;
+    }
+    deps.parent().map(Path::to_path_buf).unwrap_or(deps)
 }
 
 fn build_and_run(name: &str) {
