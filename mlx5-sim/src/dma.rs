@@ -224,6 +224,30 @@ pub(crate) fn write(r: &Region, off: u64, data: &[u8]) -> bool {
     }
 }
 
+/// Copies the concatenation of `src` into `out` (as far as both go); returns the bytes
+/// copied.
+pub(crate) fn gather(src: &[Src<'_>], out: &mut [u8]) -> usize {
+    let mut at = 0;
+    for s in src {
+        if at == out.len() {
+            break;
+        }
+        let n = (s.len() as usize).min(out.len() - at);
+        let ok = match s {
+            Src::Bytes(b) => {
+                out[at..at + n].copy_from_slice(&b[..n]);
+                true
+            }
+            Src::Mem(r) => read(r, 0, &mut out[at..at + n]),
+        };
+        if !ok {
+            break;
+        }
+        at += n;
+    }
+    at
+}
+
 /// Streams the concatenation of `src` into the concatenation of `dst` through a stack
 /// buffer, stopping when either runs out. Returns the number of bytes copied.
 pub(crate) fn stream(src: &[Src<'_>], dst: &[Region]) -> u64 {

@@ -97,7 +97,44 @@ pub(crate) struct Host {
     pub next_uar: u32,
     pub next_srqn: u32,
     pub next_dct: u32,
+    /// Completion channels (`ibv_comp_channel`).
+    pub channels: HashMap<u32, Channel>,
+    pub next_channel: u32,
+    /// The page CQ doorbells (arm requests) are stored into at offset 0x20 in watch mode.
+    pub cq_page: crate::mem::DevMem,
     scratch: Vec<u32>,
+}
+
+/// A completion channel: CQ numbers of pending events, and a socket pair whose read end
+/// is readable while any is pending (one byte per event), for poll(2)/epoll.
+#[derive(Debug)]
+pub(crate) struct Channel {
+    pub rx: std::os::unix::net::UnixStream,
+    tx: std::os::unix::net::UnixStream,
+    pub queue: std::collections::VecDeque<u32>,
+}
+
+impl Channel {
+    pub(crate) fn new() -> std::io::Result<Channel> {
+        let (rx, tx) = std::os::unix::net::UnixStream::pair()?;
+        rx.set_nonblocking(true)?;
+        tx.set_nonblocking(true)?;
+        Ok(Channel { rx, tx, queue: std::collections::VecDeque::new() })
+    }
+
+    fn signal(&mut self, cqn: u32) {
+        use std::io::Write;
+        self.queue.push_back(cqn);
+        let _ = (&self.tx).write(&[1]);
+    }
+
+    /// The oldest pending event's CQ number.
+    pub(crate) fn take(&mut self) -> Option<u32> {
+        use std::io::Read;
+        let cqn = self.queue.pop_front()?;
+        let _ = (&self.rx).read(&mut [0u8; 1]);
+        Some(cqn)
+    }
 }
 
 impl Host {
@@ -128,6 +165,9 @@ impl Host {
             // DCT numbers come from their own range (bit 23 set), so a driver that puts the
             // DCT's QP handle into an address vector reaches nothing.
             next_dct: 0x80_0000 | (base << 12),
+            channels: HashMap::new(),
+            next_channel: 1,
+            cq_page: crate::mem::DevMem::new(4096, 4096).expect("a 4 KiB page"),
             scratch: Vec::new(),
         }
     }
@@ -204,6 +244,9 @@ pub(crate) struct FabricState {
     pub hosts: Vec<Host>,
     /// Virtual clock, used as CQE timestamp.
     pub clock: u64,
+    /// CQs holding a pending compressed session: (host, cqn), written when the lock is
+    /// released ([`flush_sessions`]).
+    pub dirty: Vec<(usize, u32)>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -239,28 +282,105 @@ fn err_cqe(op: u8, synd: u8, user_index: u32, wqe_op: u8, qpn: u32, counter: u16
     b
 }
 
-/// Delivers a CQE to CQ `cqn` of host `h`, or counts an overrun.
+/// Delivers a CQE to CQ `cqn` of host `h`.
 fn push_cqe(st: &mut FabricState, h: usize, cqn: u32, cqe: &[u8; 64], fatal_qpn: Option<u32>) {
+    push_cqe_data(st, h, cqn, cqe, None, fatal_qpn);
+}
+
+/// Delivers a CQE, with `data` scattered into it (spec §5.7): a 64-byte CQE takes up to 32
+/// bytes in its bytes 0..32 (format 1), a 128-byte CQE up to 64 in the first half of its
+/// slot (format 2). A CQE that does not fit puts the CQ in error (overrun): an async event,
+/// and every QP reporting to it moves to ERR (their flush CQEs are lost with it).
+fn push_cqe_data(
+    st: &mut FabricState,
+    h: usize,
+    cqn: u32,
+    cqe: &[u8; 64],
+    data: Option<&[u8]>,
+    fatal_qpn: Option<u32>,
+) {
     let host = &mut st.hosts[h];
     let Some(cq) = host.cqs.get_mut(&cqn) else {
         return;
     };
-    match cq.push(cqe) {
+    let was_error = cq.error;
+    let mut b = *cqe;
+    let mut half: &[u8] = &[];
+    if let Some(d) = data {
+        if cq.cqe_size == 64 {
+            b[..32].fill(0);
+            b[..d.len()].copy_from_slice(d);
+            b[OP_OWN] = (b[OP_OWN] & !0x0c) | 1 << 2;
+        } else {
+            half = d;
+            b[OP_OWN] = (b[OP_OWN] & !0x0c) | 2 << 2;
+        }
+    }
+    match cq.push_with(&b, half) {
         Ok(()) => {
-            cq.overrun = false;
             host.stats.cqes_written += 1;
+            if cq.has_pending() && !st.dirty.contains(&(h, cqn)) {
+                st.dirty.push((h, cqn));
+            }
+            deliver_event(&mut st.hosts[h], cqn);
         }
         Err(_) => {
-            let first = !cq.overrun;
-            cq.overrun = true;
             host.stats.cq_overruns += 1;
-            if first {
-                host.push_event(AsyncEvent::CqOverrun { cqn });
-            }
             if let Some(qpn) = fatal_qpn {
                 host.push_event(AsyncEvent::QpFatal { qpn });
             }
+            if !was_error {
+                host.push_event(AsyncEvent::CqOverrun { cqn });
+                let mut users: Vec<u32> = host
+                    .qps
+                    .values()
+                    .filter(|q| q.state != QpState::Err && (q.send_cqn == cqn || q.recv_cqn == cqn))
+                    .map(|q| q.qpn)
+                    .collect();
+                users.sort_unstable();
+                for qpn in users {
+                    enter_err(st, h, qpn);
+                }
+            }
         }
+    }
+}
+
+const OP_OWN: usize = 63;
+
+/// Signals the CQ's channel if the CQ has an event due.
+fn deliver_event(host: &mut Host, cqn: u32) {
+    let Some(cq) = host.cqs.get_mut(&cqn) else {
+        return;
+    };
+    if !cq.take_event() {
+        return;
+    }
+    if let Some(ch) = cq.channel.and_then(|c| host.channels.get_mut(&c)) {
+        ch.signal(cqn);
+    }
+}
+
+/// Writes every pending compressed session (the end of a burst: the fabric lock is being
+/// released).
+pub(crate) fn flush_sessions(st: &mut FabricState) {
+    while let Some((h, cqn)) = st.dirty.pop() {
+        if let Some(cq) = st.hosts[h].cqs.get_mut(&cqn) {
+            cq.flush();
+            deliver_event(&mut st.hosts[h], cqn);
+        }
+    }
+}
+
+/// The arm doorbell of a CQ (spec §5.6): `value` = BE32 arm word, BE32 CQN.
+pub(crate) fn cq_doorbell(st: &mut FabricState, h: usize, value: [u8; 8]) {
+    let word = u32::from_be_bytes([value[0], value[1], value[2], value[3]]);
+    let cqn = u32::from_be_bytes([value[4], value[5], value[6], value[7]]) & 0xff_ffff;
+    let host = &mut st.hosts[h];
+    host.stats.doorbells += 1;
+    if let Some(cq) = host.cqs.get_mut(&cqn) {
+        cq.arm(word);
+        deliver_event(host, cqn);
     }
 }
 
@@ -351,6 +471,12 @@ fn fail_qp(st: &mut FabricState, h: usize, qpn: u32) {
 enum Outcome {
     Done {
         byte_cnt: u32,
+    },
+    /// Done, and the data the requester reads (READ response, atomic result) goes into its
+    /// CQE instead of its memory (requester scatter-to-CQE, spec §5.7).
+    DoneInline {
+        byte_cnt: u32,
+        data: [u8; 64],
     },
     Rnr,
     Fail {
@@ -517,6 +643,8 @@ struct Target {
     /// RC: every NAK this responder causes moves it to ERR. DCT: never (one initiator must
     /// not be able to kill a target shared by many).
     err_on_nak: bool,
+    /// Responder scatter-to-CQE enabled on the QP.
+    scatter: bool,
 }
 
 impl Target {
@@ -531,6 +659,7 @@ impl Target {
             uidx: q.user_index,
             recv: recv_q(q),
             err_on_nak: q.qp_type != QpType::Dct,
+            scatter: q.scatter_to_cqe,
         }
     }
 }
@@ -553,6 +682,13 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
         return fail(syndrome::LOCAL_QP_OP_ERR);
     };
     let (pdn, path, qtype) = (me.pdn, me.attrs.path, me.qp_type);
+    // Requester scatter-to-CQE: RC only, and only for a signaled WQE (an unsignaled one
+    // has no CQE to carry the data, so it goes to memory) [model choice, spec §5.7].
+    let req_scatter = if qtype == QpType::Rc && me.scatter_to_cqe && w.ctrl.fm_ce_se & 0x08 != 0 {
+        scatter_limit(st, h, me.send_cqn)
+    } else {
+        0
+    };
 
     // 1. Local side: gather sources (SEND/WRITE) or scatter sinks (READ/atomic).
     let gather = matches!(
@@ -647,10 +783,18 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
         }
         QpType::Dct => return fail(syndrome::LOCAL_QP_OP_ERR),
     };
-    respond(st, tgt, w, srcs, &sink, qpn, src_lid)
+    respond(st, tgt, w, srcs, &sink, qpn, src_lid, req_scatter)
 }
 
-/// The responder side of an RC or DC operation.
+/// Most bytes scatter-to-CQE puts into a CQE of CQ `cqn`: 32 with 64-byte CQEs, 64 with
+/// 128-byte CQEs (spec §5.7).
+fn scatter_limit(st: &FabricState, h: usize, cqn: u32) -> u64 {
+    st.hosts[h].cqs.get(&cqn).map_or(0, |c| u64::from(c.cqe_size / 2))
+}
+
+/// The responder side of an RC or DC operation. `req_scatter`: how many bytes of a READ
+/// response or atomic result may go into the requester's CQE (0: none).
+#[allow(clippy::too_many_arguments)]
 fn respond(
     st: &mut FabricState,
     tgt: Target,
@@ -659,6 +803,7 @@ fn respond(
     sink: &Sgl,
     src_qpn: u32,
     src_lid: u16,
+    req_scatter: u64,
 ) -> Outcome {
     let op = w.ctrl.opcode;
     let endian = st.cfg.atomic_endianness;
@@ -725,15 +870,28 @@ fn respond(
                 push_cqe(st, rh, tgt.cqn, &cqe, fatal);
                 return nak(req_synd);
             }
-            if let Some(s) = &sgl {
-                dma::stream(srcs, s.regions());
-            }
             let cop = match op {
                 opcode::SEND => cqe_opcode::RESP_SEND,
                 opcode::SEND_IMM => cqe_opcode::RESP_SEND_IMM,
                 _ => cqe_opcode::RESP_SEND_INV,
             };
-            complete_recv(st, &tgt, resp(cop, counter));
+            // Responder scatter-to-CQE (spec §5.7): RC with either CQE size, a DCT only
+            // with 128-byte CQEs; non-empty messages only [model choice]. The receive WQE
+            // is still checked (lkey, length) and consumed; its memory is not written.
+            let mut limit = if tgt.scatter { scatter_limit(st, rh, tgt.cqn) } else { 0 };
+            if !tgt.err_on_nak && limit != 64 {
+                limit = 0;
+            }
+            if len > 0 && len <= limit {
+                let mut d = [0u8; 64];
+                dma::gather(srcs, &mut d[..len as usize]);
+                complete_recv_data(st, &tgt, resp(cop, counter), &d[..len as usize]);
+            } else {
+                if let Some(s) = &sgl {
+                    dma::stream(srcs, s.regions());
+                }
+                complete_recv(st, &tgt, resp(cop, counter));
+            }
             Outcome::Done { byte_cnt: len as u32 }
         }
         opcode::RDMA_READ => {
@@ -742,6 +900,11 @@ fn respond(
             }
             if len > 0 {
                 match rmrs.check(w.rkey, w.raddr, len, access::REMOTE_READ, tgt.pdn) {
+                    Ok(s) if len <= req_scatter => {
+                        let mut data = [0u8; 64];
+                        dma::read(&s, 0, &mut data[..len as usize]);
+                        return Outcome::DoneInline { byte_cnt: len as u32, data };
+                    }
                     Ok(s) => {
                         dma::stream(&[Src::Mem(s)], sink.regions());
                     }
@@ -774,6 +937,13 @@ fn respond(
                 old.wrapping_add(w.swap_add)
             };
             dma::write(&target, 0, &store_u64(new, endian));
+            if req_scatter >= 8 {
+                // The result in the CQE, in the byte order it would have had in memory
+                // [model choice, spec §6.5 open question].
+                let mut data = [0u8; 64];
+                data[..8].copy_from_slice(&store_u64(old, endian));
+                return Outcome::DoneInline { byte_cnt: 8, data };
+            }
             dma::write(&result, 0, &store_u64(old, endian));
             Outcome::Done { byte_cnt: 8 }
         }
@@ -823,6 +993,13 @@ fn complete_recv(st: &mut FabricState, tgt: &Target, c: RecvCqe) {
     consume_recv(&mut st.hosts[tgt.h], tgt.recv);
     let b = recv_cqe(tgt, &c);
     push_cqe(st, tgt.h, tgt.cqn, &b, None);
+}
+
+/// [`complete_recv`] with the message in the CQE (scatter-to-CQE).
+fn complete_recv_data(st: &mut FabricState, tgt: &Target, c: RecvCqe, data: &[u8]) {
+    consume_recv(&mut st.hosts[tgt.h], tgt.recv);
+    let b = recv_cqe(tgt, &c);
+    push_cqe_data(st, tgt.h, tgt.cqn, &b, Some(data), None);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1097,6 +1274,11 @@ pub(crate) fn process_sq(st: &mut FabricState, h: usize, qpn: u32, mut retry: bo
                     push_cqe(st, h, cqn, &cqe, None);
                 }
             }
+            Outcome::DoneInline { byte_cnt, data } => {
+                let cqe = req_cqe(qp, ctrl.opcode, counter, byte_cnt, ts);
+                let cqn = qp.send_cqn;
+                push_cqe_data(st, h, cqn, &cqe, Some(&data[..byte_cnt as usize]), None);
+            }
             Outcome::Fail { synd, responder } => {
                 let cqe = err_cqe(cqe_opcode::REQ_ERR, synd, qp.user_index, ctrl.opcode, qpn, counter);
                 let cqn = qp.send_cqn;
@@ -1239,6 +1421,15 @@ pub(crate) fn scan_uars(st: &mut FabricState, h: usize) -> u64 {
     regs.extend(st.hosts[h].uars.iter().filter(|(_, u)| u.users > 0).map(|(r, _)| *r));
     regs.sort_unstable();
     let mut seen = 0;
+    // The CQ doorbell (arm request) word of the host's CQ page.
+    let cq_db = st.hosts[h].cq_page.ptr().wrapping_add(0x20);
+    // SAFETY: 8-aligned inside the host's live CQ page.
+    let v = unsafe { std::sync::atomic::AtomicU64::from_ptr(cq_db.cast::<u64>()) }
+        .swap(0, std::sync::atomic::Ordering::AcqRel);
+    if v != 0 {
+        seen += 1;
+        cq_doorbell(st, h, v.to_ne_bytes());
+    }
     for &r in &regs {
         let Some(u) = st.hosts[h].uars.get(&r).copied() else { continue };
         let base = st.hosts[h].reg_ptr(r);
@@ -1378,7 +1569,7 @@ mod tests {
 
     /// Pushes `cqe` through a real CQ at producer index `pi` and returns the slot bytes.
     fn through_cq(cqe: &[u8; 64], cnt: u32, pi: u32) -> [u8; 64] {
-        let mut cq = Cq::new(cnt, 64).unwrap();
+        let mut cq = Cq::new(cnt, 64, None, None).unwrap();
         let filler = [0u8; 64];
         for i in 0..pi {
             cq.dbrec.store_be32(0, i); // the consumer keeps up
@@ -1453,6 +1644,7 @@ mod tests {
             uidx: 2,
             recv: RecvQ::Rq(0x456),
             err_on_nak: true,
+            scatter: false,
         };
         let c = RecvCqe {
             cop: cqe_opcode::RESP_SEND_IMM,

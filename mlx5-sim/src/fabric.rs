@@ -15,8 +15,8 @@ use crate::engine::{self, FabricState, Host, BF_SIZE};
 use crate::qp::Qp;
 use crate::srq::Srq;
 use crate::{
-    AsyncEvent, CqResources, ExecMode, FabricConfig, HostConfig, MrKeys, NicCaps, NicInfo, NicStats,
-    QpInitAttr, QpResources, QpState, QpType, SimError, SrqInitAttr, SrqResources,
+    AsyncEvent, CqInitAttr, CqResources, ExecMode, FabricConfig, HostConfig, MrKeys, NicCaps, NicInfo,
+    NicStats, QpInitAttr, QpResources, QpState, QpType, SimError, SrqInitAttr, SrqResources,
 };
 
 /// Depth of each NIC's doorbell channel in threaded mode.
@@ -24,8 +24,33 @@ const CHANNEL_DEPTH: usize = 1024;
 
 type State = Arc<Mutex<FabricState>>;
 
-fn lock(s: &Mutex<FabricState>) -> MutexGuard<'_, FabricState> {
-    s.lock().unwrap_or_else(|e| e.into_inner())
+/// The fabric lock. Releasing it ends the model's burst: compressed sessions gathered
+/// while it was held are written then ([`engine::flush_sessions`]).
+struct Guard<'a>(MutexGuard<'a, FabricState>);
+
+impl std::ops::Deref for Guard<'_> {
+    type Target = FabricState;
+    fn deref(&self) -> &FabricState {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Guard<'_> {
+    fn deref_mut(&mut self) -> &mut FabricState {
+        &mut self.0
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        if !self.0.dirty.is_empty() {
+            engine::flush_sessions(&mut self.0);
+        }
+    }
+}
+
+fn lock(s: &Mutex<FabricState>) -> Guard<'_> {
+    Guard(s.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// A UAR write as queued for a NIC thread: fixed size, no heap allocation (boxing the
@@ -34,6 +59,7 @@ fn lock(s: &Mutex<FabricState>) -> MutexGuard<'_, FabricState> {
 enum Msg {
     Db { uar: u32, offset: u32, value: [u8; 8] },
     Bf { uar: u32, offset: u32, len: u16, valid_len: bool, data: [u8; BF_SIZE as usize] },
+    CqDb { value: [u8; 8] },
     Tick,
 }
 
@@ -194,6 +220,7 @@ fn nic_thread(state: State, h: usize, rx: Receiver<Msg>, progress: Arc<Progress>
                 Some(Msg::Bf { uar, offset, len, valid_len, data }) => {
                     bf_write(&mut st, h, *uar, *offset, &data[..usize::from(*len)], *valid_len)
                 }
+                Some(Msg::CqDb { value }) => engine::cq_doorbell(&mut st, h, *value),
                 Some(Msg::Tick) | None => engine::tick(&mut st, h),
             }
             wait = engine::tick_interval(&st, h);
@@ -229,7 +256,12 @@ impl Fabric {
     pub fn new(cfg: FabricConfig) -> Fabric {
         Fabric {
             front: Arc::new(Front {
-                state: Arc::new(Mutex::new(FabricState { cfg, hosts: Vec::new(), clock: 0 })),
+                state: Arc::new(Mutex::new(FabricState {
+                    cfg,
+                    hosts: Vec::new(),
+                    clock: 0,
+                    dirty: Vec::new(),
+                })),
                 links: Mutex::new(Vec::new()),
                 watchers: Mutex::new(Vec::new()),
                 threads: Mutex::new(Vec::new()),
@@ -335,7 +367,7 @@ fn bad<T>(what: &'static str) -> Result<T, SimError> {
 }
 
 impl Nic {
-    fn state(&self) -> MutexGuard<'_, FabricState> {
+    fn state(&self) -> Guard<'_> {
         lock(&self.front.state)
     }
 
@@ -425,21 +457,94 @@ impl Nic {
     /// Creates a CQ of `cqe_cnt` (power of two, 2..=4194304) entries of `cqe_size` (64 or
     /// 128) bytes. Every slot's `op_own` is 0xF0; the memory lives until `destroy_cq`.
     pub fn create_cq(&self, cqe_cnt: u32, cqe_size: u32) -> Result<CqResources, SimError> {
+        self.create_cq_ex(&CqInitAttr { cqe_cnt, cqe_size, ..CqInitAttr::default() })
+    }
+
+    /// Creates a CQ with the attributes of `mlx5dv_create_cq`: entry count and size, CQE
+    /// compression with its responder mini-CQE format (64-byte CQEs only), completion
+    /// channel.
+    pub fn create_cq_ex(&self, attr: &CqInitAttr) -> Result<CqResources, SimError> {
+        let (cqe_cnt, cqe_size) = (attr.cqe_cnt, attr.cqe_size);
         if !cqe_cnt.is_power_of_two() || !(2..=4_194_304).contains(&cqe_cnt) {
             return bad("cqe_cnt must be a power of two in 2..=4194304");
         }
         if cqe_size != 64 && cqe_size != 128 {
             return bad("cqe_size must be 64 or 128");
         }
+        if attr.compression.is_some() && cqe_size != 64 {
+            return Err(SimError::Unsupported { what: "CQE compression with 128-byte CQEs" });
+        }
         let mut st = self.state();
         let host = &mut st.hosts[self.host];
+        if let Some(ch) = attr.channel {
+            if !host.channels.contains_key(&ch) {
+                return bad("no such completion channel");
+            }
+        }
         let cqn = host.next_cqn;
-        let cq = Cq::new(cqe_cnt, cqe_size).ok_or(SimError::OutOfMemory)?;
+        let cq = Cq::new(cqe_cnt, cqe_size, attr.compression, attr.channel).ok_or(SimError::OutOfMemory)?;
         host.next_cqn += 1;
-        let res =
-            CqResources { cqn, buf: cq.mem.ptr(), cqe_cnt, cqe_size, dbrec: cq.dbrec.ptr().cast::<u32>() };
+        let res = CqResources {
+            cqn,
+            buf: cq.mem.ptr(),
+            cqe_cnt,
+            cqe_size,
+            dbrec: cq.dbrec.ptr().cast::<u32>(),
+            cq_uar: host.cq_page.ptr(),
+        };
         host.cqs.insert(cqn, cq);
         Ok(res)
+    }
+
+    /// Whether CQ `cqn` is in error (it overran; [`AsyncEvent::CqOverrun`]).
+    pub fn cq_error(&self, cqn: u32) -> Result<bool, SimError> {
+        let st = self.state();
+        st.hosts[self.host].cqs.get(&cqn).map(|c| c.error).ok_or(SimError::NoSuchCq(cqn))
+    }
+
+    /// MMIO: the 8-byte CQ doorbell (arm request) at `cq_uar + 0x20` (spec §5.6): BE32 arm
+    /// word (`sn << 28 | cmd << 24 | ci`), BE32 CQN.
+    pub fn cq_uar_write64(&self, value: [u8; 8]) {
+        match &self.link {
+            None => engine::cq_doorbell(&mut self.state(), self.host, value),
+            Some(l) => l.post(Msg::CqDb { value }),
+        }
+    }
+
+    /// A completion channel (`ibv_create_comp_channel`): returns its number and a file
+    /// descriptor that is readable while events are pending (owned by the model until
+    /// `destroy_comp_channel`).
+    pub fn create_comp_channel(&self) -> Result<(u32, std::os::fd::RawFd), SimError> {
+        use std::os::fd::AsRawFd;
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        let ch = engine::Channel::new().map_err(|_| SimError::OutOfMemory)?;
+        let id = host.next_channel;
+        host.next_channel += 1;
+        let fd = ch.rx.as_raw_fd();
+        host.channels.insert(id, ch);
+        Ok((id, fd))
+    }
+
+    /// Destroys a completion channel; `Busy` while a CQ uses it.
+    pub fn destroy_comp_channel(&self, id: u32) -> Result<(), SimError> {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        if host.cqs.values().any(|c| c.channel == Some(id)) {
+            return Err(SimError::Busy { what: "channel has CQs" });
+        }
+        host.channels.remove(&id).map(|_| ()).ok_or(SimError::InvalidArgument { what: "no such channel" })
+    }
+
+    /// The oldest pending completion event of channel `id` (`ibv_get_cq_event`, without
+    /// blocking): the CQ number, or `None`.
+    pub fn get_cq_event(&self, id: u32) -> Result<Option<u32>, SimError> {
+        let mut st = self.state();
+        let ch = st.hosts[self.host]
+            .channels
+            .get_mut(&id)
+            .ok_or(SimError::InvalidArgument { what: "no such channel" })?;
+        Ok(ch.take())
     }
 
     /// Destroys a CQ; `Busy` while a QP uses it. Its memory is freed.

@@ -21,6 +21,7 @@ mod srq;
 pub mod wire;
 mod wqe;
 
+pub use cq::{MiniCqeFormat, MAX_SESSION};
 pub use fabric::{Fabric, Nic};
 
 /// How the NICs of a fabric process doorbells.
@@ -176,6 +177,28 @@ pub struct CqResources {
     pub cqe_size: u32,
     /// Two BE32 words: `[0]` = consumer index (set_ci), `[1]` = arm word.
     pub dbrec: *mut u32,
+    /// The page whose offset 0x20 takes the CQ doorbell (arm requests) in watch mode
+    /// (`mlx5dv_cq.cq_uar`); other modes use [`Nic::cq_uar_write64`].
+    pub cq_uar: *mut u8,
+}
+
+/// CQ creation attributes ([`Nic::create_cq_ex`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CqInitAttr {
+    /// Entries, a power of two.
+    pub cqe_cnt: u32,
+    /// 64 or 128.
+    pub cqe_size: u32,
+    /// CQE compression with this responder mini-CQE format (spec §5.8); 64-byte CQEs only.
+    pub compression: Option<MiniCqeFormat>,
+    /// Completion channel that gets this CQ's events.
+    pub channel: Option<u32>,
+}
+
+impl Default for CqInitAttr {
+    fn default() -> Self {
+        CqInitAttr { cqe_cnt: 256, cqe_size: 64, compression: None, channel: None }
+    }
 }
 
 // SAFETY: the pointers refer to model-owned memory that stays valid until destroy_cq; the
@@ -234,6 +257,9 @@ pub struct QpInitAttr {
     /// A doorbell register of its own (rdma-core's thread domain) instead of one of the
     /// context's 16: shared with no other QP.
     pub dedicated_uar: bool,
+    /// Scatter-to-CQE (spec §5.7): small receives (RC; DCT with 128-byte CQEs) and, for
+    /// RC, small READ responses and atomic results of signaled WQEs land in the CQE.
+    pub scatter_to_cqe: bool,
 }
 
 impl Default for QpInitAttr {
@@ -252,6 +278,7 @@ impl Default for QpInitAttr {
             dc_key: 0,
             context: 0,
             dedicated_uar: false,
+            scatter_to_cqe: false,
         }
     }
 }

@@ -72,6 +72,8 @@ pub(crate) struct Qp {
     pub dct_num: Option<u32>,
     /// The QP has a register of its own (freed with the QP).
     pub dedicated_uar: bool,
+    /// Scatter-to-CQE enabled.
+    pub scatter_to_cqe: bool,
 }
 
 fn pow2_in(v: u32, lo: u32, hi: u32) -> bool {
@@ -152,6 +154,7 @@ impl Qp {
             dc_key: attr.dc_key,
             dct_num: None,
             dedicated_uar: attr.dedicated_uar,
+            scatter_to_cqe: attr.scatter_to_cqe,
         })
     }
 

@@ -353,16 +353,19 @@ fn rnr_retry_7_retries_until_a_receive_is_posted() {
 }
 
 #[test]
-fn cq_overrun_drops_cqes_and_raises_one_event() {
+fn cq_overrun_puts_the_cq_and_its_qps_in_error() {
     let mut p = Pair::with(PairOpts { cq: 2, ..Default::default() });
-    for _ in 0..4 {
+    for _ in 0..3 {
         p.qa.post(op::NOP, SIGNALED, [0; 4], &[]);
     }
-    assert_eq!(p.a.stats().cq_overruns, 2);
-    assert_eq!(p.a.take_async_events(), [AsyncEvent::CqOverrun { cqn: p.scq_a.res.cqn }]);
-    assert_eq!(p.scq_a.poll_all().len(), 2);
+    let cqn = p.scq_a.res.cqn;
+    assert_eq!(p.a.stats().cq_overruns, 1);
+    assert_eq!(p.a.take_async_events(), [AsyncEvent::CqOverrun { cqn }], "one event per CQ error");
+    assert_eq!(p.a.cq_error(cqn), Ok(true));
+    assert_eq!(p.a.qp_state(p.qa.qpn()), Ok(QpState::Err), "a QP reporting to the CQ moves to ERR");
+    assert_eq!(p.scq_a.poll_all().len(), 2, "what fitted stays readable");
     p.qa.post(op::NOP, SIGNALED, [0; 4], &[]);
-    assert_eq!(p.scq_a.poll_all().len(), 1, "consumer index freed the slots");
+    assert_eq!(p.scq_a.poll_all().len(), 0, "a CQ in error takes nothing more, even with room");
 }
 
 #[test]
