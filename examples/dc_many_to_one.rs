@@ -100,6 +100,7 @@ fn main() {
         max_recv_sge: 0,
         max_inline_data: SLOT as u32,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     };
     let mut clients: Vec<_> = (0..a.clients)
         .map(|c| {

@@ -140,7 +140,7 @@ fn mlx5_caps(hw: &HwContext) {
 fn blueflame(hw: &HwContext) -> String {
     let probe = || -> mlx5::Result<u32> {
         let pd = Hw::alloc_pd(hw)?;
-        let (cq, _) = Hw::create_cq(hw, 16)?;
+        let (cq, _) = Hw::create_cq(hw, &mlx5::CqCreate { cqe: 16, cqe_size: 64, compression: None }, None)?;
         let caps =
             QpCaps { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
         let attr = QpCreate {
@@ -152,6 +152,7 @@ fn blueflame(hw: &HwContext) -> String {
             user_index: 0,
             dc_key: 0,
             dedicated_uar: false,
+            scatter_to_cqe: false,
         };
         let (qp, res) = Hw::create_qp(hw, &pd, Some(&cq), &cq, None, &attr)?;
         drop(qp);

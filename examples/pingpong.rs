@@ -46,6 +46,7 @@ impl<B: Backend> Side<B> {
             max_recv_sge: 1,
             max_inline_data: INLINE,
             dedicated_uar: false,
+            scatter_to_cqe: false,
         };
         let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).expect("qp");
         let mr = pd.alloc_mr(2 * BUF, AccessFlags::ALL).expect("mr");

@@ -1,6 +1,6 @@
 //! CQEs that match no posted work request are consumed and reported, never
 //! left in place (which would stall the CQ) and never dispatched with a
-//! made-up entry: unknown opcodes, formats this library never enables, CQEs
+//! made-up entry: unknown opcodes, malformed formats, CQEs
 //! of a QP the user dropped, and counters that name no outstanding WQE.
 
 mod common;
@@ -35,7 +35,7 @@ fn unknown_opcode_format_and_counter_are_consumed_and_reported() {
     // SAFETY: the test plays the device of a ring-only CQ.
     let ring = unsafe { cq.raw_ring() };
     put(ring, 0, 0x77, 0, 0x70); // opcode 7: not a CQE opcode of spec §5.3
-    put(ring, 1, 0x77, 0, 0x0c); // REQ in compressed-session format 3
+    put(ring, 1, 0x77, 0, 0x0c); // a compressed-session title announcing 0 completions
     put(ring, 2, 0x77, 5, 0x00); // REQ naming wqe_index 5: nothing posted there
     put(ring, 3, 0x99, 0, 0x00); // REQ for a QPN that is not on this CQ
     let out = cq.poll(16);

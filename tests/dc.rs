@@ -22,6 +22,7 @@ fn dci(n: &Node, params: &ConnectParams) -> Dci<Sim, u64> {
         max_recv_sge: 0,
         max_inline_data: 64,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     };
     let d = n.ctx.create_dci(&n.pd, &n.cq, &cfg).unwrap();
     d.activate(params).unwrap();

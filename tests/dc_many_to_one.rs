@@ -26,6 +26,7 @@ fn run(addressing: Addressing, mode: ExecMode) {
         max_recv_sge: 0,
         max_inline_data: SIZE as u32,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     };
     let dcis: Vec<(usize, mlx5::Dci<_, u64>)> = (1..=SENDERS)
         .flat_map(|host| (0..DCIS_PER_HOST).map(move |_| host))

@@ -144,6 +144,7 @@ fn ud_dc_and_srq_paths_do_not_allocate() {
         max_recv_sge: 1,
         max_inline_data: 64,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     };
     let (a, b) = (&h[0], &h[1]);
     let ua = a.ctx.create_ud_qp(&a.pd, &a.cq, &a.cq, None, &cfg).unwrap();

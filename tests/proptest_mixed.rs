@@ -85,6 +85,7 @@ fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
         max_recv_sge: 1,
         max_inline_data: 64,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     };
     let p = ConnectParams::default();
     let mut hosts: Vec<Host> = n

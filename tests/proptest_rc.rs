@@ -102,6 +102,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         max_recv_sge: 3,
         max_inline_data: INLINE,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     };
     let mut p = pair_with(ExecMode::Deterministic, &cfg, AccessFlags::ALL, &ConnectParams::default());
     fill(&p.a.mr, 0, HALF, 7);

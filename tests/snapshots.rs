@@ -63,6 +63,7 @@ fn fixture(pi: u32) -> Fx {
         max_recv_sge: 1,
         max_inline_data: 64,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     };
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).unwrap();
     qp.connect(&RemoteQpInfo::ib(0x456, 2), &ConnectParams::default()).unwrap();

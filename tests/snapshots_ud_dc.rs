@@ -108,6 +108,7 @@ fn ud_wqe_layouts() {
                 max_recv_sge: 1,
                 max_inline_data: 32,
                 dedicated_uar: false,
+                scatter_to_cqe: false,
             };
             let ud = ctx.create_ud_qp(&pd, &cq, &cq, None, &cfg).unwrap();
             assert_eq!(ud.sq_wqebbs(), 8);
@@ -189,6 +190,7 @@ fn dc_wqe_layouts() {
                 max_recv_sge: 0,
                 max_inline_data: 32,
                 dedicated_uar: false,
+                scatter_to_cqe: false,
             };
             let dci = ctx.create_dci(&pd, &cq, &cfg).unwrap();
             assert_eq!(dci.sq_wqebbs(), 8);

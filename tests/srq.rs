@@ -18,6 +18,7 @@ fn rc_pairs(h: &[Node], n: usize, params: &ConnectParams) -> Vec<(RcQp<Sim, u64>
         max_recv_sge: 2,
         max_inline_data: 64,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     };
     (0..n)
         .map(|_| {

@@ -19,6 +19,7 @@ fn ud(n: &Node, srq: bool) -> UdQp<Sim, u64> {
         max_recv_sge: 2,
         max_inline_data: 64,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     };
     let q = n.ctx.create_ud_qp(&n.pd, &n.cq, &n.cq, srq.then_some(&n.srq), &cfg).unwrap();
     q.activate(1, QKEY).unwrap();

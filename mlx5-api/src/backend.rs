@@ -8,6 +8,7 @@
 
 use crate::error::Result;
 use crate::ring::Mmio;
+
 use crate::types::{AccessFlags, DeviceCaps, PortInfo, QpState, RemoteQpInfo};
 
 /// Raw CQ resources (`struct mlx5dv_cq`).
@@ -22,6 +23,20 @@ pub struct CqResources {
     /// CQ doorbell record: word 0 set_ci, word 1 arm (BE32 each).
     pub dbrec: *mut u32,
     pub cqn: u32,
+    /// The UAR page whose offset 0x20 takes the arm doorbell (`cq_uar`).
+    pub cq_uar: *mut u8,
+}
+
+/// CQ creation attributes handed to the backend (`mlx5dv_create_cq`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CqCreate {
+    /// Entries requested (the backend rounds up as rdma-core does).
+    pub cqe: u32,
+    /// 64 or 128.
+    pub cqe_size: u32,
+    /// CQE compression with this responder mini-CQE layout
+    /// ([`crate::ring::mini_format`] value).
+    pub compression: Option<u32>,
 }
 
 /// Raw QP resources (`struct mlx5dv_qp`).
@@ -112,6 +127,9 @@ pub struct QpCreate {
     /// A register of its own, shared with no other QP (rdma-core's thread
     /// domain): for a send queue driven from another thread.
     pub dedicated_uar: bool,
+    /// Scatter-to-CQE (spec §5.7): small receives and, for RC, small READ
+    /// responses and atomic results may arrive in the CQE.
+    pub scatter_to_cqe: bool,
 }
 
 /// One step of the QP state machine with the attributes it needs (spec §7).
@@ -147,6 +165,8 @@ pub trait Backend: Sized + 'static {
     /// How doorbell and BlueFlame writes reach a QP's register (real MMIO
     /// on hardware; the simulator's register otherwise).
     type Uar: Mmio;
+    /// A completion channel (`ibv_comp_channel`).
+    type Channel;
 
     fn device_name(dev: &Self::Device) -> String;
     fn open(dev: &Self::Device) -> Result<Self::Context>;
@@ -165,7 +185,35 @@ pub trait Backend: Sized + 'static {
         len: usize,
         access: AccessFlags,
     ) -> Result<(Self::Mr, u32, u32)>;
-    fn create_cq(ctx: &Self::Context, cqe: u32) -> Result<(Self::Cq, CqResources)>;
+    /// Create a CQ; its events go to `channel`.
+    fn create_cq(
+        ctx: &Self::Context,
+        attr: &CqCreate,
+        channel: Option<&Self::Channel>,
+    ) -> Result<(Self::Cq, CqResources)>;
+    /// How the arm doorbell reaches the CQ's UAR page.
+    fn cq_uar(cq: &Self::Cq) -> &Self::Uar;
+    /// Whether the device put the CQ in error (overrun: an async CQ error).
+    fn cq_in_error(_cq: &Self::Cq) -> bool {
+        false
+    }
+    /// Whether nothing completes unless the poller drives the device (the
+    /// deterministic simulator): waits then poll instead of blocking.
+    fn cq_needs_progress(_cq: &Self::Cq) -> bool {
+        false
+    }
+    /// A completion channel.
+    fn create_channel(ctx: &Self::Context) -> Result<Self::Channel>;
+    /// Its file descriptor: readable while events are pending.
+    fn channel_fd(ch: &Self::Channel) -> std::os::fd::RawFd;
+    /// The oldest pending event (CQ number), without blocking; consumed and
+    /// acknowledged.
+    fn get_cq_event(ch: &Self::Channel) -> Result<Option<u32>>;
+    /// Whether events arrive only when the channel's owner drives the
+    /// device, and a step of that (the deterministic simulator).
+    fn channel_progress(_ch: &Self::Channel) -> bool {
+        false
+    }
     fn create_srq(ctx: &Self::Context, pd: &Self::Pd, attr: &SrqCreate) -> Result<(Self::Srq, SrqResources)>;
     /// Create a QP. `send_cq` is `None` for a DCT; `srq` replaces the own
     /// receive queue (required for a DCT).

@@ -7,10 +7,14 @@
 //! callback.
 
 use std::cell::{Cell, UnsafeCell};
+use std::os::fd::RawFd;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, CqResources, QpKind};
+use crate::channel::{wait_readable, ChannelInner};
 use crate::ctx::CtxInner;
+use crate::error::{Error, Result};
 use crate::qpn_table::QpnTable;
 pub use crate::ring::cqe::cqe_opcode;
 use crate::ring::cqe::CqeView;
@@ -99,6 +103,29 @@ pub struct Completion {
     /// the index the front-end chose; on hardware rdma-core assigns its own.
     /// Completions are attributed by QPN, never by this field.
     pub user_index: u32,
+    /// Scatter-to-CQE: the data arrived in the CQE (spec §5.7). It was also
+    /// copied into the posted buffers, as rdma-core does.
+    pub scattered: Option<Scattered>,
+}
+
+/// Data that arrived in a CQE (scatter-to-CQE), up to 64 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scattered {
+    len: u8,
+    bytes: [u8; 64],
+}
+
+impl Scattered {
+    fn new(d: &[u8]) -> Self {
+        let mut bytes = [0u8; 64];
+        let n = d.len().min(64);
+        bytes[..n].copy_from_slice(&d[..n]);
+        Scattered { len: n as u8, bytes }
+    }
+    /// The bytes.
+    pub fn data(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
 }
 
 /// The network header of a RoCE receive (`flags_rqpn[25:24]`, spec §5.1).
@@ -157,19 +184,48 @@ pub struct CqShared<B: Backend, T> {
     /// user code (the callback) runs, so a callback may drop a QP.
     table: UnsafeCell<QpnTable<Rc<WorkQueues<B, T>>>>,
     last_unknown: Cell<Option<UnknownCqe>>,
+    cq_uar: *mut u8,
     pub(crate) raw: B::Cq,
+    channel: Option<Rc<ChannelInner<B>>>,
     pub(crate) _ctx: Rc<CtxInner<B>>,
 }
 
 impl<B: Backend, T> CqShared<B, T> {
-    pub(crate) fn new(raw: B::Cq, res: CqResources, ctx: Rc<CtxInner<B>>) -> Self {
+    pub(crate) fn new(
+        raw: B::Cq,
+        res: CqResources,
+        mini_format: u32,
+        channel: Option<Rc<ChannelInner<B>>>,
+        ctx: Rc<CtxInner<B>>,
+    ) -> Self {
+        let mut desc = CqDesc::new(res.buf, res.cqe_cnt, res.cqe_size, res.dbrec, res.cqn);
+        desc.mini_format = mini_format;
         CqShared {
-            desc: CqDesc::new(res.buf, res.cqe_cnt, res.cqe_size, res.dbrec, res.cqn),
+            desc,
             table: UnsafeCell::new(QpnTable::default()),
             last_unknown: Cell::new(None),
+            cq_uar: res.cq_uar,
             raw,
+            channel,
             _ctx: ctx,
         }
+    }
+
+    /// Request an event on the next (solicited) completion.
+    pub(crate) fn arm(&self, solicited_only: bool) {
+        // SAFETY: the backend's live CQ and its UAR page; one thread polls.
+        unsafe { self.desc.arm(B::cq_uar(&self.raw), self.cq_uar, solicited_only) };
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        if B::cq_in_error(&self.raw) {
+            return Err(Error::CqOverrun { cqn: self.desc.cqn });
+        }
+        Ok(())
+    }
+
+    fn channel_fd(&self) -> Option<RawFd> {
+        self.channel.as_ref().map(|c| B::channel_fd(&c.raw))
     }
 
     pub(crate) fn register(&self, qpn: u32, wq: Rc<WorkQueues<B, T>>) {
@@ -196,7 +252,7 @@ impl<B: Backend, T> CqShared<B, T> {
             // SAFETY: the backend's live CQ ring; handles are single-threaded.
             let Some(p) = (unsafe { self.desc.next() }) else { break };
             // SAFETY: `p` is an owned 64-byte CQE, read before it is handed back.
-            let decoded = self.dispatch(unsafe { CqeView::new(p) });
+            let decoded = unsafe { self.dispatch(p) };
             // Hand the slot back before running user code (which may post
             // WQEs whose CQEs land here): everything was read first.
             // SAFETY: as above; the CQE was read.
@@ -220,15 +276,26 @@ impl<B: Backend, T> CqShared<B, T> {
 
     /// Retire the work request a CQE names and build its completion
     /// (fields the callback does not read are never loaded).
+    ///
+    /// # Safety
+    /// `p` is the owned CQE `desc.next()` returned, not yet handed back.
     #[inline(always)]
-    fn dispatch(&self, v: CqeView) -> Result<(Completion, T), UnknownCqe> {
+    unsafe fn dispatch(&self, p: *const u8) -> Result<(Completion, T), UnknownCqe> {
+        // SAFETY: caller contract.
+        let v = unsafe { CqeView::new(p) };
         let qpn = v.qpn();
         let unknown = |reason| UnknownCqe { op_own: v.op_own(), qpn, wqe_counter: v.wqe_counter(), reason };
         let op_own = v.op_own();
-        if op_own & 0x0c != 0 {
-            // Compressed sessions and scatter-to-CQE are never enabled by this library.
-            return Err(unknown(UnknownReason::Format));
-        }
+        let scattered = if op_own & 0x0c != 0 {
+            // SAFETY: caller contract.
+            match unsafe { self.desc.scattered(p) } {
+                Some(d) => Some(d),
+                // A title never gets here (the descriptor expands sessions).
+                None => return Err(unknown(UnknownReason::Format)),
+            }
+        } else {
+            None
+        };
         // SAFETY: single-threaded; the reference ends with this function,
         // which runs no user code.
         let Some(wq) = (unsafe { &*self.table.get() }).get(qpn) else {
@@ -252,9 +319,16 @@ impl<B: Backend, T> CqShared<B, T> {
             network: None,
             timestamp: if ok { v.timestamp() } else { 0 },
             user_index: v.srqn_uidx() & 0xff_ffff,
+            scattered: None,
         };
         match op_own >> 4 {
             cqe_opcode::REQ | cqe_opcode::REQ_ERR => {
+                if let Some(d) = scattered {
+                    c.scattered = Some(Scattered::new(d));
+                    if wq.copy_scattered_send(c.wqe_counter, (v.sop_drop_qpn() >> 24) as u8, d).is_err() {
+                        c.status = local_length_error();
+                    }
+                }
                 let Some((entry, op)) = wq.retire_send(c.wqe_counter) else {
                     return Err(unknown(UnknownReason::NoSuchWqe));
                 };
@@ -267,6 +341,13 @@ impl<B: Backend, T> CqShared<B, T> {
                 Ok((c, entry))
             }
             op @ (cqe_opcode::RESP_WR_IMM..=cqe_opcode::RESP_SEND_INV | cqe_opcode::RESP_ERR) => {
+                if let Some(d) = scattered {
+                    c.scattered = Some(Scattered::new(d));
+                    if wq.copy_scattered_recv(c.wqe_counter, d).is_err() {
+                        c.status = local_length_error();
+                    }
+                }
+                let ok = c.status.is_ok();
                 let Some(entry) = wq.retire_recv(c.wqe_counter) else {
                     return Err(unknown(UnknownReason::NoSuchWqe));
                 };
@@ -288,7 +369,8 @@ impl<B: Backend, T> CqShared<B, T> {
                     if wq.kind == QpKind::Rc {
                         wq.enter_error(false);
                     }
-                } else {
+                } else if scattered.is_none() || op_own & 0x0c == 0x08 {
+                    // (Format 1 data overlays bytes 0..32: no source QPN/LID there.)
                     let flags_rqpn = v.flags_rqpn();
                     c.src_qpn = flags_rqpn & 0xff_ffff;
                     c.slid = v.slid();
@@ -310,9 +392,71 @@ impl<B: Backend, T> CqShared<B, T> {
         }
     }
 
+    /// Wait for completions: poll; when there is nothing, arm and sleep on
+    /// the CQ's channel (or, without one, spin, yield, then sleep briefly),
+    /// until something completes, the CQ is in error or `timeout` passes.
+    fn wait_with(
+        &self,
+        budget: u32,
+        timeout: Option<Duration>,
+        poll: &mut dyn FnMut(u32) -> PollOutcome,
+    ) -> Result<PollOutcome> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut idle = 0u32;
+        loop {
+            let out = poll(budget);
+            if out.consumed() > 0 {
+                return Ok(out);
+            }
+            self.check()?;
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(l) if !l.is_zero() => Some(l),
+                    _ => return Err(Error::Timeout),
+                },
+                None => None,
+            };
+            let progress = B::cq_needs_progress(&self.raw);
+            match self.channel_fd() {
+                Some(fd) if !progress => {
+                    self.arm(false);
+                    let out = poll(budget);
+                    if out.consumed() > 0 {
+                        return Ok(out);
+                    }
+                    if wait_readable(fd, left)? {
+                        if let Some(ch) = &self.channel {
+                            B::get_cq_event(&ch.raw)?;
+                        }
+                    }
+                }
+                _ => {
+                    idle += 1;
+                    if progress || idle < 64 {
+                        std::hint::spin_loop();
+                    } else if idle < 320 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(50).min(left.unwrap_or(Duration::MAX)));
+                    }
+                }
+            }
+        }
+    }
+
     pub(crate) fn take_unknown(&self) -> Option<UnknownCqe> {
         self.last_unknown.take()
     }
+}
+
+#[cold]
+fn local_length_error() -> Status {
+    Status::Error(CqeError {
+        syndrome: Syndrome::LocalLength,
+        vendor_err: 0,
+        hw_err_synd: 0,
+        hw_synd_type: 0,
+    })
 }
 
 /// Something QPs can be attached to: a CQ handle of either kind.
@@ -372,6 +516,27 @@ macro_rules! cq_common {
         pub fn poll_with<G: FnMut(Completion, T)>(&self, budget: u32, mut g: G) -> PollOutcome {
             self.shared.poll_with(budget, &mut g)
         }
+        /// Poll up to `out.len()` CQEs into `out` (completion and the user's
+        /// entry), without the callback: `out[..outcome.completions]` holds
+        /// what was found, oldest first.
+        #[inline]
+        pub fn poll_into(&self, out: &mut [(Completion, T)]) -> PollOutcome {
+            let mut i = 0;
+            self.shared.poll_with(out.len() as u32, &mut |c, e| {
+                out[i] = (c, e);
+                i += 1;
+            })
+        }
+        /// Request a completion event on the CQ's channel for the next
+        /// completion, or with `solicited_only` the next solicited or error
+        /// one (spec §5.6). One event per arm; arm again after each.
+        pub fn arm(&self, solicited_only: bool) {
+            self.shared.arm(solicited_only)
+        }
+        /// `Err(Error::CqOverrun)` once the device put the CQ in error.
+        pub fn check(&self) -> Result<()> {
+            self.shared.check()
+        }
     };
 }
 
@@ -384,6 +549,15 @@ impl<B: Backend, T> CompletionQueue<B, T> {
     pub fn poll(&mut self, budget: u32) -> PollOutcome {
         self.shared.poll_with(budget, &mut self.callback)
     }
+    /// Poll until at least one CQE was consumed (dispatched to the
+    /// callback), blocking on the CQ's completion channel when it has one;
+    /// `Err(Error::Timeout)` after `timeout`, `Err(Error::CqOverrun)` when
+    /// the CQ is in error. A channel shared by several CQs is better waited
+    /// on with [`crate::CompChannel::wait`]: this call takes its events.
+    pub fn wait(&mut self, budget: u32, timeout: Option<Duration>) -> Result<PollOutcome> {
+        let (shared, cb) = (&self.shared, &mut self.callback);
+        shared.wait_with(budget, timeout, &mut |b| shared.poll_with(b, cb))
+    }
     cq_common!();
 }
 
@@ -395,6 +569,11 @@ impl<B: Backend, T, F: FnMut(Completion, T)> MonoCq<B, T, F> {
     #[inline(always)]
     pub fn poll(&mut self, budget: u32) -> PollOutcome {
         self.shared.poll_with(budget, &mut self.callback)
+    }
+    /// As [`CompletionQueue::wait`].
+    pub fn wait(&mut self, budget: u32, timeout: Option<Duration>) -> Result<PollOutcome> {
+        let (shared, cb) = (&self.shared, &mut self.callback);
+        shared.wait_with(budget, timeout, &mut |b| shared.poll_with(b, cb))
     }
     /// Access the callback (e.g. to read state it accumulated).
     pub fn callback_mut(&mut self) -> &mut F {

@@ -7,7 +7,9 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use crate::backend::{Backend, QpCaps, QpCreate, QpKind, SrqCreate};
+use crate::channel::CompChannel;
 use crate::cq::{AsCq, Completion, CompletionQueue, CqShared, MonoCq};
+use crate::cq_config::{CqConfig, CqeSize};
 use crate::ctx::{CtxInner, PdInner};
 use crate::error::{Error, Result};
 use crate::qp::{Dci, Dct, QpParts, QpShared, RcQp, UdQp};
@@ -64,33 +66,52 @@ impl<B: Backend> Context<B> {
         Ok(ProtectionDomain { inner: Rc::new(PdInner { raw, ctx: self.inner.clone() }) })
     }
 
-    fn cq_shared<T>(&self, cqe: u32) -> Result<Rc<CqShared<B, T>>> {
+    fn cq_shared<T>(&self, config: CqConfig<'_, B>) -> Result<Rc<CqShared<B, T>>> {
+        let cqe = config.cqe;
         if cqe == 0 || cqe > self.inner.caps.max_cqe {
             return Err(Error::InvalidArgument(format!(
                 "CQ size {cqe} not in 1..={}",
                 self.inner.caps.max_cqe
             )));
         }
-        let (raw, res) = B::create_cq(&self.inner.raw, cqe)?;
-        Ok(Rc::new(CqShared::new(raw, res, self.inner.clone())))
+        if config.compression.is_some() && config.cqe_size == CqeSize::B128 {
+            return Err(Error::Unsupported("CQE compression with 128-byte CQEs".into()));
+        }
+        let channel = config.channel.map(|c| c.inner.clone());
+        if let Some(ch) = &channel {
+            if !Rc::ptr_eq(ch.ctx(), &self.inner) {
+                return Err(Error::InvalidArgument("completion channel belongs to another context".into()));
+            }
+        }
+        let (raw, res) =
+            B::create_cq(&self.inner.raw, &config.create_attr(), channel.as_ref().map(|c| &c.raw))?;
+        let mini = config.compression.map_or(0, |f| f.raw());
+        Ok(Rc::new(CqShared::new(raw, res, mini, channel, self.inner.clone())))
     }
 
-    /// A CQ of at least `cqe` entries dispatching through a boxed callback.
-    pub fn create_cq<T: 'static>(
+    /// A CQ dispatching through a boxed callback: `create_cq(256, cb)` for
+    /// at least 256 entries, or a [`CqConfig`] (CQE size, compression,
+    /// completion channel).
+    pub fn create_cq<'c, T: 'static>(
         &self,
-        cqe: u32,
+        config: impl Into<CqConfig<'c, B>>,
         callback: impl FnMut(Completion, T) + 'static,
     ) -> Result<CompletionQueue<B, T>> {
-        Ok(CompletionQueue::new(self.cq_shared(cqe)?, Box::new(callback)))
+        Ok(CompletionQueue::new(self.cq_shared(config.into())?, Box::new(callback)))
     }
 
     /// A CQ whose callback is inlined into `poll`.
-    pub fn create_mono_cq<T, F: FnMut(Completion, T)>(
+    pub fn create_mono_cq<'c, T, F: FnMut(Completion, T)>(
         &self,
-        cqe: u32,
+        config: impl Into<CqConfig<'c, B>>,
         callback: F,
     ) -> Result<MonoCq<B, T, F>> {
-        Ok(MonoCq::new(self.cq_shared(cqe)?, callback))
+        Ok(MonoCq::new(self.cq_shared(config.into())?, callback))
+    }
+
+    /// A completion channel for CQ events ([`CqConfig::channel`]).
+    pub fn create_comp_channel(&self) -> Result<CompChannel<B>> {
+        Ok(CompChannel::new(B::create_channel(&self.inner.raw)?, self.inner.clone()))
     }
 
     /// An RC QP in RESET, reporting sends to `send_cq` and receives to `recv_cq`.
@@ -173,6 +194,7 @@ impl<B: Backend> Context<B> {
             max_recv_sge: 0,
             max_inline_data: 0,
             dedicated_uar: false,
+            scatter_to_cqe: false,
         };
         let shared =
             self.create_qp(QpKind::Dct, pd, None, recv_cq.shared(), Some(&srq.shared), &config, dc_key)?;
@@ -230,6 +252,7 @@ impl<B: Backend> Context<B> {
             user_index: self.inner.next_user_index(),
             dc_key,
             dedicated_uar: config.dedicated_uar,
+            scatter_to_cqe: config.scatter_to_cqe,
         };
         let (raw, res) = B::create_qp(
             &self.inner.raw,
@@ -309,6 +332,13 @@ pub struct RcQpConfig {
     /// through the ring core. Otherwise QPs of a context may share
     /// registers (rdma-core does from the 17th QP on).
     pub dedicated_uar: bool,
+    /// Scatter-to-CQE (spec §5.7): receives of up to 32 bytes (64 with
+    /// 128-byte CQEs; a DCT only with 128-byte CQEs) and, on RC, READ
+    /// responses of that size and atomic results of signaled WQEs arrive
+    /// in the CQE instead of memory. The poller copies them into the posted
+    /// buffers, as rdma-core does, and hands them over in
+    /// [`crate::Completion::scattered`]. Off by default.
+    pub scatter_to_cqe: bool,
 }
 
 impl Default for RcQpConfig {
@@ -320,6 +350,7 @@ impl Default for RcQpConfig {
             max_recv_sge: 4,
             max_inline_data: 256,
             dedicated_uar: false,
+            scatter_to_cqe: false,
         }
     }
 }

@@ -47,6 +47,18 @@ pub enum Error {
     /// The backend (simulator or hardware) refused a control-path request.
     #[error("{op} failed: {reason}")]
     Backend { op: &'static str, reason: String },
+    /// The device or this library cannot do what was asked (e.g. CQE
+    /// compression with 128-byte CQEs, a format the device's caps lack).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// The CQ is in error: it received more CQEs than it holds (the user
+    /// stopped polling), completions were lost and the QPs using it moved to
+    /// ERR. Recreate the CQ and its QPs.
+    #[error("CQ 0x{cqn:x} is in error (overrun: completions were lost)")]
+    CqOverrun { cqn: u32 },
+    /// A wait ran out of time.
+    #[error("timed out")]
+    Timeout,
     /// An errno-carrying verbs failure (hardware backend).
     #[error("{op} failed: errno {errno} ({msg})")]
     Verbs { op: &'static str, errno: i32, msg: String },

@@ -26,7 +26,11 @@ pub mod av;
 #[cfg(feature = "std")]
 pub mod backend;
 #[cfg(feature = "std")]
+pub mod channel;
+#[cfg(feature = "std")]
 pub mod cq;
+#[cfg(feature = "std")]
+pub mod cq_config;
 #[cfg(feature = "std")]
 pub mod ctx;
 #[cfg(feature = "std")]
@@ -62,10 +66,13 @@ pub use ring::barrier;
 #[cfg(feature = "std")]
 pub use {
     av::{AddressVector, IbGrh, RoceAv},
-    backend::{Backend, CqResources, QpCaps, QpKind, QpResources, SrqResources},
+    backend::{Backend, CqCreate, CqResources, QpCaps, QpKind, QpResources, SrqResources},
+    channel::{CompChannel, CqEvent},
     cq::{
-        AsCq, Completion, CompletionQueue, MonoCq, PollOutcome, RoceL3, UnknownCqe, UnknownReason, WcOpcode,
+        AsCq, Completion, CompletionQueue, MonoCq, PollOutcome, RoceL3, Scattered, UnknownCqe, UnknownReason,
+        WcOpcode,
     },
+    cq_config::{CqConfig, CqeSize, MiniCqeFormat},
     device::{Context, Device, MemoryRegion, ProtectionDomain, RcQpConfig},
     error::{Error, Result},
     qp::{Dci, Dct, RcQp, UdQp},

@@ -9,7 +9,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use crate::backend::{
-    Backend, CqResources, QpCreate, QpKind, QpResources, QpTransition, SrqCreate, SrqResources,
+    Backend, CqCreate, CqResources, QpCreate, QpKind, QpResources, QpTransition, SrqCreate, SrqResources,
 };
 use crate::error::{Error, Result};
 use crate::ring::Mmio;
@@ -92,6 +92,7 @@ impl Drop for Region {
 pub struct RoCq {
     _buf: Region,
     _dbrec: Region,
+    uar: RoUar,
 }
 /// A ring-only QP: RQ, SQ, doorbell record and register memory.
 pub struct RoQp {
@@ -120,6 +121,8 @@ impl Backend for RingOnly {
     type Qp = RoQp;
     type Srq = RoSrq;
     type Uar = RoUar;
+    /// No events: a ring-only device never completes anything.
+    type Channel = ();
 
     fn device_name(_: &RingOnlyDevice) -> String {
         "ring-only".into()
@@ -162,17 +165,36 @@ impl Backend for RingOnly {
         dev.next_key.set(k + 1);
         Ok(((), k, k))
     }
-    fn create_cq(_: &RingOnlyDevice, cqe: u32) -> Result<(RoCq, CqResources)> {
-        let cnt = (cqe + 1).next_power_of_two();
-        let buf = Region::new(cnt as usize * 64)?;
+    fn create_cq(dev: &RingOnlyDevice, attr: &CqCreate, _: Option<&()>) -> Result<(RoCq, CqResources)> {
+        let cnt = (attr.cqe + 1).next_power_of_two();
+        let size = attr.cqe_size as usize;
+        let buf = Region::new(cnt as usize * size)?;
         for i in 0..cnt as usize {
             // SAFETY: inside the buffer: op_own of CQE i = INVALID, owner 0.
-            unsafe { *buf.ptr.add(i * 64 + 63) = 0xf0 };
+            unsafe { *buf.ptr.add(i * size + size - 1) = 0xf0 };
         }
         let dbrec = Region::new(64)?;
-        let res =
-            CqResources { buf: buf.ptr, cqe_cnt: cnt, cqe_size: 64, dbrec: dbrec.ptr as *mut u32, cqn: 1 };
-        Ok((RoCq { _buf: buf, _dbrec: dbrec }, res))
+        let res = CqResources {
+            buf: buf.ptr,
+            cqe_cnt: cnt,
+            cqe_size: attr.cqe_size,
+            dbrec: dbrec.ptr as *mut u32,
+            cqn: 1,
+            cq_uar: std::ptr::null_mut(),
+        };
+        Ok((RoCq { _buf: buf, _dbrec: dbrec, uar: RoUar { log: dev.log.clone() } }, res))
+    }
+    fn cq_uar(cq: &RoCq) -> &RoUar {
+        &cq.uar
+    }
+    fn create_channel(_: &RingOnlyDevice) -> Result<()> {
+        Err(Error::InvalidArgument("a ring-only device has no completion channels".into()))
+    }
+    fn channel_fd(_: &()) -> std::os::fd::RawFd {
+        -1
+    }
+    fn get_cq_event(_: &()) -> Result<Option<u32>> {
+        Ok(None)
     }
     fn create_srq(dev: &RingOnlyDevice, _: &(), attr: &SrqCreate) -> Result<(RoSrq, SrqResources)> {
         let buf = Region::new((attr.wqe_cnt * attr.stride) as usize)?;

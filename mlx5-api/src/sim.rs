@@ -6,7 +6,7 @@
 use mlx5_sim::{self as model, ExecMode, Fabric, Nic};
 
 use crate::backend::{
-    Backend, CqResources, QpCreate, QpKind, QpResources, QpTransition, SrqCreate, SrqResources,
+    Backend, CqCreate, CqResources, QpCreate, QpKind, QpResources, QpTransition, SrqCreate, SrqResources,
 };
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -96,6 +96,20 @@ pub struct SimCq {
     nic: Nic,
     cqn: u32,
     mode: ExecMode,
+    uar: SimUar,
+}
+
+/// A completion channel of the model; destroyed on drop.
+pub struct SimChannel {
+    nic: Nic,
+    id: u32,
+    fd: std::os::fd::RawFd,
+    mode: ExecMode,
+}
+impl Drop for SimChannel {
+    fn drop(&mut self) {
+        let _ = self.nic.destroy_comp_channel(self.id);
+    }
 }
 impl Drop for SimCq {
     fn drop(&mut self) {
@@ -135,6 +149,9 @@ pub struct SimUar {
     mode: ExecMode,
 }
 
+/// `SimUar::index` of a CQ's doorbell page (arm requests).
+const CQ_PAGE: u32 = u32::MAX;
+
 impl Mmio for SimUar {
     #[inline(always)]
     unsafe fn write_db(&self, reg: *mut u8, offset: u32, ctrl: [u8; 8]) {
@@ -144,6 +161,7 @@ impl Mmio for SimUar {
                 unsafe { HostMmio.write_db(reg, offset, ctrl) };
                 self.nic.kick();
             }
+            _ if self.index == CQ_PAGE => self.nic.cq_uar_write64(ctrl),
             _ => self.nic.uar_write64(self.index, offset, ctrl),
         }
     }
@@ -185,6 +203,7 @@ impl Backend for Sim {
     type Qp = SimQp;
     type Srq = SimSrq;
     type Uar = SimUar;
+    type Channel = SimChannel;
 
     fn device_name(dev: &SimDevice) -> String {
         dev.nic.info().name
@@ -237,13 +256,63 @@ impl Backend for Sim {
             .map_err(sim_err("reg_mr"))?;
         Ok((SimMr { nic: ctx.nic.clone(), lkey: k.lkey }, k.lkey, k.rkey))
     }
-    fn create_cq(ctx: &SimContext, cqe: u32) -> Result<(SimCq, CqResources)> {
+    fn create_cq(
+        ctx: &SimContext,
+        attr: &CqCreate,
+        channel: Option<&SimChannel>,
+    ) -> Result<(SimCq, CqResources)> {
         // rdma-core: cqe + 1 entries rounded up to a power of two.
-        let cnt = (cqe + 1).next_power_of_two();
-        let r = ctx.nic.create_cq(cnt, 64).map_err(sim_err("create_cq"))?;
-        let res =
-            CqResources { buf: r.buf, cqe_cnt: r.cqe_cnt, cqe_size: r.cqe_size, dbrec: r.dbrec, cqn: r.cqn };
-        Ok((SimCq { nic: ctx.nic.clone(), cqn: r.cqn, mode: ctx.mode }, res))
+        let cnt = (attr.cqe + 1).next_power_of_two();
+        let compression = attr.compression.map(|f| match f {
+            crate::ring::mini_format::CSUM => model::MiniCqeFormat::Csum,
+            _ => model::MiniCqeFormat::Hash,
+        });
+        let r = ctx
+            .nic
+            .create_cq_ex(&model::CqInitAttr {
+                cqe_cnt: cnt,
+                cqe_size: attr.cqe_size,
+                compression,
+                channel: channel.map(|c| c.id),
+            })
+            .map_err(sim_err("create_cq"))?;
+        let res = CqResources {
+            buf: r.buf,
+            cqe_cnt: r.cqe_cnt,
+            cqe_size: r.cqe_size,
+            dbrec: r.dbrec,
+            cqn: r.cqn,
+            cq_uar: r.cq_uar,
+        };
+        let uar = SimUar { nic: ctx.nic.clone(), index: CQ_PAGE, mode: ctx.mode };
+        Ok((SimCq { nic: ctx.nic.clone(), cqn: r.cqn, mode: ctx.mode, uar }, res))
+    }
+    fn cq_uar(cq: &SimCq) -> &SimUar {
+        &cq.uar
+    }
+    fn cq_in_error(cq: &SimCq) -> bool {
+        cq.nic.cq_error(cq.cqn).unwrap_or(false)
+    }
+    fn cq_needs_progress(cq: &SimCq) -> bool {
+        cq.mode == ExecMode::Deterministic
+    }
+    fn create_channel(ctx: &SimContext) -> Result<SimChannel> {
+        let (id, fd) = ctx.nic.create_comp_channel().map_err(sim_err("create_comp_channel"))?;
+        Ok(SimChannel { nic: ctx.nic.clone(), id, fd, mode: ctx.mode })
+    }
+    fn channel_fd(ch: &SimChannel) -> std::os::fd::RawFd {
+        ch.fd
+    }
+    fn get_cq_event(ch: &SimChannel) -> Result<Option<u32>> {
+        ch.nic.get_cq_event(ch.id).map_err(sim_err("get_cq_event"))
+    }
+    fn channel_progress(ch: &SimChannel) -> bool {
+        if ch.mode == ExecMode::Deterministic {
+            ch.nic.tick();
+            true
+        } else {
+            false
+        }
     }
     fn create_srq(ctx: &SimContext, pd: &SimPd, attr: &SrqCreate) -> Result<(SimSrq, SrqResources)> {
         let r = ctx
@@ -288,6 +357,7 @@ impl Backend for Sim {
                 dc_key: attr.dc_key,
                 context: ctx.id,
                 dedicated_uar: attr.dedicated_uar,
+                scatter_to_cqe: attr.scatter_to_cqe,
             })
             .map_err(sim_err("create_qp"))?;
         let res = QpResources {

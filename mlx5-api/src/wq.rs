@@ -9,6 +9,7 @@ use std::rc::Rc;
 
 use crate::backend::{Backend, QpKind};
 use crate::ctx::UarReg;
+use crate::ring::scatter::DoesNotFit;
 use crate::ring::{PostError, RqDesc, Sge, SqDesc};
 use crate::srq::SrqShared;
 use crate::tracker::{RecvTracker, Tracker};
@@ -125,6 +126,31 @@ impl<B: Backend, T> WorkQueues<B, T> {
         let r = sq.tracker.retire(sq.desc.producer(), sq.desc.consumer(), wqe_counter)?;
         sq.desc.ci.store(r.ci, std::sync::atomic::Ordering::Release);
         Some((r.entry, r.opcode))
+    }
+
+    /// Copy scattered data into the send WQE a requester CQE names.
+    #[cold]
+    pub(crate) fn copy_scattered_send(
+        &self,
+        wqe_counter: u16,
+        op: u8,
+        data: &[u8],
+    ) -> Result<(), DoesNotFit> {
+        let sq = self.sq.as_ref().ok_or(DoesNotFit)?;
+        // SAFETY: the live SQ ring; the WQE is posted and not yet retired.
+        unsafe { sq.desc.copy_scattered(wqe_counter, op, data) }
+    }
+
+    /// Copy scattered data into the receive WQE a responder CQE names.
+    #[cold]
+    pub(crate) fn copy_scattered_recv(&self, wqe_counter: u16, data: &[u8]) -> Result<(), DoesNotFit> {
+        match &self.recv {
+            // SAFETY: the live ring; the WQE is posted and not yet retired.
+            RecvSide::Rq(rq) => unsafe { rq.desc.copy_scattered(wqe_counter, data) },
+            // SAFETY: as above.
+            RecvSide::Srq(srq) => unsafe { srq.desc.copy_scattered(wqe_counter, data) },
+            RecvSide::None => Err(DoesNotFit),
+        }
     }
 
     /// Retire the receive a responder CQE names.

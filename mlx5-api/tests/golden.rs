@@ -39,6 +39,7 @@ fn qp_at(pi: u32) -> Fixture {
         max_recv_sge: 1,
         max_inline_data: 32,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     };
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).unwrap();
     assert_eq!(qp.qpn(), 0x123);
@@ -385,6 +386,7 @@ fn w8_ud_send_roce_v2() {
         max_recv_sge: 1,
         max_inline_data: 0,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     };
     let ud = ctx.create_ud_qp(&pd, &cq, &cq, None, &cfg).unwrap();
     assert_eq!((ud.qpn(), ud.sq_wqebbs()), (0x456, 8));
@@ -441,6 +443,7 @@ fn w9_dci_rdma_write_ib() {
         max_recv_sge: 0,
         max_inline_data: 0,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     };
     let dci = ctx.create_dci(&pd, &cq, &cfg).unwrap();
     assert_eq!((dci.qpn(), dci.sq_wqebbs()), (0x789, 8));

@@ -35,6 +35,7 @@ fn small() -> RcQpConfig {
         max_recv_sge: 2,
         max_inline_data: 32,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     }
 }
 
@@ -119,6 +120,7 @@ fn wqe_above_the_maximum_size() {
         max_recv_sge: 1,
         max_inline_data: 988,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     };
     let f = fixture(cfg, true);
     let data = vec![0xabu8; 988];

@@ -527,6 +527,7 @@ fn config(a: &mlx5r_qp_attr) -> RcQpConfig {
         max_recv_sge: a.max_recv_sge,
         max_inline_data: a.max_inline_data,
         dedicated_uar: a.dedicated_uar != 0,
+        scatter_to_cqe: false,
     }
 }
 

@@ -26,6 +26,8 @@ pub struct HwUar {
     reg: *mut u8,
     /// `bf.size` (0: doorbell only).
     size: u32,
+    /// A CQ's UAR page: the arm doorbell at offset 0x20.
+    cq: bool,
     /// Keeps the UAR mapping (the device context) alive.
     _owner: Option<Rc<dyn std::any::Any>>,
 }
@@ -43,7 +45,12 @@ impl HwUar {
     /// `reg` must stay mapped and writable for `2 * max(size, 8)` bytes as
     /// long as `owner` lives, and be 64-byte aligned (a UAR register is).
     pub(crate) unsafe fn new(reg: *mut u8, size: u32, owner: Option<Rc<dyn std::any::Any>>) -> Self {
-        HwUar { reg, size, _owner: owner }
+        HwUar { reg, size, cq: false, _owner: owner }
+    }
+
+    /// The UAR page of a CQ (`mlx5dv_cq.cq_uar`), for the arm doorbell.
+    pub(crate) unsafe fn cq_page(reg: *mut u8) -> Self {
+        HwUar { reg, size: 0, cq: true, _owner: None }
     }
 
     /// The register's address (`bf.reg`).
@@ -60,7 +67,11 @@ impl HwUar {
 impl Mmio for HwUar {
     #[inline(always)]
     unsafe fn write_db(&self, reg: *mut u8, offset: u32, ctrl: [u8; 8]) {
-        debug_assert!(offset == 0 || offset == self.size, "bf offset {offset} with bf.size {}", self.size);
+        debug_assert!(
+            offset == 0 || offset == self.size || (self.cq && offset == 0x20),
+            "bf offset {offset} with bf.size {}",
+            self.size
+        );
         // SAFETY: forwarded.
         unsafe { HostMmio.write_db(reg, offset, ctrl) }
     }

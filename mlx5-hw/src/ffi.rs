@@ -27,11 +27,44 @@ pub struct ibv_device {
     _opaque: [u8; 0],
 }
 
-/// `struct ibv_comp_channel` (opaque, always NULL here).
+/// `struct ibv_comp_channel`.
 #[repr(C)]
 pub struct ibv_comp_channel {
-    _opaque: [u8; 0],
+    pub context: *mut ibv_context,
+    pub fd: c_int,
+    pub refcnt: c_int,
 }
+
+/// `struct ibv_cq_init_attr_ex` (rdma-core v44).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_cq_init_attr_ex {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: u32,
+    pub wc_flags: u64,
+    pub comp_mask: u32,
+    pub flags: u32,
+    pub parent_domain: *mut ibv_pd,
+}
+
+/// `struct mlx5dv_cq_init_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct mlx5dv_cq_init_attr {
+    pub comp_mask: u64,
+    pub cqe_comp_res_format: u8,
+    pub flags: u32,
+    pub cqe_size: u16,
+}
+
+// enum mlx5dv_cq_init_attr_mask
+pub const MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE: u64 = 1 << 0;
+pub const MLX5DV_CQ_INIT_ATTR_MASK_FLAGS: u64 = 1 << 1;
+pub const MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE: u64 = 1 << 2;
+// enum mlx5dv_qp_create_flags
+pub const MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE: u32 = 1 << 4;
 
 /// `struct ibv_cq` (opaque: everything we need comes from `mlx5dv_init_obj`).
 #[repr(C)]
@@ -676,6 +709,21 @@ pub type CreateCqFn = unsafe extern "C" fn(
     comp_vector: c_int,
 ) -> *mut ibv_cq;
 pub type DestroyCqFn = unsafe extern "C" fn(cq: *mut ibv_cq) -> c_int;
+pub type CreateCompChannelFn = unsafe extern "C" fn(context: *mut ibv_context) -> *mut ibv_comp_channel;
+pub type DestroyCompChannelFn = unsafe extern "C" fn(channel: *mut ibv_comp_channel) -> c_int;
+pub type GetCqEventFn = unsafe extern "C" fn(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int;
+pub type AckCqEventsFn = unsafe extern "C" fn(cq: *mut ibv_cq, nevents: c_uint);
+/// `mlx5dv_create_cq`: returns a `struct ibv_cq_ex *`, whose first part is
+/// a `struct ibv_cq` (`ibv_cq_ex_to_cq` is a cast).
+pub type Mlx5dvCreateCqFn = unsafe extern "C" fn(
+    context: *mut ibv_context,
+    cq_attr: *mut ibv_cq_init_attr_ex,
+    mlx5_cq_attr: *mut mlx5dv_cq_init_attr,
+) -> *mut ibv_cq;
 pub type CreateSrqFn = unsafe extern "C" fn(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq;
 pub type DestroySrqFn = unsafe extern "C" fn(srq: *mut ibv_srq) -> c_int;
 pub type ModifyQpFn =

@@ -16,7 +16,7 @@ use std::ptr;
 use std::rc::Rc;
 
 use mlx5_api::backend::{
-    Backend, CqResources, QpCreate, QpKind, QpResources, QpTransition, SrqCreate, SrqResources,
+    Backend, CqCreate, CqResources, QpCreate, QpKind, QpResources, QpTransition, SrqCreate, SrqResources,
 };
 use mlx5_api::{AccessFlags, Device, DeviceCaps, Error, LinkLayer, PortInfo, Result};
 
@@ -268,6 +268,24 @@ pub struct HwMr {
 pub struct HwCq {
     ctx: Rc<CtxInner>,
     cq: *mut ibv_cq,
+    uar: HwUar,
+    /// The CQN, pointed at by the CQ's `cq_context` (how a channel event
+    /// names its CQ).
+    _cqn: Box<u32>,
+}
+
+/// A completion channel (`ibv_comp_channel`), its descriptor non-blocking.
+pub struct HwChannel {
+    ctx: Rc<CtxInner>,
+    ch: *mut ibv_comp_channel,
+}
+
+impl Drop for HwChannel {
+    fn drop(&mut self) {
+        // SAFETY: created by ibv_create_comp_channel of this context, destroyed once
+        // (after its CQs: they hold the channel alive in the front-end).
+        let _ = unsafe { (self.ctx.rdma.destroy_comp_channel)(self.ch) };
+    }
 }
 /// A shared receive queue.
 pub struct HwSrq {
@@ -556,16 +574,16 @@ fn device_caps(a: &ibv_device_attr) -> DeviceCaps {
 
 /// Check what `mlx5dv_init_obj` gave for a CQ against what the front-end
 /// can drive.
-pub fn check_cq(dv: &mlx5dv_cq) -> Result<CqResources, HwError> {
+pub fn check_cq(dv: &mlx5dv_cq, cqe_size: u32) -> Result<CqResources, HwError> {
     const OP: &str = "mlx5dv_init_obj(CQ)";
-    if dv.cqe_size != 64 {
+    if dv.cqe_size != cqe_size {
         return Err(unsupported(
             OP,
-            format!(
-                "the CQ has {}-byte CQEs; the front-end decodes 64-byte CQEs only (unset MLX5_CQE_SIZE)",
-                dv.cqe_size
-            ),
+            format!("the CQ has {}-byte CQEs, {cqe_size}-byte ones were asked for", dv.cqe_size),
         ));
+    }
+    if dv.cq_uar.is_null() {
+        return Err(unsupported(OP, "NULL CQ UAR page".into()));
     }
     if !dv.cqe_cnt.is_power_of_two() {
         return Err(unsupported(OP, format!("cqe_cnt {} is not a power of two", dv.cqe_cnt)));
@@ -578,6 +596,7 @@ pub fn check_cq(dv: &mlx5dv_cq) -> Result<CqResources, HwError> {
         cqe_cnt: dv.cqe_cnt,
         cqe_size: dv.cqe_size,
         dbrec: dv.dbrec,
+        cq_uar: dv.cq_uar as *mut u8,
         cqn: dv.cqn,
     })
 }
@@ -625,6 +644,59 @@ pub fn check_qp(dv: &mlx5dv_qp) -> Result<(), HwError> {
     Ok(())
 }
 
+/// The `ibv_cq_init_attr_ex` and `mlx5dv_cq_init_attr` of a CQ to create
+/// (pure: context pointer and channel are filled in by the caller): the
+/// CQE size always explicit (`MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE`, so the
+/// `MLX5_CQE_SIZE` environment variable cannot change it under us), CQE
+/// compression with its mini-CQE format when asked and the device's
+/// `cqe_comp_caps` allow it (64-byte CQEs only).
+pub fn cq_init_attrs(
+    attr: &CqCreate,
+    caps: &Mlx5Caps,
+) -> Result<(ibv_cq_init_attr_ex, mlx5dv_cq_init_attr), HwError> {
+    const OP: &str = "mlx5dv_create_cq";
+    if attr.cqe_size != 64 && attr.cqe_size != 128 {
+        return Err(unsupported(OP, format!("CQE size {}", attr.cqe_size)));
+    }
+    let mut dv = mlx5dv_cq_init_attr {
+        comp_mask: MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE,
+        cqe_size: attr.cqe_size as u16,
+        ..Default::default()
+    };
+    if let Some(f) = attr.compression {
+        let bit = match f {
+            mlx5_api::ring::mini_format::CSUM => MLX5DV_CQE_RES_FORMAT_CSUM,
+            _ => MLX5DV_CQE_RES_FORMAT_HASH,
+        };
+        match caps.cqe_comp {
+            Some((max, formats)) if max > 0 && formats & bit != 0 => {}
+            Some((max, formats)) => {
+                return Err(unsupported(
+                    OP,
+                    format!("CQE compression format {bit:#x} not in the device's caps (max_num {max}, formats {formats:#x})"),
+                ))
+            }
+            None => return Err(unsupported(OP, "the device reports no CQE compression".into())),
+        }
+        if attr.cqe_size != 64 {
+            return Err(unsupported(OP, "CQE compression with 128-byte CQEs".into()));
+        }
+        dv.comp_mask |= MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE;
+        dv.cqe_comp_res_format = bit as u8;
+    }
+    let ex = ibv_cq_init_attr_ex {
+        cqe: attr.cqe,
+        cq_context: ptr::null_mut(),
+        channel: ptr::null_mut(),
+        comp_vector: 0,
+        wc_flags: 0,
+        comp_mask: 0,
+        flags: 0,
+        parent_domain: ptr::null_mut(),
+    };
+    Ok((ex, dv))
+}
+
 /// The `ibv_qp_init_attr_ex` and `mlx5dv_qp_init_attr` of a QP to create
 /// (pure: CQ/SRQ/PD pointers are filled in by the caller).
 ///
@@ -649,7 +721,13 @@ pub fn qp_init_attrs(attr: &QpCreate) -> Result<(ibv_qp_init_attr_ex, mlx5dv_qp_
     let qp_type = match attr.kind {
         QpKind::Rc | QpKind::Ud => {
             dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS;
-            dv.create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
+            // Scatter-to-CQE on request only; ALLOW extends it to the
+            // requester although the front-end signals per WQE (spec §5.7).
+            dv.create_flags = if attr.scatter_to_cqe {
+                MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE
+            } else {
+                MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE
+            };
             if attr.kind == QpKind::Rc {
                 IBV_QPT_RC
             } else {
@@ -707,6 +785,7 @@ impl Backend for Hw {
     type Qp = HwQp;
     type Srq = HwSrq;
     type Uar = HwUar;
+    type Channel = HwChannel;
 
     fn device_name(dev: &HwDevice) -> String {
         dev.name.clone()
@@ -764,12 +843,19 @@ impl Backend for Hw {
         Ok((mr, lkey, rkey))
     }
 
-    fn create_cq(ctx: &HwContext, cqe: u32) -> Result<(HwCq, CqResources)> {
+    fn create_cq(
+        ctx: &HwContext,
+        attr: &CqCreate,
+        channel: Option<&HwChannel>,
+    ) -> Result<(HwCq, CqResources)> {
         let c = &ctx.inner;
-        let n = c_int::try_from(cqe).map_err(|_| Error::InvalidArgument(format!("CQ size {cqe}")))?;
-        // SAFETY: a live context; no channel, no context pointer.
-        let raw = unsafe { (c.rdma.create_cq)(c.ctx, n, ptr::null_mut(), ptr::null_mut(), 0) };
-        let cq = HwCq { ctx: c.clone(), cq: non_null("ibv_create_cq", raw)? };
+        let mut cqn = Box::new(0u32);
+        let (mut ex, mut dv) = cq_init_attrs(attr, &c.info.mlx5)?;
+        ex.cq_context = (&mut *cqn as *mut u32).cast();
+        ex.channel = channel.map_or(ptr::null_mut(), |ch| ch.ch);
+        // SAFETY: a live context; attribute structs that outlive the call.
+        let raw = unsafe { (c.rdma.dv_create_cq)(c.ctx, &mut ex, &mut dv) };
+        let raw = non_null("mlx5dv_create_cq", raw)?;
         let mut out: mlx5dv_cq = mlx5dv_cq {
             buf: ptr::null_mut(),
             dbrec: ptr::null_mut(),
@@ -780,11 +866,67 @@ impl Backend for Hw {
             comp_mask: 0,
         };
         let mut obj = mlx5dv_obj_empty();
-        obj.cq = mlx5dv_obj_pair { r#in: cq.cq, out: &mut out };
+        obj.cq = mlx5dv_obj_pair { r#in: raw, out: &mut out };
         // SAFETY: a live CQ and an out-struct that outlives the call.
-        check("mlx5dv_init_obj(CQ)", unsafe { (c.rdma.dv_init_obj)(&mut obj, MLX5DV_OBJ_CQ) })?;
-        let res = check_cq(&out)?;
+        let init = check("mlx5dv_init_obj(CQ)", unsafe { (c.rdma.dv_init_obj)(&mut obj, MLX5DV_OBJ_CQ) });
+        // SAFETY: the page mlx5dv_init_obj reported (checked below before use).
+        let uar = unsafe { HwUar::cq_page(out.cq_uar as *mut u8) };
+        let mut cq = HwCq { ctx: c.clone(), cq: raw, uar, _cqn: cqn };
+        init?;
+        let res = check_cq(&out, attr.cqe_size)?;
+        *cq._cqn = res.cqn;
         Ok((cq, res))
+    }
+    fn cq_uar(cq: &HwCq) -> &HwUar {
+        &cq.uar
+    }
+    fn create_channel(ctx: &HwContext) -> Result<HwChannel> {
+        let c = &ctx.inner;
+        // SAFETY: a live context.
+        let ch = non_null("ibv_create_comp_channel", unsafe { (c.rdma.create_comp_channel)(c.ctx) })?;
+        let ch = HwChannel { ctx: c.clone(), ch };
+        // SAFETY: a live channel; its fd is ours to make non-blocking (rdma-core's
+        // documented way to poll a channel).
+        let fd = unsafe { (*ch.ch).fd };
+        // SAFETY: fcntl on a descriptor the channel owns.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        // SAFETY: as above.
+        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::Verbs {
+                op: "fcntl(O_NONBLOCK)",
+                errno: e.raw_os_error().unwrap_or(0),
+                msg: e.to_string(),
+            });
+        }
+        Ok(ch)
+    }
+    fn channel_fd(ch: &HwChannel) -> std::os::fd::RawFd {
+        // SAFETY: a live channel.
+        unsafe { (*ch.ch).fd }
+    }
+    fn get_cq_event(ch: &HwChannel) -> Result<Option<u32>> {
+        let mut cq: *mut ibv_cq = ptr::null_mut();
+        let mut cq_ctx: *mut c_void = ptr::null_mut();
+        // SAFETY: a live, non-blocking channel; out-pointers valid for the call.
+        let r = unsafe { (ch.ctx.rdma.get_cq_event)(ch.ch, &mut cq, &mut cq_ctx) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                return Ok(None);
+            }
+            return Err(Error::Verbs {
+                op: "ibv_get_cq_event",
+                errno: e.raw_os_error().unwrap_or(0),
+                msg: e.to_string(),
+            });
+        }
+        // SAFETY: the event names a live CQ of ours (its context points at its CQN);
+        // acknowledged at once so destroying the CQ never waits for it.
+        unsafe {
+            (ch.ctx.rdma.ack_cq_events)(cq, 1);
+            Ok(Some(*(cq_ctx as *const u32)))
+        }
     }
 
     fn create_srq(ctx: &HwContext, pd: &HwPd, attr: &SrqCreate) -> Result<(HwSrq, SrqResources)> {
@@ -1037,7 +1179,18 @@ mod tests {
             user_index: 5,
             dc_key: 0xdc_dc,
             dedicated_uar: false,
+            scatter_to_cqe: false,
         }
+    }
+
+    #[test]
+    fn scatter_to_cqe_is_asked_for_or_disabled() {
+        let mut a = qp_create(QpKind::Rc);
+        let (_, dv) = qp_init_attrs(&a).unwrap();
+        assert_eq!(dv.create_flags, MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE);
+        a.scatter_to_cqe = true;
+        let (_, dv) = qp_init_attrs(&a).unwrap();
+        assert_eq!(dv.create_flags, MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE);
     }
 
     #[test]
@@ -1079,6 +1232,47 @@ mod tests {
         assert_eq!((dv.dc_init_attr.dc_type, dv.dc_init_attr.dct_access_key), (MLX5DV_DCTYPE_DCT, 0xdc_dc));
     }
 
+    fn caps(cqe_comp: Option<(u32, u32)>) -> Mlx5Caps {
+        Mlx5Caps {
+            version: 1,
+            flags: MLX5DV_CONTEXT_FLAGS_CQE_V1,
+            cqe_comp,
+            dc_odp_caps: None,
+            dci_streams: None,
+            max_dc_rd_atom: None,
+            num_lag_ports: None,
+        }
+    }
+
+    #[test]
+    fn cq_creation_attributes_follow_the_config_and_the_caps() {
+        let plain = CqCreate { cqe: 255, cqe_size: 64, compression: None };
+        let (ex, dv) = cq_init_attrs(&plain, &caps(None)).unwrap();
+        assert_eq!((ex.cqe, ex.comp_mask, ex.wc_flags), (255, 0, 0));
+        assert_eq!(
+            (dv.comp_mask, dv.cqe_size),
+            (MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE, 64),
+            "size always explicit"
+        );
+        let big = CqCreate { cqe_size: 128, ..plain.clone() };
+        assert_eq!(cq_init_attrs(&big, &caps(None)).unwrap().1.cqe_size, 128);
+        let hash = CqCreate { compression: Some(mlx5_api::ring::mini_format::HASH), ..plain.clone() };
+        let csum = CqCreate { compression: Some(mlx5_api::ring::mini_format::CSUM), ..plain.clone() };
+        let both = caps(Some((64, MLX5DV_CQE_RES_FORMAT_HASH | MLX5DV_CQE_RES_FORMAT_CSUM)));
+        let (_, dv) = cq_init_attrs(&hash, &both).unwrap();
+        assert_eq!(
+            (dv.comp_mask, dv.cqe_comp_res_format),
+            (MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE | MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE, 1)
+        );
+        assert_eq!(cq_init_attrs(&csum, &both).unwrap().1.cqe_comp_res_format, 2);
+        let e = cq_init_attrs(&csum, &caps(Some((64, MLX5DV_CQE_RES_FORMAT_HASH)))).map(|_| ()).unwrap_err();
+        assert!(e.to_string().contains("not in the device's caps"), "{e}");
+        assert!(cq_init_attrs(&hash, &caps(None)).is_err(), "no compression caps reported");
+        assert!(cq_init_attrs(&hash, &caps(Some((0, 1)))).is_err(), "max_num 0");
+        let hash128 = CqCreate { cqe_size: 128, ..hash.clone() };
+        assert!(cq_init_attrs(&hash128, &both).is_err());
+    }
+
     #[test]
     fn init_obj_results_are_checked() {
         let mut ring = [0u8; 64];
@@ -1088,16 +1282,18 @@ mod tests {
             dbrec: db.as_mut_ptr(),
             cqe_cnt: 256,
             cqe_size: 64,
-            cq_uar: ptr::null_mut(),
+            cq_uar: db.as_mut_ptr() as *mut c_void,
             cqn: 0x42,
             comp_mask: 0,
         };
-        let r = check_cq(&cq).unwrap();
+        let r = check_cq(&cq, 64).unwrap();
         assert_eq!((r.cqe_cnt, r.cqe_size, r.cqn), (256, 64, 0x42));
-        let e = check_cq(&mlx5dv_cq { cqe_size: 128, ..cq }).unwrap_err();
+        let e = check_cq(&mlx5dv_cq { cqe_size: 128, ..cq }, 64).unwrap_err();
         assert!(e.to_string().contains("128-byte CQEs"), "{e}");
-        assert!(check_cq(&mlx5dv_cq { cqe_cnt: 100, ..cq }).is_err());
-        assert!(check_cq(&mlx5dv_cq { dbrec: ptr::null_mut(), ..cq }).is_err());
+        assert_eq!(check_cq(&mlx5dv_cq { cqe_size: 128, ..cq }, 128).unwrap().cqe_size, 128);
+        assert!(check_cq(&mlx5dv_cq { cqe_cnt: 100, ..cq }, 64).is_err());
+        assert!(check_cq(&mlx5dv_cq { dbrec: ptr::null_mut(), ..cq }, 64).is_err());
+        assert!(check_cq(&mlx5dv_cq { cq_uar: ptr::null_mut(), ..cq }, 64).is_err());
 
         let srq = mlx5dv_srq {
             buf: ring.as_mut_ptr() as *mut c_void,

@@ -360,6 +360,32 @@ fn facts() -> Vec<Fact> {
         pd,
     );
 
+    size!(v, ibv_comp_channel, "struct ibv_comp_channel");
+    fields!(v, ibv_comp_channel, "struct ibv_comp_channel", context, fd, refcnt);
+    size!(v, ibv_cq_init_attr_ex, "struct ibv_cq_init_attr_ex");
+    fields!(
+        v,
+        ibv_cq_init_attr_ex,
+        "struct ibv_cq_init_attr_ex",
+        cqe,
+        cq_context,
+        channel,
+        comp_vector,
+        wc_flags,
+        comp_mask,
+        flags,
+        parent_domain
+    );
+    size!(v, mlx5dv_cq_init_attr, "struct mlx5dv_cq_init_attr");
+    fields!(
+        v,
+        mlx5dv_cq_init_attr,
+        "struct mlx5dv_cq_init_attr",
+        comp_mask,
+        cqe_comp_res_format,
+        flags,
+        cqe_size
+    );
     size!(v, mlx5dv_cqe_comp_caps, "struct mlx5dv_cqe_comp_caps");
     fields!(v, mlx5dv_cqe_comp_caps, "struct mlx5dv_cqe_comp_caps", max_num, supported_format);
     size!(v, mlx5dv_sw_parsing_caps, "struct mlx5dv_sw_parsing_caps");
@@ -503,6 +529,10 @@ fn facts() -> Vec<Fact> {
         MLX5DV_CQE_RES_FORMAT_CSUM,
         MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX,
         MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE,
+        MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE,
+        MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE,
+        MLX5DV_CQ_INIT_ATTR_MASK_FLAGS,
+        MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE,
         MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS,
         MLX5DV_QP_INIT_ATTR_MASK_DC,
         MLX5DV_DCTYPE_DCT,

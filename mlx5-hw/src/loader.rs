@@ -27,17 +27,25 @@ pub const VERBS_SYMBOLS: &[&str] = &[
     "ibv_dealloc_pd",
     "ibv_reg_mr",
     "ibv_dereg_mr",
-    "ibv_create_cq",
     "ibv_destroy_cq",
     "ibv_create_srq",
     "ibv_destroy_srq",
     "ibv_modify_qp",
     "ibv_destroy_qp",
+    "ibv_create_comp_channel",
+    "ibv_destroy_comp_channel",
+    "ibv_get_cq_event",
+    "ibv_ack_cq_events",
 ];
 
 /// Every symbol loaded from `libmlx5.so.1`, in load order.
-pub const MLX5_SYMBOLS: &[&str] =
-    &["mlx5dv_is_supported", "mlx5dv_query_device", "mlx5dv_init_obj", "mlx5dv_create_qp"];
+pub const MLX5_SYMBOLS: &[&str] = &[
+    "mlx5dv_is_supported",
+    "mlx5dv_query_device",
+    "mlx5dv_init_obj",
+    "mlx5dv_create_qp",
+    "mlx5dv_create_cq",
+];
 
 /// rdma-core, loaded: the function pointers and the libraries that keep
 /// them valid (dropped last, after every object that calls through them).
@@ -54,7 +62,6 @@ pub struct Rdma {
     pub(crate) dealloc_pd: DeallocPdFn,
     pub(crate) reg_mr: RegMrFn,
     pub(crate) dereg_mr: DeregMrFn,
-    pub(crate) create_cq: CreateCqFn,
     pub(crate) destroy_cq: DestroyCqFn,
     pub(crate) create_srq: CreateSrqFn,
     pub(crate) destroy_srq: DestroySrqFn,
@@ -64,6 +71,11 @@ pub struct Rdma {
     pub(crate) dv_query_device: Mlx5dvQueryDeviceFn,
     pub(crate) dv_init_obj: Mlx5dvInitObjFn,
     pub(crate) dv_create_qp: Mlx5dvCreateQpFn,
+    pub(crate) dv_create_cq: Mlx5dvCreateCqFn,
+    pub(crate) create_comp_channel: CreateCompChannelFn,
+    pub(crate) destroy_comp_channel: DestroyCompChannelFn,
+    pub(crate) get_cq_event: GetCqEventFn,
+    pub(crate) ack_cq_events: AckCqEventsFn,
     verbs_file: String,
     mlx5_file: String,
     _verbs: Library,
@@ -120,12 +132,15 @@ impl Rdma {
             let dealloc_pd = sym(&verbs, v, "ibv_dealloc_pd")?;
             let reg_mr = sym(&verbs, v, "ibv_reg_mr")?;
             let dereg_mr = sym(&verbs, v, "ibv_dereg_mr")?;
-            let create_cq = sym(&verbs, v, "ibv_create_cq")?;
             let destroy_cq = sym(&verbs, v, "ibv_destroy_cq")?;
             let create_srq = sym(&verbs, v, "ibv_create_srq")?;
             let destroy_srq = sym(&verbs, v, "ibv_destroy_srq")?;
             let modify_qp = sym(&verbs, v, "ibv_modify_qp")?;
             let destroy_qp = sym(&verbs, v, "ibv_destroy_qp")?;
+            let create_comp_channel = sym(&verbs, v, "ibv_create_comp_channel")?;
+            let destroy_comp_channel = sym(&verbs, v, "ibv_destroy_comp_channel")?;
+            let get_cq_event = sym(&verbs, v, "ibv_get_cq_event")?;
+            let ack_cq_events = sym(&verbs, v, "ibv_ack_cq_events")?;
             let mlx5 = open(mlx5_file)?;
             let m = mlx5_file;
             Ok(Rdma {
@@ -141,7 +156,6 @@ impl Rdma {
                 dealloc_pd,
                 reg_mr,
                 dereg_mr,
-                create_cq,
                 destroy_cq,
                 create_srq,
                 destroy_srq,
@@ -151,6 +165,11 @@ impl Rdma {
                 dv_query_device: sym(&mlx5, m, "mlx5dv_query_device")?,
                 dv_init_obj: sym(&mlx5, m, "mlx5dv_init_obj")?,
                 dv_create_qp: sym(&mlx5, m, "mlx5dv_create_qp")?,
+                dv_create_cq: sym(&mlx5, m, "mlx5dv_create_cq")?,
+                create_comp_channel,
+                destroy_comp_channel,
+                get_cq_event,
+                ack_cq_events,
                 verbs_file: verbs_file.to_string(),
                 mlx5_file: mlx5_file.to_string(),
                 _verbs: verbs,

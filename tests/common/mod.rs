@@ -63,6 +63,7 @@ pub fn small_cfg() -> RcQpConfig {
         max_recv_sge: 4,
         max_inline_data: 128,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     }
 }
 

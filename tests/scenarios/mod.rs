@@ -83,6 +83,7 @@ impl<B: Backend> Bed<B> {
             max_recv_sge: 2,
             max_inline_data: 64,
             dedicated_uar: false,
+            scatter_to_cqe: false,
         };
         let qa = self.a.ctx.create_rc_qp(&self.a.pd, &self.a.cq, &self.a.cq, &cfg).unwrap();
         let qb = if srq {
@@ -226,6 +227,7 @@ pub fn ud_send_recv<B: Backend>(mut t: Bed<B>) {
         max_recv_sge: 1,
         max_inline_data: 64,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     };
     let ua = t.a.ctx.create_ud_qp(&t.a.pd, &t.a.cq, &t.a.cq, None, &cfg).unwrap();
     let ub = t.b.ctx.create_ud_qp(&t.b.pd, &t.b.cq, &t.b.cq, None, &cfg).unwrap();
@@ -258,6 +260,7 @@ pub fn dc_write_and_send_through_srq<B: Backend>(mut t: Bed<B>) {
         max_recv_sge: 0,
         max_inline_data: 64,
         dedicated_uar: false,
+        scatter_to_cqe: false,
     };
     let dci = t.a.ctx.create_dci(&t.a.pd, &t.a.cq, &cfg).unwrap();
     dci.activate(&ConnectParams::default()).unwrap();

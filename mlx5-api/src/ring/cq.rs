@@ -129,8 +129,13 @@ impl CqDesc {
         }
         udma_from_device_barrier();
         if op_own & 0x0c == 0x0c {
-            // SAFETY: forwarded; the title is owned and read.
-            return Some(unsafe { self.open_session(ci, cqe) });
+            // A title announcing no completions is malformed: handed out
+            // as it is (readers report its format).
+            // SAFETY: the title is owned; byte_cnt is inside it.
+            if unsafe { *(cqe.add(0x2c) as *const u32) } != 0 {
+                // SAFETY: forwarded; the title is owned and read.
+                return Some(unsafe { self.open_session(ci, cqe) });
+            }
         }
         Some(cqe)
     }
@@ -147,8 +152,8 @@ impl CqDesc {
             (u32::from_be_bytes([c[0x2c], c[0x2d], c[0x2e], c[0x2f]]), u16::from_be_bytes([c[0x3c], c[0x3d]]))
         };
         self.zip_ctr.store(u32::from(ctr), Ordering::Relaxed);
-        // A session of 0 completions is malformed: take it as one.
-        self.zip_n.store(n.clamp(1, self.cqe_cnt), Ordering::Relaxed);
+        // Never more completions than the ring holds.
+        self.zip_n.store(n.min(self.cqe_cnt), Ordering::Relaxed);
         self.zip_i.store(0, Ordering::Relaxed);
         self.zip_t.store(ci, Ordering::Relaxed);
         // SAFETY: forwarded.

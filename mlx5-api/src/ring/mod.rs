@@ -13,7 +13,8 @@
 //! | [`sq`] | [`SqDesc`]: the send ring, its counters and the doorbell sequence (§1) |
 //! | [`post`] | [`send_wqe`]: one flat call that builds any RC/UD/DCI send WQE (§3.8) |
 //! | [`rq`], [`srq`] | [`RqDesc`], [`SrqDesc`]: receive rings (§4) |
-//! | [`cq`], [`cqe`] | [`CqDesc`] and the pure CQE reader (§5) |
+//! | [`cq`], [`cqe`] | [`CqDesc`] (with compressed-session expansion and arming) and the pure CQE reader (§5) |
+//! | [`scatter`] | scatter-to-CQE: data in a CQE copied into the WQE it completes (§5.7) |
 //! | [`mmio`], [`barrier`] | the doorbell register view ([`BfReg`]) and the MMIO / DMA barriers (§1.6, §1.7) |
 //! | [`error`] | [`PostError`] |
 
@@ -25,12 +26,13 @@ pub mod error;
 pub mod mmio;
 pub mod post;
 pub mod rq;
+pub mod scatter;
 pub mod seg;
 pub mod sq;
 pub mod srq;
 
 pub use av::{AddressVector, IbGrh, RoceAv};
-pub use cq::CqDesc;
+pub use cq::{mini_format, CqDesc};
 pub use cqe::{Cqe, CqeError, CqeFormat, CqeView, Status, Syndrome};
 pub use error::PostError;
 pub use mmio::{BfReg, HostMmio, Mmio};
