@@ -108,6 +108,30 @@ pub struct Completion {
     pub scattered: Option<Scattered>,
 }
 
+impl Default for Completion {
+    /// An empty slot for [`CompletionQueue::poll_into`] (a successful NOP).
+    fn default() -> Self {
+        Completion {
+            status: Status::Success,
+            opcode: WcOpcode::Nop,
+            qpn: 0,
+            wqe_counter: 0,
+            byte_len: 0,
+            imm: None,
+            invalidated_rkey: None,
+            src_qpn: 0,
+            slid: 0,
+            solicited: false,
+            grh: false,
+            sl: 0,
+            network: None,
+            timestamp: 0,
+            user_index: 0,
+            scattered: None,
+        }
+    }
+}
+
 /// Data that arrived in a CQE (scatter-to-CQE), up to 64 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Scattered {

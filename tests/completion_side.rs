@@ -1,0 +1,426 @@
+//! The completion side end to end on the simulator (step 5): CQE
+//! compression (sessions the simulator writes from real traffic, expanded by
+//! the poller), scatter-to-CQE with 64- and 128-byte CQEs (receiver and RC
+//! requester), completion channels and arming, overrun as a typed error,
+//! `poll_into` and `wait`.
+
+use std::time::Duration;
+
+use mlx5::model::ExecMode;
+use mlx5::sim::{two_hosts, Sim};
+use mlx5::{
+    AccessFlags, CompletionQueue, ConnectParams, Context, CqConfig, CqeSize, Error, MemoryRegion,
+    MiniCqeFormat, PollOutcome, ProtectionDomain, RcQp, RcQpConfig, Sge, Status, WcOpcode, WqeFlags,
+};
+use proptest::prelude::*;
+
+struct Side {
+    qp: RcQp<Sim, u64>,
+    scq: CompletionQueue<Sim, u64>,
+    rcq: CompletionQueue<Sim, u64>,
+    mr: MemoryRegion<Sim>,
+    _pd: ProtectionDomain<Sim>,
+    _ctx: Context<Sim>,
+}
+
+fn cfg(scatter: bool) -> RcQpConfig {
+    RcQpConfig { max_send_wr: 128, max_recv_wr: 128, scatter_to_cqe: scatter, ..RcQpConfig::default() }
+}
+
+/// Two connected RC QPs; each side's send and receive CQs made by `cq`.
+fn pair_with(
+    mode: ExecMode,
+    cq: impl Fn() -> CqConfig<'static, Sim>,
+    scatter: bool,
+) -> (mlx5::model::Fabric, Side, Side) {
+    let (fabric, da, db) = two_hosts(mode);
+    let mk = |d: &mlx5::Device<Sim>| {
+        let ctx = d.open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let scq = ctx.create_cq(cq(), |_, _: u64| {}).unwrap();
+        let rcq = ctx.create_cq(cq(), |_, _: u64| {}).unwrap();
+        let qp = ctx.create_rc_qp(&pd, &scq, &rcq, &cfg(scatter)).unwrap();
+        let mr = pd.alloc_mr(1 << 16, AccessFlags::ALL).unwrap();
+        Side { qp, scq, rcq, mr, _pd: pd, _ctx: ctx }
+    };
+    let (a, b) = (mk(&da), mk(&db));
+    let (ia, ib) = (a.qp.local_info(1, 0).unwrap(), b.qp.local_info(1, 0).unwrap());
+    a.qp.connect(&ib, &ConnectParams::default()).unwrap();
+    b.qp.connect(&ia, &ConnectParams::default()).unwrap();
+    (fabric, a, b)
+}
+
+fn drain(cq: &CompletionQueue<Sim, u64>) -> Vec<(mlx5::Completion, u64)> {
+    let mut v = Vec::new();
+    for _ in 0..64 {
+        cq.poll_with(256, |c, e| v.push((c, e)));
+    }
+    v
+}
+
+fn send(s: &Side, entry: u64, off: u64, len: u32, flags: WqeFlags) {
+    s.qp.wqe_builder(entry)
+        .unwrap()
+        .ctrl_send(flags)
+        .unwrap()
+        .sge(s.mr.addr() + off, len, s.mr.lkey())
+        .unwrap()
+        .finish()
+        .unwrap();
+}
+
+fn recv(s: &Side, entry: u64, off: u64, len: u32) {
+    s.qp.post_recv(entry, &[Sge { addr: s.mr.addr() + off, len, lkey: s.mr.lkey() }]).unwrap();
+}
+
+/// op_own of every slot of a CQ ring (the device's view, before polling).
+fn ring_op_owns(cq: &CompletionQueue<Sim, u64>, n: u32) -> Vec<u8> {
+    // SAFETY: reads only, inside the ring.
+    let (buf, _cnt, size) = unsafe { cq.raw_ring() };
+    (0..n).map(|i| unsafe { *buf.add((i * size + size - 1) as usize) }).collect()
+}
+
+#[test]
+fn compressed_sessions_expand_to_every_completion_in_order() {
+    let (_f, a, b) =
+        pair_with(ExecMode::Deterministic, || CqConfig::new(256).compressed(MiniCqeFormat::Hash), false);
+    for i in 0..20u64 {
+        recv(&b, 100 + i, 4096 + i * 256, 256);
+    }
+    // One doorbell for 20 signaled SENDs: the simulator's burst.
+    for i in 0..20u64 {
+        a.qp.wqe_builder(i)
+            .unwrap()
+            .ctrl_send(WqeFlags::SIGNALED)
+            .unwrap()
+            .sge(a.mr.addr(), 10 + i as u32, a.mr.lkey())
+            .unwrap()
+            .finish_batch()
+            .unwrap();
+    }
+    a.qp.ring_sq_doorbell();
+    let r = ring_op_owns(&b.rcq, 2);
+    assert_eq!(r[0] & 0x0c, 0x0c, "slot 0 holds a session title (format 3): {:#x}", r[0]);
+    assert_eq!(r[0] >> 4, 2, "RESP_SEND title");
+    let s = ring_op_owns(&a.scq, 1);
+    assert_eq!((s[0] >> 4, s[0] & 0x0c), (0, 0x0c), "requester CQEs are compressed too");
+    let rv = drain(&b.rcq);
+    let sv = drain(&a.scq);
+    assert_eq!(rv.iter().map(|x| x.1).collect::<Vec<_>>(), (100..120).collect::<Vec<_>>());
+    assert_eq!(rv.iter().map(|x| x.0.byte_len).collect::<Vec<_>>(), (10..30).collect::<Vec<_>>());
+    assert!(rv
+        .iter()
+        .all(|(c, _)| c.opcode == WcOpcode::Recv && c.status == Status::Success && c.src_qpn == a.qp.qpn()));
+    assert_eq!(sv.iter().map(|x| x.1).collect::<Vec<_>>(), (0..20).collect::<Vec<_>>());
+    assert!(sv.iter().all(|(c, _)| c.opcode == WcOpcode::Send));
+    // Slots given back: the next pass works (more traffic than the ring holds).
+    for round in 0..20u64 {
+        for i in 0..16u64 {
+            recv(&b, i, 4096 + i * 256, 256);
+            send(&a, round * 100 + i, 0, 8, WqeFlags::SIGNALED);
+        }
+        assert_eq!(drain(&b.rcq).len(), 16);
+        assert_eq!(drain(&a.scq).len(), 16);
+    }
+    b.rcq.check().unwrap();
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Send {
+        len: u32,
+        signaled: bool,
+    },
+    SendImm {
+        len: u32,
+        imm: u32,
+    },
+    WriteImm {
+        len: u32,
+    },
+    Read {
+        len: u32,
+    },
+    /// Ring now: what was posted so far forms a burst.
+    Ring,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (1u32..200, any::<bool>()).prop_map(|(len, signaled)| Op::Send { len, signaled }),
+        (0u32..64, any::<u32>()).prop_map(|(len, imm)| Op::SendImm { len, imm }),
+        (1u32..100).prop_map(|len| Op::WriteImm { len }),
+        (1u32..300).prop_map(|len| Op::Read { len }),
+        Just(Op::Ring),
+    ]
+}
+
+type Seen = Vec<(u64, Status, WcOpcode, u32, Option<u32>)>;
+
+/// Run `ops` on a fresh pair and return (receiver, sender) completions.
+fn run(ops: &[Op], compression: Option<MiniCqeFormat>) -> (Seen, Seen) {
+    let (_f, a, b) = pair_with(
+        ExecMode::Deterministic,
+        move || match compression {
+            Some(f) => CqConfig::new(512).compressed(f),
+            None => CqConfig::new(512),
+        },
+        false,
+    );
+    for i in 0..100u64 {
+        recv(&b, 1000 + i, 8192 + i * 256, 256);
+    }
+    let (rb, rk) = (b.mr.addr(), b.mr.rkey());
+    for (i, o) in ops.iter().enumerate() {
+        let e = i as u64;
+        if let Op::Ring = o {
+            a.qp.ring_sq_doorbell();
+            continue;
+        }
+        let w = a.qp.wqe_builder(e).unwrap();
+        let wqe = match *o {
+            Op::Ring => unreachable!(),
+            Op::Send { len, signaled } => {
+                let f = if signaled { WqeFlags::SIGNALED } else { WqeFlags::default() };
+                w.ctrl_send(f).unwrap().sge(a.mr.addr(), len, a.mr.lkey()).unwrap().finish_batch()
+            }
+            Op::SendImm { len, imm } => w
+                .ctrl_send_imm(WqeFlags::SIGNALED, imm)
+                .unwrap()
+                .sge(a.mr.addr(), len, a.mr.lkey())
+                .unwrap()
+                .finish_batch(),
+            Op::WriteImm { len } => w
+                .ctrl_rdma_write_imm(WqeFlags::SIGNALED, 7)
+                .unwrap()
+                .rdma(rb, rk)
+                .unwrap()
+                .sge(a.mr.addr(), len, a.mr.lkey())
+                .unwrap()
+                .finish_batch(),
+            Op::Read { len } => w
+                .ctrl_rdma_read(WqeFlags::SIGNALED)
+                .unwrap()
+                .rdma(rb, rk)
+                .unwrap()
+                .sge(a.mr.addr() + 4096, len, a.mr.lkey())
+                .unwrap()
+                .finish_batch(),
+        };
+        wqe.unwrap();
+    }
+    a.qp.ring_sq_doorbell();
+    let key = |v: Vec<(mlx5::Completion, u64)>| {
+        v.into_iter().map(|(c, e)| (e, c.status, c.opcode, c.byte_len, c.imm)).collect()
+    };
+    (key(drain(&b.rcq)), key(drain(&a.scq)))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    /// Compression changes the bytes in the CQ, never the completions.
+    #[test]
+    fn compression_on_gives_the_same_completions_as_off(ops in proptest::collection::vec(op(), 1..90)) {
+        let off = run(&ops, None);
+        prop_assert_eq!(&run(&ops, Some(MiniCqeFormat::Hash)), &off);
+        prop_assert_eq!(&run(&ops, Some(MiniCqeFormat::Csum)), &off);
+    }
+}
+
+#[test]
+fn scatter_to_cqe_64_byte_cqes_receiver_and_requester() {
+    let (_f, a, b) = pair_with(ExecMode::Deterministic, || CqConfig::new(64), true);
+    let msg: Vec<u8> = (0..20u8).map(|i| i * 7 + 1).collect();
+    a.mr.write(0, &msg).unwrap();
+    recv(&b, 5, 1024, 64);
+    send(&a, 1, 0, 20, WqeFlags::SIGNALED);
+    assert_eq!(ring_op_owns(&b.rcq, 1)[0] & 0x0c, 0x04, "format 1: data in the CQE");
+    let mut buf = [0u8; 20];
+    b.mr.read(1024, &mut buf).unwrap();
+    assert_eq!(buf, [0; 20], "the device did not write the receive buffer");
+    let r = drain(&b.rcq);
+    assert_eq!(r.len(), 1);
+    let (c, e) = r[0];
+    assert_eq!((e, c.byte_len, c.status), (5, 20, Status::Success));
+    assert_eq!(c.scattered.expect("data in the CQE").data(), &msg[..]);
+    b.mr.read(1024, &mut buf).unwrap();
+    assert_eq!(&buf[..], &msg[..], "the poller copied it into the posted buffer");
+    // 33 bytes do not fit a 64-byte CQE: ordinary placement.
+    recv(&b, 6, 2048, 64);
+    send(&a, 2, 0, 33, WqeFlags::SIGNALED);
+    let r = drain(&b.rcq);
+    assert!(r[0].0.scattered.is_none());
+    assert_eq!(r[0].0.byte_len, 33);
+    // Requester: a 16-byte READ lands in the send CQE, then in the local buffer.
+    b.mr.write(512, &[0xab; 16]).unwrap();
+    a.qp.wqe_builder(3)
+        .unwrap()
+        .ctrl_rdma_read(WqeFlags::SIGNALED)
+        .unwrap()
+        .rdma(b.mr.addr() + 512, b.mr.rkey())
+        .unwrap()
+        .sge(a.mr.addr() + 4096, 16, a.mr.lkey())
+        .unwrap()
+        .finish()
+        .unwrap();
+    let s = drain(&a.scq);
+    let (c, e) = *s.last().unwrap();
+    assert_eq!((e, c.opcode, c.byte_len), (3, WcOpcode::RdmaRead, 16));
+    assert_eq!(c.scattered.expect("READ data in the CQE").data(), &[0xab; 16]);
+    let mut got = [0u8; 16];
+    a.mr.read(4096, &mut got).unwrap();
+    assert_eq!(got, [0xab; 16]);
+}
+
+#[test]
+fn scatter_to_cqe_128_byte_cqes_use_the_first_half_of_the_slot() {
+    let (_f, a, b) = pair_with(ExecMode::Deterministic, || CqConfig::new(64).cqe_size(CqeSize::B128), true);
+    let msg: Vec<u8> = (0..60u8).collect();
+    a.mr.write(0, &msg).unwrap();
+    recv(&b, 9, 1024, 64);
+    send(&a, 1, 0, 60, WqeFlags::SIGNALED);
+    let (buf, _, size) = unsafe { b.rcq.raw_ring() };
+    assert_eq!(size, 128);
+    // SAFETY: the first slot of the ring, read only.
+    let slot = unsafe { std::slice::from_raw_parts(buf, 128) };
+    assert_eq!(slot[127] & 0x0c, 0x08, "format 2");
+    assert_eq!(&slot[..60], &msg[..], "data in the first 64 bytes, before the CQE proper");
+    let r = drain(&b.rcq);
+    assert_eq!((r[0].1, r[0].0.byte_len), (9, 60));
+    assert_eq!(r[0].0.scattered.unwrap().data(), &msg[..]);
+    let s = drain(&a.scq);
+    assert_eq!((s[0].1, s[0].0.opcode), (1, WcOpcode::Send), "plain completions with 128-byte CQEs");
+}
+
+#[test]
+fn armed_cq_signals_its_channel_once_and_honours_solicited_only() {
+    let (_f, da, db) = two_hosts(ExecMode::Deterministic);
+    let ctx_a = da.open().unwrap();
+    let ctx_b = db.open().unwrap();
+    let ch = ctx_b.create_comp_channel().unwrap();
+    let (pa, pb) = (ctx_a.alloc_pd().unwrap(), ctx_b.alloc_pd().unwrap());
+    let cqa = ctx_a.create_cq(64, |_, _: u64| {}).unwrap();
+    let cqb = ctx_b.create_cq(CqConfig::new(64).channel(&ch), |_, _: u64| {}).unwrap();
+    let qa = ctx_a.create_rc_qp(&pa, &cqa, &cqa, &cfg(false)).unwrap();
+    let qb = ctx_b.create_rc_qp(&pb, &cqb, &cqb, &cfg(false)).unwrap();
+    qa.connect(&qb.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+    qb.connect(&qa.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+    let ma = pa.alloc_mr(4096, AccessFlags::ALL).unwrap();
+    let mb = pb.alloc_mr(4096, AccessFlags::ALL).unwrap();
+    for i in 0..8 {
+        qb.post_recv(i, &[Sge { addr: mb.addr(), len: 64, lkey: mb.lkey() }]).unwrap();
+    }
+    let post = |flags| {
+        qa.wqe_builder(0)
+            .unwrap()
+            .ctrl_send(flags)
+            .unwrap()
+            .sge(ma.addr(), 8, ma.lkey())
+            .unwrap()
+            .finish()
+            .unwrap()
+    };
+    post(WqeFlags::default());
+    assert_eq!(ch.get_event().unwrap(), None, "not armed: no event");
+    assert_eq!(drain(&cqb).len(), 1);
+    cqb.arm(false);
+    assert_eq!(ch.get_event().unwrap(), None);
+    post(WqeFlags::default());
+    assert_eq!(ch.wait(Some(Duration::from_secs(1))).unwrap().map(|e| e.cqn), Some(cqb.cqn()));
+    post(WqeFlags::default());
+    assert_eq!(ch.get_event().unwrap(), None, "one event per arm");
+    assert_eq!(drain(&cqb).len(), 2);
+    cqb.arm(true);
+    post(WqeFlags::default());
+    assert_eq!(ch.get_event().unwrap(), None, "solicited-only ignores an unsolicited SEND");
+    post(WqeFlags::SOLICITED);
+    let mut p = libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(&ch), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    assert_eq!(unsafe { libc::poll(&mut p, 1, 0) }, 1, "the channel's fd is readable");
+    assert_eq!(ch.get_event().unwrap().map(|e| e.cqn), Some(cqb.cqn()));
+    let r = drain(&cqb);
+    assert_eq!(r.len(), 2);
+    assert!(r[1].0.solicited);
+    // Arming while a completion already waits fires at once.
+    post(WqeFlags::default());
+    cqb.arm(false);
+    assert!(ch.get_event().unwrap().is_some());
+    drop(cqb);
+    drop(ch);
+}
+
+#[test]
+fn wait_blocks_on_the_channel_in_threaded_mode() {
+    let (_fabric, da, db) = two_hosts(ExecMode::Threaded);
+    let ctx_a = da.open().unwrap();
+    let ctx_b = db.open().unwrap();
+    let ch = ctx_b.create_comp_channel().unwrap();
+    let (pa, pb) = (ctx_a.alloc_pd().unwrap(), ctx_b.alloc_pd().unwrap());
+    let cqa = ctx_a.create_cq(64, |_, _: u64| {}).unwrap();
+    let mut got = Vec::new();
+    let mut cqb =
+        ctx_b.create_mono_cq(CqConfig::new(64).channel(&ch), |c, e: u64| got.push((c.byte_len, e))).unwrap();
+    let qa = ctx_a.create_rc_qp(&pa, &cqa, &cqa, &cfg(false)).unwrap();
+    let qb = ctx_b.create_rc_qp(&pb, &cqb, &cqb, &cfg(false)).unwrap();
+    qa.connect(&qb.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+    qb.connect(&qa.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+    let ma = pa.alloc_mr(4096, AccessFlags::ALL).unwrap();
+    let mb = pb.alloc_mr(4096, AccessFlags::ALL).unwrap();
+    assert!(matches!(cqb.wait(16, Some(Duration::from_millis(20))), Err(Error::Timeout)));
+    qb.post_recv(42, &[Sge { addr: mb.addr(), len: 64, lkey: mb.lkey() }]).unwrap();
+    qa.wqe_builder(0)
+        .unwrap()
+        .ctrl_send(WqeFlags::default())
+        .unwrap()
+        .sge(ma.addr(), 24, ma.lkey())
+        .unwrap()
+        .finish()
+        .unwrap();
+    let out: PollOutcome = cqb.wait(16, Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(out.completions, 1);
+    drop(qb);
+    drop(qa);
+    drop(cqb);
+    assert_eq!(got, vec![(24, 42)]);
+}
+
+#[test]
+fn overrun_is_a_typed_error_and_the_qp_stops() {
+    let (_f, da, db) = two_hosts(ExecMode::Deterministic);
+    let ctx = da.open().unwrap();
+    let ctx_b = db.open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let pb = ctx_b.alloc_pd().unwrap();
+    let mut cq = ctx.create_cq(3, |_, _: u64| {}).unwrap(); // 4 entries
+    let cqb = ctx_b.create_cq(64, |_, _: u64| {}).unwrap();
+    let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg(false)).unwrap();
+    let qb = ctx_b.create_rc_qp(&pb, &cqb, &cqb, &cfg(false)).unwrap();
+    qp.connect(&qb.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+    qb.connect(&qp.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+    for e in 0..6 {
+        qp.wqe_builder(e).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();
+    }
+    assert!(matches!(cq.check(), Err(Error::CqOverrun { cqn }) if cqn == cq.cqn()));
+    let mut seen = Vec::new();
+    cq.poll_with(16, |_, e| seen.push(e));
+    assert_eq!(seen, vec![0, 1, 2, 3], "what fitted is still delivered");
+    assert!(matches!(cq.wait(16, Some(Duration::from_millis(10))), Err(Error::CqOverrun { .. })));
+    qp.wqe_builder(9).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();
+    assert_eq!(cq.poll(16).consumed(), 0, "nothing more arrives");
+}
+
+#[test]
+fn poll_into_fills_a_slice_without_a_callback() {
+    let (_f, a, b) = pair_with(ExecMode::Deterministic, || CqConfig::new(64), false);
+    for i in 0..5 {
+        recv(&b, 10 + i, 0, 64);
+        send(&a, i, 0, 4, WqeFlags::SIGNALED);
+    }
+    let mut out = [(mlx5::Completion::default(), 0u64); 3];
+    let o = b.rcq.poll_into(&mut out);
+    assert_eq!(o.completions, 3);
+    assert_eq!(out.map(|x| x.1), [10, 11, 12]);
+    let o = b.rcq.poll_into(&mut out);
+    assert_eq!((o.completions, out[0].1, out[1].1), (2, 13, 14));
+    assert_eq!(a.scq.poll_into(&mut out).completions, 3);
+}
