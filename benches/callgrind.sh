@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Instructions per post and per poll (one CQE), counted by callgrind:
 # run N and 2N operations and divide the difference by N, so that set-up,
-# tear-down and loop entry cancel out. Needs valgrind.
+# tear-down and loop entry cancel out. poll_zip: poll with CQE compression
+# on (sessions of up to 64 completions). Needs valgrind.
 #   benches/callgrind.sh [N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,8 +15,9 @@ count() { # what n phase
   callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}'
   rm -f "$out"
 }
-for what in post poll; do
-  a=$(count "$what" "$n" "${what}_phase")
-  b=$(count "$what" $((2 * n)) "${what}_phase")
+for what in post poll poll_zip; do
+  phase=${what%_zip}_phase
+  a=$(count "$what" "$n" "$phase")
+  b=$(count "$what" $((2 * n)) "$phase")
   echo "$what: $(( (b - a) / n )) instructions per operation (N=$n: $a, 2N: $b)"
 done

@@ -57,14 +57,18 @@ fn poll_phase<F: FnMut(mlx5::Completion, u64)>(cq: &mut mlx5::MonoCq<mlx5::sim::
     got
 }
 
-fn poll(n: u32) {
+fn poll(n: u32, compressed: bool) {
     let (_fabric, da, db) = two_hosts(ExecMode::Deterministic);
     let (ca, cb) = (da.open().unwrap(), db.open().unwrap());
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut sum = 0u64;
     let mut errors = 0u32;
+    let mut cfg_a = mlx5::CqConfig::new(n.next_power_of_two());
+    if compressed {
+        cfg_a = cfg_a.compressed(mlx5::MiniCqeFormat::Hash);
+    }
     let mut cqa = ca
-        .create_mono_cq(n.next_power_of_two(), |c, e: u64| {
+        .create_mono_cq(cfg_a, |c, e: u64| {
             sum = sum.wrapping_add(e);
             errors += !c.status.is_ok() as u32;
         })
@@ -104,10 +108,14 @@ fn main() {
     let n: u32 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1000);
     match what {
         "post" => post(n),
-        "poll" => poll(n),
+        "poll" => poll(n, false),
+        // The same, with CQE compression on: the simulator writes the burst
+        // as sessions of up to 64 completions.
+        "poll_zip" => poll(n, true),
         _ => {
             post(64);
-            poll(64);
+            poll(64, false);
+            poll(64, true);
         }
     }
 }

@@ -295,6 +295,34 @@ typedef struct {
    Free-running consumer index.
    */
   uint32_t ci;
+  /*
+   Responder mini-CQE layout ([`mini_format`]) when compression is on.
+   */
+  uint32_t mini_format;
+  /*
+   Arm sequence number (2 bits go into the arm word).
+   */
+  uint32_t arm_sn;
+  /*
+   Compressed session: completions it holds (0: none open).
+   */
+  uint32_t zip_n;
+  /*
+   Compressed session: index of the completion `next` hands out.
+   */
+  uint32_t zip_i;
+  /*
+   Compressed session: consumer index of its title.
+   */
+  uint32_t zip_t;
+  /*
+   Compressed session: the title's `wqe_counter`.
+   */
+  uint32_t zip_ctr;
+  /*
+   The expanded CQE of a compressed session's current completion.
+   */
+  uint8_t scratch[64];
 } mlx5r_cq;
 
 /*

@@ -314,7 +314,7 @@ fn joins(fmt: MiniCqeFormat, t: &[u8; 64], c: &[u8; 64], i: usize) -> bool {
         let carried = (BYTE_CNT..BYTE_CNT + 4).contains(&b)
             || (TIMESTAMP..TIMESTAMP + 8).contains(&b)
             || (requester && ((WQE_COUNTER..WQE_COUNTER + 2).contains(&b) || b == SOP_DROP_QPN))
-            || (!requester && b >= WQE_COUNTER && b < WQE_COUNTER + 2)
+            || (!requester && (WQE_COUNTER..WQE_COUNTER + 2).contains(&b))
             || (!requester && fmt == MiniCqeFormat::Hash && (HASH..HASH + 4).contains(&b))
             || (!requester && fmt == MiniCqeFormat::Csum && (CSUM..CSUM + 2).contains(&b));
         carried || t[b] == c[b]
