@@ -194,9 +194,18 @@ pub trait Backend: Sized + 'static {
     /// How the arm doorbell reaches the CQ's UAR page.
     fn cq_uar(cq: &Self::Cq) -> &Self::Uar;
     /// Whether the device put the CQ in error (overrun: an async CQ error).
+    /// Called by waiters when idle, never on the poll path.
     fn cq_in_error(_cq: &Self::Cq) -> bool {
         false
     }
+    /// A descriptor that becomes readable when an async event is pending
+    /// for the CQ's device (waiters sleep on it too), if the backend has one.
+    fn cq_async_fd(_cq: &Self::Cq) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    /// The oldest pending asynchronous event of the context, without
+    /// blocking; consumed and acknowledged.
+    fn async_event(ctx: &Self::Context) -> Result<Option<crate::AsyncEvent>>;
     /// Whether nothing completes unless the poller drives the device (the
     /// deterministic simulator): waits then poll instead of blocking.
     fn cq_needs_progress(_cq: &Self::Cq) -> bool {

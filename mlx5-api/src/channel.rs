@@ -71,18 +71,28 @@ impl<B: Backend> CompChannel<B> {
 
 /// `poll(2)` for readability, at most `timeout`.
 pub(crate) fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> Result<bool> {
+    Ok(wait_either(fd, None, timeout)? & 1 != 0)
+}
+
+/// `poll(2)` on `fd` and, when given, `also` (a device's async fd), at most
+/// `timeout`: bit 0 set when `fd` is readable, bit 1 when `also` is.
+pub(crate) fn wait_either(fd: RawFd, also: Option<RawFd>, timeout: Option<Duration>) -> Result<u8> {
     let ms = timeout.map_or(-1, |t| t.as_millis().clamp(1, i32::MAX as u128) as i32);
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd for the duration of the call.
-    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    let mut p = [
+        libc::pollfd { fd, events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: also.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
+    ];
+    let n = if also.is_some() { 2 } else { 1 };
+    // SAFETY: `n` valid pollfds for the duration of the call.
+    let r = unsafe { libc::poll(p.as_mut_ptr(), n, ms) };
     if r < 0 {
         let e = std::io::Error::last_os_error();
         if e.kind() == std::io::ErrorKind::Interrupted {
-            return Ok(false);
+            return Ok(0);
         }
         return Err(Error::Verbs { op: "poll", errno: e.raw_os_error().unwrap_or(0), msg: e.to_string() });
     }
-    Ok(r > 0)
+    Ok(u8::from(p[0].revents != 0) | (u8::from(n == 2 && p[1].revents != 0) << 1))
 }
 
 impl<B: Backend> AsRawFd for CompChannel<B> {

@@ -60,6 +60,12 @@ impl<B: Backend> Context<B> {
     pub fn raw(&self) -> &B::Context {
         &self.inner.raw
     }
+    /// The oldest pending asynchronous event (CQ overrun, QP or SRQ error,
+    /// port change, device fatal error), without blocking; `None` when none
+    /// is pending. Each event is returned once.
+    pub fn async_event(&self) -> Result<Option<crate::AsyncEvent>> {
+        B::async_event(&self.inner.raw)
+    }
 
     pub fn alloc_pd(&self) -> Result<ProtectionDomain<B>> {
         let raw = B::alloc_pd(&self.inner.raw)?;

@@ -22,6 +22,8 @@
 pub mod ring;
 
 #[cfg(feature = "std")]
+pub mod async_event;
+#[cfg(feature = "std")]
 pub mod av;
 #[cfg(feature = "std")]
 pub mod backend;
@@ -65,6 +67,7 @@ pub use ring::barrier;
 
 #[cfg(feature = "std")]
 pub use {
+    async_event::AsyncEvent,
     av::{AddressVector, IbGrh, RoceAv},
     backend::{Backend, CqCreate, CqResources, QpCaps, QpKind, QpResources, SrqResources},
     channel::{CompChannel, CqEvent},

@@ -196,6 +196,9 @@ impl Backend for RingOnly {
     fn get_cq_event(_: &()) -> Result<Option<u32>> {
         Ok(None)
     }
+    fn async_event(_: &RingOnlyDevice) -> Result<Option<crate::AsyncEvent>> {
+        Ok(None)
+    }
     fn create_srq(dev: &RingOnlyDevice, _: &(), attr: &SrqCreate) -> Result<(RoSrq, SrqResources)> {
         let buf = Region::new((attr.wqe_cnt * attr.stride) as usize)?;
         let dbrec = Region::new(64)?;

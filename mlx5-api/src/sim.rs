@@ -306,6 +306,12 @@ impl Backend for Sim {
     fn get_cq_event(ch: &SimChannel) -> Result<Option<u32>> {
         ch.nic.get_cq_event(ch.id).map_err(sim_err("get_cq_event"))
     }
+    fn async_event(ctx: &SimContext) -> Result<Option<crate::AsyncEvent>> {
+        Ok(ctx.nic.take_async_event().map(|e| match e {
+            model::AsyncEvent::CqOverrun { cqn } => crate::AsyncEvent::CqError { cqn },
+            model::AsyncEvent::QpFatal { qpn } => crate::AsyncEvent::QpFatal { qpn },
+        }))
+    }
     fn channel_progress(ch: &SimChannel) -> bool {
         if ch.mode == ExecMode::Deterministic {
             ch.nic.tick();

@@ -3,7 +3,9 @@
  * mlx5r_recv_wqe), ring (mlx5r_db_ring) and poll (mlx5r_cqe_poll) into rings
  * that the mlx5-sim software NIC or a ConnectX executes; create objects on
  * either and get the raw resources mlx5dv_init_obj gives (mlx5r_qp_raw,
- * mlx5r_cq_raw). Functions return 0 or a negative MLX5R_ERR_* code.
+ * mlx5r_cq_raw); completion channels, arming and async events
+ * (mlx5r_channel_*, mlx5r_cq_arm, mlx5r_async_event_get). Functions return
+ * 0 or a negative MLX5R_ERR_* code.
  */
 
 #ifndef MLX5R_H
@@ -113,6 +115,34 @@
  The QP is not in a state that allows this.
  */
 #define MLX5R_ERR_QP_STATE -24
+
+/*
+ The device put the CQ in error: it overran (more completions than
+ entries arrived unpolled).
+ */
+#define MLX5R_ERR_CQ_OVERRUN -25
+
+/*
+ The device (its capabilities) does not support what was asked.
+ */
+#define MLX5R_ERR_UNSUPPORTED -26
+
+/*
+ `mlx5r_cq_attr.compression`: no CQE compression.
+ */
+#define MLX5R_CQE_COMP_NONE 0
+
+/*
+ `mlx5r_cq_attr.compression`: on; responder mini-CQEs carry the RSS hash
+ (`MLX5DV_CQE_RES_FORMAT_HASH`).
+ */
+#define MLX5R_CQE_COMP_HASH 1
+
+/*
+ `mlx5r_cq_attr.compression`: on; responder mini-CQEs carry the L4
+ checksum (`MLX5DV_CQE_RES_FORMAT_CSUM`).
+ */
+#define MLX5R_CQE_COMP_CSUM 2
 
 /*
  `mlx5r_qp_attr.qp_type`: reliable connected.
@@ -233,6 +263,11 @@
 #define MLX5R_SEND_INLINE 8
 
 /*
+ A completion channel (`mlx5r_channel`).
+ */
+typedef struct mlx5r_channel mlx5r_channel;
+
+/*
  A completion queue object (`mlx5r_cq_obj`); poll it through its descriptor.
  */
 typedef struct mlx5r_cq_obj mlx5r_cq_obj;
@@ -266,6 +301,48 @@ typedef struct mlx5r_qp mlx5r_qp;
  A shared receive queue object (`mlx5r_srq_obj`).
  */
 typedef struct mlx5r_srq_obj mlx5r_srq_obj;
+
+/*
+ CQ creation attributes (`mlx5r_cq_create_ex`).
+ */
+typedef struct {
+  /*
+   Entries wanted (rounded up as the device does).
+   */
+  uint32_t cqe;
+  /*
+   64 (or 0: the default) or 128 bytes per CQE.
+   */
+  uint32_t cqe_size;
+  /*
+   `MLX5R_CQE_COMP_*` (64-byte CQEs only).
+   */
+  uint32_t compression;
+  /*
+   Reserved, 0.
+   */
+  uint32_t reserved;
+  /*
+   Where completion events go after `mlx5r_cq_arm` (may be null).
+   */
+  mlx5r_channel *channel;
+} mlx5r_cq_attr;
+
+/*
+ One asynchronous event of a device (`mlx5r_async_event_get`).
+ */
+typedef struct {
+  /*
+   `enum ibv_event_type` (`IBV_EVENT_CQ_ERR` = 0, `IBV_EVENT_QP_FATAL`
+   = 1, ..., `IBV_EVENT_DEVICE_FATAL` = 8, `IBV_EVENT_PORT_ERR` = 10).
+   */
+  uint32_t event_type;
+  /*
+   The CQN, QPN or SRQN the event names, or the port number; 0 for
+   device-wide events.
+   */
+  uint32_t element;
+} mlx5r_async_event;
 
 /*
  A completion queue.
@@ -428,9 +505,11 @@ typedef struct {
    */
   uint32_t dedicated_uar;
   /*
-   Reserved, 0.
+   Non-zero: received data of up to 32 bytes (64 with 128-byte CQEs)
+   lands in the CQE (RC responder, and requester READ / atomic results
+   where legal); poll such CQs with `mlx5r_cqe_poll_scatter`.
    */
-  uint32_t reserved;
+  uint32_t scatter_to_cqe;
   /*
    DCT: the DC access key initiators must present.
    */
@@ -830,6 +909,81 @@ extern "C" {
 const char *mlx5r_strerror(int32_t code);
 
 /*
+ A completion channel: its descriptor (`mlx5r_channel_fd`) is readable
+ while events are pending.
+
+ # Safety
+ `ctx` is live; `out` is writable.
+ */
+int32_t mlx5r_channel_create(mlx5r_context *ctx, mlx5r_channel **out);
+
+/*
+ The channel's file descriptor (non-blocking; owned by the channel), or
+ `MLX5R_ERR_INVALID` for a null channel.
+
+ # Safety
+ `ch` is null or live.
+ */
+int32_t mlx5r_channel_fd(mlx5r_channel *ch);
+
+/*
+ Take the oldest pending event without blocking: 1 with `*cqn` set (the
+ event is acknowledged; poll that CQ, then arm it again), 0 when none is
+ pending, or a negative error.
+
+ # Safety
+ `ch` is live; `cqn` is writable.
+ */
+int32_t mlx5r_channel_get_event(mlx5r_channel *ch, uint32_t *cqn);
+
+/*
+ Destroy a channel. CQs created with it keep it alive until they are
+ freed.
+
+ # Safety
+ `ch` is null or live, and not used afterwards.
+ */
+void mlx5r_channel_free(mlx5r_channel *ch);
+
+/*
+ A CQ with a configuration: CQE size, compression, channel. A channel of
+ another backend is `MLX5R_ERR_MISMATCH`; what the device cannot do is
+ `MLX5R_ERR_UNSUPPORTED`.
+
+ # Safety
+ `ctx` is live, `attr` readable (its channel null or live), `out` writable.
+ */
+int32_t mlx5r_cq_create_ex(mlx5r_context *ctx, const mlx5r_cq_attr *attr, mlx5r_cq_obj **out);
+
+/*
+ Request one completion event on the CQ's channel for the next
+ completion (`solicited_only` non-zero: the next solicited or error one).
+ Poll the CQ after arming: what completed before the arm raises nothing.
+
+ # Safety
+ `cq` is live; the thread that polls it arms it.
+ */
+int32_t mlx5r_cq_arm(mlx5r_cq_obj *cq, uint32_t solicited_only);
+
+/*
+ `MLX5R_OK`, or `MLX5R_ERR_CQ_OVERRUN` once the device put the CQ in
+ error (it overran; its QPs are in error too).
+
+ # Safety
+ `cq` is live.
+ */
+int32_t mlx5r_cq_check(mlx5r_cq_obj *cq);
+
+/*
+ Take the device's oldest pending asynchronous event without blocking:
+ 1 with `*out` filled, 0 when none is pending, or a negative error.
+
+ # Safety
+ `ctx` is live; `out` is writable.
+ */
+int32_t mlx5r_async_event_get(mlx5r_context *ctx, mlx5r_async_event *out);
+
+/*
  A simulated fabric with no host yet. `mode`: `MLX5R_SIM_DETERMINISTIC`
  or `MLX5R_SIM_WATCH`.
 
@@ -1129,8 +1283,10 @@ int32_t mlx5r_srq_recv_wqe(const mlx5r_srq *srq,
  Poll one CQE: `MLX5R_CQE_EMPTY` when there is nothing yet,
  `MLX5R_CQE_OK` or `MLX5R_CQE_ERROR` with `*out` filled (an error CQE is a
  result with its syndrome, vendor syndrome, counter and QPN, never
- "nothing yet"), or `MLX5R_ERR_CQE_FORMAT` for a compressed or
- scatter-to-CQE entry (consumed, `*out` filled as far as it decodes).
+ "nothing yet"), or `MLX5R_ERR_CQE_FORMAT` for a scatter-to-CQE entry
+ (consumed, `*out` filled; its data is lost: poll CQs of QPs created with
+ `scatter_to_cqe` with `mlx5r_cqe_poll_scatter`). Compressed sessions
+ are expanded: each mini-CQE comes back as a CQE of its own.
  Ownership is checked, then the read barrier, then the fields (for
  128-byte CQEs the second half of the slot); the consumer index is
  published after the read.
@@ -1139,6 +1295,21 @@ int32_t mlx5r_srq_recv_wqe(const mlx5r_srq *srq,
  `cq` describes live memory; one thread polls it.
  */
 int32_t mlx5r_cqe_poll(const mlx5r_cq *cq, mlx5r_cqe *out);
+
+/*
+ `mlx5r_cqe_poll` for CQs whose QPs scatter to the CQE: a CQE that
+ carries data (`out->format` 1: in the 64-byte CQE, 2: in the first half
+ of a 128-byte slot) has its `out->byte_cnt` bytes (at most 64) copied to
+ `data` and returns `MLX5R_CQE_OK`; the receive buffer was not written,
+ the receive WQE is retired as usual. `data` holds `cap` bytes; a CQE
+ whose data does not fit is left in the CQ and `MLX5R_ERR_INVALID`
+ returned (64 always fits).
+
+ # Safety
+ `cq` describes live memory; one thread polls it; `data` has `cap`
+ writable bytes.
+ */
+int32_t mlx5r_cqe_poll_scatter(const mlx5r_cq *cq, mlx5r_cqe *out, uint8_t *data, uint32_t cap);
 
 /*
  Retire the send WQE a requester CQE names (and the unsignaled ones

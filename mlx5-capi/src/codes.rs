@@ -46,6 +46,11 @@ pub const MLX5R_ERR_NO_DEVICE: i32 = -22;
 pub const MLX5R_ERR_MISMATCH: i32 = -23;
 /// The QP is not in a state that allows this.
 pub const MLX5R_ERR_QP_STATE: i32 = -24;
+/// The device put the CQ in error: it overran (more completions than
+/// entries arrived unpolled).
+pub const MLX5R_ERR_CQ_OVERRUN: i32 = -25;
+/// The device (its capabilities) does not support what was asked.
+pub const MLX5R_ERR_UNSUPPORTED: i32 = -26;
 
 pub(crate) fn post_code(e: PostError) -> i32 {
     match e {
@@ -71,6 +76,8 @@ pub(crate) fn error_code(e: &Error) -> i32 {
             MLX5R_ERR_QP_STATE
         }
         Error::InvalidArgument(_) => MLX5R_ERR_INVALID,
+        Error::CqOverrun { .. } => MLX5R_ERR_CQ_OVERRUN,
+        Error::Unsupported(_) => MLX5R_ERR_UNSUPPORTED,
         _ => MLX5R_ERR_BACKEND,
     }
 }
@@ -93,12 +100,14 @@ pub extern "C" fn mlx5r_strerror(code: i32) -> *const c_char {
         MLX5R_ERR_MISSING_AV => b"UD and DCI WQEs need an address vector\0",
         MLX5R_ERR_INLINE_NOT_ALLOWED => b"inline data not allowed for READ and atomics\0",
         MLX5R_ERR_NOT_FOUND => b"no outstanding work request matches\0",
-        MLX5R_ERR_CQE_FORMAT => b"CQE format not decoded (compressed or scatter-to-CQE)\0",
+        MLX5R_ERR_CQE_FORMAT => b"CQE format not decoded (scatter-to-CQE: use mlx5r_cqe_poll_scatter)\0",
         MLX5R_ERR_INVALID => b"invalid argument\0",
         MLX5R_ERR_BACKEND => b"backend refused the request\0",
         MLX5R_ERR_NO_DEVICE => b"rdma-core or the mlx5 device not found\0",
         MLX5R_ERR_MISMATCH => b"objects of different backends or contexts\0",
         MLX5R_ERR_QP_STATE => b"QP state does not allow this\0",
+        MLX5R_ERR_CQ_OVERRUN => b"CQ overrun: the device put the CQ in error\0",
+        MLX5R_ERR_UNSUPPORTED => b"not supported by the device\0",
         _ => b"unknown error\0",
     };
     s.as_ptr() as *const c_char

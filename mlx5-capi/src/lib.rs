@@ -10,6 +10,9 @@
 //!   descriptors and the raw resources `mlx5dv_init_obj` gives, so that a C
 //!   program written for mlx5dv runs against the simulator with its own WQE
 //!   code.
+//! * [`completion`]: CQs with a configuration (128-byte CQEs,
+//!   compression), arming, completion channels with a file descriptor, the
+//!   CQ overrun check and the device's asynchronous events.
 //! * [`codes`]: the return codes.
 //!
 //! Every function returns 0 (or a positive count) on success and a negative
@@ -17,9 +20,11 @@
 //! are refused with `MLX5R_ERR_INVALID`, never dereferenced.
 
 pub mod codes;
+pub mod completion;
 pub mod objects;
 pub mod ring_ops;
 
 pub use codes::*;
+pub use completion::*;
 pub use objects::*;
 pub use ring_ops::*;

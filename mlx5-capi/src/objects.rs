@@ -45,13 +45,13 @@ impl FabricObj {
     }
 }
 /// An opened device (`mlx5r_context`).
-pub struct CtxObj(Back<Context<Sim>, Context<Hw>>);
+pub struct CtxObj(pub(crate) Back<Context<Sim>, Context<Hw>>);
 /// A protection domain (`mlx5r_pd`).
 pub struct PdObj(Back<ProtectionDomain<Sim>, ProtectionDomain<Hw>>);
 /// A memory region (`mlx5r_mr`).
 pub struct MrObj(Back<MemoryRegion<Sim>, MemoryRegion<Hw>>);
 /// A completion queue object (`mlx5r_cq_obj`); poll it through its descriptor.
-pub struct CqObj(Back<CompletionQueue<Sim, ()>, CompletionQueue<Hw, ()>>);
+pub struct CqObj(pub(crate) Back<CompletionQueue<Sim, ()>, CompletionQueue<Hw, ()>>);
 /// A shared receive queue object (`mlx5r_srq_obj`).
 pub struct SrqObj(Back<SharedReceiveQueue<Sim, ()>, SharedReceiveQueue<Hw, ()>>);
 /// A queue pair of any transport (`mlx5r_qp`).
@@ -104,8 +104,10 @@ pub struct mlx5r_qp_attr {
     /// Non-zero: a doorbell register of its own (for a send queue driven
     /// from another thread).
     pub dedicated_uar: u32,
-    /// Reserved, 0.
-    pub reserved: u32,
+    /// Non-zero: received data of up to 32 bytes (64 with 128-byte CQEs)
+    /// lands in the CQE (RC responder, and requester READ / atomic results
+    /// where legal); poll such CQs with `mlx5r_cqe_poll_scatter`.
+    pub scatter_to_cqe: u32,
     /// DCT: the DC access key initiators must present.
     pub dc_key: u64,
 }
@@ -172,13 +174,13 @@ pub struct mlx5r_cq_raw {
     pub cqn: u32,
 }
 
-fn err(e: &Error) -> i32 {
+pub(crate) fn err(e: &Error) -> i32 {
     error_code(e)
 }
 
 /// # Safety
 /// `out` is writable.
-unsafe fn put<T>(out: *mut *mut T, v: T) -> i32 {
+pub(crate) unsafe fn put<T>(out: *mut *mut T, v: T) -> i32 {
     // SAFETY: caller contract.
     unsafe { *out = Box::into_raw(Box::new(v)) };
     MLX5R_OK
@@ -186,7 +188,7 @@ unsafe fn put<T>(out: *mut *mut T, v: T) -> i32 {
 
 /// # Safety
 /// `p` is null or was created by `put`, not freed yet.
-unsafe fn free<T>(p: *mut T) {
+pub(crate) unsafe fn free<T>(p: *mut T) {
     if !p.is_null() {
         // SAFETY: caller contract.
         drop(unsafe { Box::from_raw(p) });
@@ -196,6 +198,7 @@ unsafe fn free<T>(p: *mut T) {
 macro_rules! check_null {
     ($($p:expr),*) => { $(if $p.is_null() { return MLX5R_ERR_INVALID; })* };
 }
+pub(crate) use check_null;
 
 /// A simulated fabric with no host yet. `mode`: `MLX5R_SIM_DETERMINISTIC`
 /// or `MLX5R_SIM_WATCH`.
@@ -527,7 +530,7 @@ fn config(a: &mlx5r_qp_attr) -> RcQpConfig {
         max_recv_sge: a.max_recv_sge,
         max_inline_data: a.max_inline_data,
         dedicated_uar: a.dedicated_uar != 0,
-        scatter_to_cqe: false,
+        scatter_to_cqe: a.scatter_to_cqe != 0,
     }
 }
 

@@ -203,8 +203,10 @@ unsafe fn sge_slice<'a>(sges: *const Sge, n: u32) -> Option<&'a [Sge]> {
 /// Poll one CQE: `MLX5R_CQE_EMPTY` when there is nothing yet,
 /// `MLX5R_CQE_OK` or `MLX5R_CQE_ERROR` with `*out` filled (an error CQE is a
 /// result with its syndrome, vendor syndrome, counter and QPN, never
-/// "nothing yet"), or `MLX5R_ERR_CQE_FORMAT` for a compressed or
-/// scatter-to-CQE entry (consumed, `*out` filled as far as it decodes).
+/// "nothing yet"), or `MLX5R_ERR_CQE_FORMAT` for a scatter-to-CQE entry
+/// (consumed, `*out` filled; its data is lost: poll CQs of QPs created with
+/// `scatter_to_cqe` with `mlx5r_cqe_poll_scatter`). Compressed sessions
+/// are expanded: each mini-CQE comes back as a CQE of its own.
 /// Ownership is checked, then the read barrier, then the fields (for
 /// 128-byte CQEs the second half of the slot); the consumer index is
 /// published after the read.
@@ -224,6 +226,48 @@ pub unsafe extern "C" fn mlx5r_cqe_poll(cq: *const CqDesc, out: *mut mlx5r_cqe) 
         (CqeFormat::Normal, None) => MLX5R_CQE_OK,
         (CqeFormat::Normal, Some(_)) => MLX5R_CQE_ERROR,
         _ => MLX5R_ERR_CQE_FORMAT,
+    }
+}
+
+/// `mlx5r_cqe_poll` for CQs whose QPs scatter to the CQE: a CQE that
+/// carries data (`out->format` 1: in the 64-byte CQE, 2: in the first half
+/// of a 128-byte slot) has its `out->byte_cnt` bytes (at most 64) copied to
+/// `data` and returns `MLX5R_CQE_OK`; the receive buffer was not written,
+/// the receive WQE is retired as usual. `data` holds `cap` bytes; a CQE
+/// whose data does not fit is left in the CQ and `MLX5R_ERR_INVALID`
+/// returned (64 always fits).
+///
+/// # Safety
+/// `cq` describes live memory; one thread polls it; `data` has `cap`
+/// writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_cqe_poll_scatter(
+    cq: *const CqDesc,
+    out: *mut mlx5r_cqe,
+    data: *mut u8,
+    cap: u32,
+) -> i32 {
+    if cq.is_null() || out.is_null() || data.is_null() {
+        return MLX5R_ERR_INVALID;
+    }
+    // SAFETY: caller contract; the CQE is read before it is handed back.
+    unsafe {
+        let cq = &*cq;
+        let Some(p) = cq.next() else { return MLX5R_CQE_EMPTY };
+        let c = Cqe::read(p);
+        if let Some(d) = cq.scattered(p) {
+            if d.len() > cap as usize {
+                return MLX5R_ERR_INVALID;
+            }
+            core::ptr::copy_nonoverlapping(d.as_ptr(), data, d.len());
+        }
+        cq.advance();
+        *out = mlx5r_cqe::from(&c);
+        match (c.format, c.error) {
+            (CqeFormat::Normal | CqeFormat::Scatter32 | CqeFormat::Scatter64, None) => MLX5R_CQE_OK,
+            (CqeFormat::Normal, Some(_)) => MLX5R_CQE_ERROR,
+            _ => MLX5R_ERR_CQE_FORMAT,
+        }
     }
 }
 

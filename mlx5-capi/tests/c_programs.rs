@@ -1,7 +1,9 @@
 //! The C programs of `tests/c/`, compiled against the generated header
 //! (`include/mlx5r.h`) with the `cc` crate's compiler and linked with this
 //! crate's shared library, then run: `abi_ops.c` drives every operation
-//! through the C ABI on the simulator; `foreign_writer.c` writes WQEs with
+//! through the C ABI on the simulator; `completion.c` the completion side
+//! (channels, arming, 128-byte CQEs with scatter, compression, overrun);
+//! `foreign_writer.c` writes WQEs with
 //! rdma-core's mlx5dv.h helpers and rings with plain stores (ignored, with
 //! the reason, where `infiniband/mlx5dv.h` is not installed).
 
@@ -59,6 +61,11 @@ fn build_and_run(name: &str) {
 #[test]
 fn abi_ops_c_program() {
     build_and_run("abi_ops");
+}
+
+#[test]
+fn completion_c_program() {
+    build_and_run("completion");
 }
 
 #[test]

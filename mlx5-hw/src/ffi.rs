@@ -66,16 +66,69 @@ pub const MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE: u64 = 1 << 2;
 // enum mlx5dv_qp_create_flags
 pub const MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE: u32 = 1 << 4;
 
-/// `struct ibv_cq` (opaque: everything we need comes from `mlx5dv_init_obj`).
+/// Prefix of `struct ibv_cq`: up to `cqe` (an async CQ error names the
+/// CQ by pointer; its `cq_context` points at our CQN). Everything else
+/// comes from `mlx5dv_init_obj`; never allocate or copy one.
 #[repr(C)]
 pub struct ibv_cq {
-    _opaque: [u8; 0],
+    pub context: *mut ibv_context,
+    pub channel: *mut ibv_comp_channel,
+    pub cq_context: *mut c_void,
+    pub handle: u32,
+    pub cqe: c_int,
 }
 
-/// `struct ibv_srq` (opaque).
+/// `struct ibv_async_event`: the element union, then the event type.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_async_event {
+    pub element: ibv_async_event_element,
+    /// `enum ibv_event_type`.
+    pub event_type: u32,
+}
+
+/// The element union of `struct ibv_async_event`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_async_event_element {
+    pub cq: *mut ibv_cq,
+    pub qp: *mut ibv_qp,
+    pub srq: *mut ibv_srq,
+    pub wq: *mut c_void,
+    pub port_num: c_int,
+}
+
+// enum ibv_event_type
+pub const IBV_EVENT_CQ_ERR: u32 = 0;
+pub const IBV_EVENT_QP_FATAL: u32 = 1;
+pub const IBV_EVENT_QP_REQ_ERR: u32 = 2;
+pub const IBV_EVENT_QP_ACCESS_ERR: u32 = 3;
+pub const IBV_EVENT_COMM_EST: u32 = 4;
+pub const IBV_EVENT_SQ_DRAINED: u32 = 5;
+pub const IBV_EVENT_PATH_MIG: u32 = 6;
+pub const IBV_EVENT_PATH_MIG_ERR: u32 = 7;
+pub const IBV_EVENT_DEVICE_FATAL: u32 = 8;
+pub const IBV_EVENT_PORT_ACTIVE: u32 = 9;
+pub const IBV_EVENT_PORT_ERR: u32 = 10;
+pub const IBV_EVENT_LID_CHANGE: u32 = 11;
+pub const IBV_EVENT_PKEY_CHANGE: u32 = 12;
+pub const IBV_EVENT_SM_CHANGE: u32 = 13;
+pub const IBV_EVENT_SRQ_ERR: u32 = 14;
+pub const IBV_EVENT_SRQ_LIMIT_REACHED: u32 = 15;
+pub const IBV_EVENT_QP_LAST_WQE_REACHED: u32 = 16;
+pub const IBV_EVENT_CLIENT_REREGISTER: u32 = 17;
+pub const IBV_EVENT_GID_CHANGE: u32 = 18;
+pub const IBV_EVENT_WQ_FATAL: u32 = 19;
+
+/// Prefix of `struct ibv_srq`, up to `handle` (an async SRQ event names the
+/// SRQ by pointer; its `srq_context` points at our SRQN). Never allocate or
+/// copy one.
 #[repr(C)]
 pub struct ibv_srq {
-    _opaque: [u8; 0],
+    pub context: *mut ibv_context,
+    pub srq_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
 }
 
 /// `struct ibv_xrcd`, `struct ibv_rwq_ind_table`: only pointed to (NULL).
@@ -88,11 +141,17 @@ pub struct ibv_rwq_ind_table {
     _opaque: [u8; 0],
 }
 
-/// Prefix of `struct ibv_context`: only `device` is read. The real struct
-/// continues with the ops table, fds and a mutex; never allocate or copy one.
+/// Prefix of `struct ibv_context`, up to `num_comp_vectors`: `device` and
+/// `async_fd` are read. The real struct continues with a mutex; never
+/// allocate or copy one.
 #[repr(C)]
 pub struct ibv_context {
     pub device: *mut ibv_device,
+    /// `struct ibv_context_ops`: 32 function pointers, never called.
+    pub ops: [*mut c_void; 32],
+    pub cmd_fd: c_int,
+    pub async_fd: c_int,
+    pub num_comp_vectors: c_int,
 }
 
 /// `struct ibv_device_attr`.
@@ -717,6 +776,9 @@ pub type GetCqEventFn = unsafe extern "C" fn(
     cq_context: *mut *mut c_void,
 ) -> c_int;
 pub type AckCqEventsFn = unsafe extern "C" fn(cq: *mut ibv_cq, nevents: c_uint);
+pub type GetAsyncEventFn =
+    unsafe extern "C" fn(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int;
+pub type AckAsyncEventFn = unsafe extern "C" fn(event: *mut ibv_async_event);
 /// `mlx5dv_create_cq`: returns a `struct ibv_cq_ex *`, whose first part is
 /// a `struct ibv_cq` (`ibv_cq_ex_to_cq` is a cast).
 pub type Mlx5dvCreateCqFn = unsafe extern "C" fn(

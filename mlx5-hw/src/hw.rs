@@ -238,7 +238,16 @@ pub(crate) struct CtxInner {
     caps: DeviceCaps,
     /// Cached RoCE source GID index per port (revalidated on use).
     sgid_cache: std::cell::RefCell<Vec<Option<u8>>>,
+    /// Async events read from the (non-blocking) async fd and not yet
+    /// handed to the user, oldest first (bounded: see `drain_async`).
+    async_pending: std::cell::RefCell<std::collections::VecDeque<mlx5_api::AsyncEvent>>,
+    /// CQs the device reported in error (`IBV_EVENT_CQ_ERR`).
+    cq_errors: std::cell::RefCell<Vec<u32>>,
 }
+
+/// Undelivered async events kept per context; beyond this the oldest are
+/// dropped (CQ errors are also remembered in `cq_errors`).
+const MAX_PENDING_ASYNC: usize = 4096;
 
 impl Drop for CtxInner {
     fn drop(&mut self) {
@@ -291,6 +300,9 @@ impl Drop for HwChannel {
 pub struct HwSrq {
     ctx: Rc<CtxInner>,
     srq: *mut ibv_srq,
+    /// The SRQN, pointed at by the SRQ's `srq_context` (how an async event
+    /// names its SRQ).
+    _srqn: Box<u32>,
 }
 /// A queue pair (RC, UD, DCI or DCT).
 pub struct HwQp {
@@ -414,6 +426,8 @@ impl CtxInner {
                 max_rd_atomic: 0,
             },
             sgid_cache: Default::default(),
+            async_pending: Default::default(),
+            cq_errors: Default::default(),
         };
         // From here on, an error closes the context (CtxInner's drop).
         // SAFETY: all-integer C struct: zero is a valid value.
@@ -435,7 +449,73 @@ impl CtxInner {
         inner.info = device_info(&dev.name, &attr, &dv);
         inner.caps = device_caps(&attr);
         inner.sgid_cache = std::cell::RefCell::new(vec![None; attr.phys_port_cnt as usize + 1]);
+        // SAFETY: a live context (the prefix up to async_fd is layout-tested).
+        set_nonblocking(unsafe { (*ctx).async_fd }).map_err(|_| HwError::Verbs {
+            op: "fcntl(async_fd, O_NONBLOCK)",
+            errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        })?;
         Ok(Rc::new(inner))
+    }
+
+    /// Reads every pending async event (the fd is non-blocking), acknowledges
+    /// it at once (so destroying its object never waits) and queues it.
+    fn drain_async(&self) -> Result<()> {
+        use crate::async_events::{element, to_event, Element};
+        loop {
+            // SAFETY: pointers and integers: zero is valid.
+            let mut ev: ibv_async_event = unsafe { std::mem::zeroed() };
+            // SAFETY: a live context with a non-blocking async fd.
+            if unsafe { (self.rdma.get_async_event)(self.ctx, &mut ev) } != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::WouldBlock {
+                    return Ok(());
+                }
+                return Err(Error::Verbs {
+                    op: "ibv_get_async_event",
+                    errno: e.raw_os_error().unwrap_or(0),
+                    msg: e.to_string(),
+                });
+            }
+            // SAFETY: the union member the event type names; the objects are
+            // live until acknowledged (rdma-core's destroy waits for the ack).
+            let num = unsafe {
+                match element(ev.event_type) {
+                    Element::Cq => {
+                        let c = (*ev.element.cq).cq_context as *const u32;
+                        if c.is_null() {
+                            0
+                        } else {
+                            *c
+                        }
+                    }
+                    Element::Qp => (*ev.element.qp).qp_num,
+                    Element::Srq => {
+                        let c = (*ev.element.srq).srq_context as *const u32;
+                        if c.is_null() {
+                            0
+                        } else {
+                            *c
+                        }
+                    }
+                    Element::Port => ev.element.port_num as u32,
+                    Element::None => 0,
+                }
+            };
+            // SAFETY: an event returned by ibv_get_async_event, acked once.
+            unsafe { (self.rdma.ack_async_event)(&mut ev) };
+            let event = to_event(ev.event_type, num);
+            if let mlx5_api::AsyncEvent::CqError { cqn } = event {
+                let mut errs = self.cq_errors.borrow_mut();
+                if !errs.contains(&cqn) {
+                    errs.push(cqn);
+                }
+            }
+            let mut q = self.async_pending.borrow_mut();
+            if q.len() == MAX_PENDING_ASYNC {
+                q.pop_front();
+            }
+            q.push_back(event);
+        }
     }
 
     fn port_dir(&self, port: u8) -> std::path::PathBuf {
@@ -776,6 +856,23 @@ pub fn qp_init_attrs(attr: &QpCreate) -> Result<(ibv_qp_init_attr_ex, mlx5dv_qp_
     Ok((ex, dv))
 }
 
+/// Makes a descriptor rdma-core owns non-blocking (its documented way to
+/// poll a channel or the async fd).
+fn set_nonblocking(fd: c_int) -> Result<()> {
+    // SAFETY: fcntl on an open descriptor.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::Verbs {
+            op: "fcntl(O_NONBLOCK)",
+            errno: e.raw_os_error().unwrap_or(0),
+            msg: e.to_string(),
+        });
+    }
+    Ok(())
+}
+
 impl Backend for Hw {
     type Device = HwDevice;
     type Context = HwContext;
@@ -880,6 +977,20 @@ impl Backend for Hw {
     fn cq_uar(cq: &HwCq) -> &HwUar {
         &cq.uar
     }
+    fn cq_in_error(cq: &HwCq) -> bool {
+        // An error reading the async fd is reported by `async_event`; here
+        // the CQ is only in error when the device said so.
+        let _ = cq.ctx.drain_async();
+        cq.ctx.cq_errors.borrow().contains(&*cq._cqn)
+    }
+    fn cq_async_fd(cq: &HwCq) -> Option<std::os::fd::RawFd> {
+        // SAFETY: a live context (prefix layout-tested).
+        Some(unsafe { (*cq.ctx.ctx).async_fd })
+    }
+    fn async_event(ctx: &HwContext) -> Result<Option<mlx5_api::AsyncEvent>> {
+        ctx.inner.drain_async()?;
+        Ok(ctx.inner.async_pending.borrow_mut().pop_front())
+    }
     fn create_channel(ctx: &HwContext) -> Result<HwChannel> {
         let c = &ctx.inner;
         // SAFETY: a live context.
@@ -887,18 +998,7 @@ impl Backend for Hw {
         let ch = HwChannel { ctx: c.clone(), ch };
         // SAFETY: a live channel; its fd is ours to make non-blocking (rdma-core's
         // documented way to poll a channel).
-        let fd = unsafe { (*ch.ch).fd };
-        // SAFETY: fcntl on a descriptor the channel owns.
-        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-        // SAFETY: as above.
-        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(Error::Verbs {
-                op: "fcntl(O_NONBLOCK)",
-                errno: e.raw_os_error().unwrap_or(0),
-                msg: e.to_string(),
-            });
-        }
+        set_nonblocking(unsafe { (*ch.ch).fd })?;
         Ok(ch)
     }
     fn channel_fd(ch: &HwChannel) -> std::os::fd::RawFd {
@@ -931,8 +1031,9 @@ impl Backend for Hw {
 
     fn create_srq(ctx: &HwContext, pd: &HwPd, attr: &SrqCreate) -> Result<(HwSrq, SrqResources)> {
         let c = &ctx.inner;
+        let mut srqn = Box::new(0u32);
         let mut init = ibv_srq_init_attr {
-            srq_context: ptr::null_mut(),
+            srq_context: (&mut *srqn as *mut u32).cast(),
             attr: ibv_srq_attr {
                 max_wr: attr.wqe_cnt.saturating_sub(1),
                 max_sge: attr.max_sge,
@@ -941,7 +1042,7 @@ impl Backend for Hw {
         };
         // SAFETY: a live PD and an init struct that outlives the call.
         let raw = unsafe { (c.rdma.create_srq)(pd.pd, &mut init) };
-        let srq = HwSrq { ctx: c.clone(), srq: non_null("ibv_create_srq", raw)? };
+        let mut srq = HwSrq { ctx: c.clone(), srq: non_null("ibv_create_srq", raw)?, _srqn: srqn };
         let mut out = mlx5dv_srq {
             buf: ptr::null_mut(),
             dbrec: ptr::null_mut(),
@@ -956,6 +1057,7 @@ impl Backend for Hw {
         // SAFETY: a live SRQ and an out-struct that outlives the call.
         check("mlx5dv_init_obj(SRQ)", unsafe { (c.rdma.dv_init_obj)(&mut obj, MLX5DV_OBJ_SRQ) })?;
         let res = check_srq(&out)?;
+        *srq._srqn = res.srqn;
         Ok((srq, res))
     }
 

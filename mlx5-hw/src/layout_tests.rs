@@ -75,7 +75,34 @@ fn facts() -> Vec<Fact> {
     let mut v = Vec::new();
 
     // verbs.h: prefixes (offsets only; their Rust size is not the C size).
-    fields!(v, ibv_context, "struct ibv_context", device);
+    fields!(v, ibv_context, "struct ibv_context", device, ops, cmd_fd, async_fd, num_comp_vectors);
+    fields!(v, ibv_cq, "struct ibv_cq", context, channel, cq_context, handle, cqe);
+    fields!(v, ibv_srq, "struct ibv_srq", context, srq_context, pd, handle);
+    size!(v, ibv_async_event, "struct ibv_async_event");
+    fields!(v, ibv_async_event, "struct ibv_async_event", element, event_type);
+    consts!(
+        v,
+        IBV_EVENT_CQ_ERR,
+        IBV_EVENT_QP_FATAL,
+        IBV_EVENT_QP_REQ_ERR,
+        IBV_EVENT_QP_ACCESS_ERR,
+        IBV_EVENT_COMM_EST,
+        IBV_EVENT_SQ_DRAINED,
+        IBV_EVENT_PATH_MIG,
+        IBV_EVENT_PATH_MIG_ERR,
+        IBV_EVENT_DEVICE_FATAL,
+        IBV_EVENT_PORT_ACTIVE,
+        IBV_EVENT_PORT_ERR,
+        IBV_EVENT_LID_CHANGE,
+        IBV_EVENT_PKEY_CHANGE,
+        IBV_EVENT_SM_CHANGE,
+        IBV_EVENT_SRQ_ERR,
+        IBV_EVENT_SRQ_LIMIT_REACHED,
+        IBV_EVENT_QP_LAST_WQE_REACHED,
+        IBV_EVENT_CLIENT_REREGISTER,
+        IBV_EVENT_GID_CHANGE,
+        IBV_EVENT_WQ_FATAL
+    );
     fields!(
         v,
         ibv_qp,

@@ -36,6 +36,8 @@ pub const VERBS_SYMBOLS: &[&str] = &[
     "ibv_destroy_comp_channel",
     "ibv_get_cq_event",
     "ibv_ack_cq_events",
+    "ibv_get_async_event",
+    "ibv_ack_async_event",
 ];
 
 /// Every symbol loaded from `libmlx5.so.1`, in load order.
@@ -76,6 +78,8 @@ pub struct Rdma {
     pub(crate) destroy_comp_channel: DestroyCompChannelFn,
     pub(crate) get_cq_event: GetCqEventFn,
     pub(crate) ack_cq_events: AckCqEventsFn,
+    pub(crate) get_async_event: GetAsyncEventFn,
+    pub(crate) ack_async_event: AckAsyncEventFn,
     verbs_file: String,
     mlx5_file: String,
     _verbs: Library,
@@ -141,6 +145,8 @@ impl Rdma {
             let destroy_comp_channel = sym(&verbs, v, "ibv_destroy_comp_channel")?;
             let get_cq_event = sym(&verbs, v, "ibv_get_cq_event")?;
             let ack_cq_events = sym(&verbs, v, "ibv_ack_cq_events")?;
+            let get_async_event = sym(&verbs, v, "ibv_get_async_event")?;
+            let ack_async_event = sym(&verbs, v, "ibv_ack_async_event")?;
             let mlx5 = open(mlx5_file)?;
             let m = mlx5_file;
             Ok(Rdma {
@@ -170,6 +176,8 @@ impl Rdma {
                 destroy_comp_channel,
                 get_cq_event,
                 ack_cq_events,
+                get_async_event,
+                ack_async_event,
                 verbs_file: verbs_file.to_string(),
                 mlx5_file: mlx5_file.to_string(),
                 _verbs: verbs,

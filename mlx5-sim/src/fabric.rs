@@ -849,6 +849,18 @@ impl Nic {
     pub fn take_async_events(&self) -> Vec<AsyncEvent> {
         std::mem::take(&mut self.state().hosts[self.host].events)
     }
+
+    /// Takes the oldest pending async event (`ibv_get_async_event` on a
+    /// non-blocking descriptor).
+    pub fn take_async_event(&self) -> Option<AsyncEvent> {
+        let mut st = self.state();
+        let ev = &mut st.hosts[self.host].events;
+        if ev.is_empty() {
+            None
+        } else {
+            Some(ev.remove(0))
+        }
+    }
 }
 
 #[cfg(test)]

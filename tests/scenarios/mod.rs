@@ -7,9 +7,9 @@
 use std::time::{Duration, Instant};
 
 use mlx5::{
-    AccessFlags, AddressVector, Backend, Completion, CompletionQueue, ConnectParams, Context, MemoryRegion,
-    PortInfo, ProtectionDomain, RcQp, RcQpConfig, Sge, SharedReceiveQueue, Status, Syndrome, WcOpcode,
-    WqeFlags,
+    AccessFlags, AddressVector, AsCq, AsyncEvent, Backend, Completion, CompletionQueue, ConnectParams,
+    Context, CqConfig, CqeSize, Error, MemoryRegion, MiniCqeFormat, PortInfo, ProtectionDomain, RcQp,
+    RcQpConfig, Sge, SharedReceiveQueue, Status, Syndrome, WcOpcode, WqeFlags,
 };
 
 pub const MR_LEN: usize = 1 << 20;
@@ -337,7 +337,6 @@ pub fn srq_shared_by_two_rc_qps<B: Backend>(mut t: Bed<B>) {
 }
 
 /// Instantiate every scenario as a test of module `$m` on the bed `$bed`,
-/// with extra attributes (the hardware variants are ignored with a reason).
 /// Completion side (step 5): a CQ on a completion channel, armed, woken by
 /// a SEND (`wait` blocks on the channel where the device runs by itself);
 /// scatter-to-CQE of a 20-byte SEND into a 64-byte CQE, copied into the
@@ -377,6 +376,127 @@ pub fn cq_events_scatter_and_poll_into<B: Backend>(t: Bed<B>) {
     drop(cq);
 }
 
+/// Poll `cq` until `n` completions arrived (bounded by the deadline).
+fn drain<B: Backend>(cq: &mut CompletionQueue<B, u64>, n: usize) -> Vec<(Completion, u64)> {
+    let mut v = Vec::new();
+    let t0 = Instant::now();
+    while v.len() < n {
+        cq.poll_with(64, |c, e| v.push((c, e)));
+        assert!(t0.elapsed() < DEADLINE, "waited for {n} completions, got {v:?}");
+    }
+    v
+}
+
+impl<B: Backend> Bed<B> {
+    /// A connected RC pair: a's QP on `acq`, b's on `bcq` (send and receive).
+    pub fn rc_on(
+        &self,
+        acq: &impl AsCq<B, u64>,
+        bcq: &impl AsCq<B, u64>,
+        cfg: &RcQpConfig,
+    ) -> (RcQp<B, u64>, RcQp<B, u64>) {
+        let qa = self.a.ctx.create_rc_qp(&self.a.pd, acq, acq, cfg).unwrap();
+        let qb = self.b.ctx.create_rc_qp(&self.b.pd, bcq, bcq, cfg).unwrap();
+        let p = ConnectParams::default();
+        qa.connect(&qb.local_info(1, 0).unwrap(), &p).unwrap();
+        qb.connect(&qa.local_info(1, 0).unwrap(), &p).unwrap();
+        (qa, qb)
+    }
+}
+
+/// CQE compression on both ends of a burst of SENDs (requester and
+/// responder sessions, hash format): every completion arrives once, in
+/// order, with its own entry, opcode and byte count, exactly as without
+/// compression. Then 128-byte CQEs with scatter-to-CQE of a 60-byte SEND.
+pub fn cq_compression_and_128_byte_cqes<B: Backend>(t: Bed<B>) {
+    const N: u64 = 48;
+    let mut acq =
+        t.a.ctx.create_cq(CqConfig::new(256).compressed(MiniCqeFormat::Hash), |_, _: u64| {}).unwrap();
+    let mut bcq =
+        t.b.ctx.create_cq(CqConfig::new(256).compressed(MiniCqeFormat::Hash), |_, _: u64| {}).unwrap();
+    let cfg = RcQpConfig { max_send_wr: 64, max_recv_wr: 64, ..RcQpConfig::default() };
+    let (qa, qb) = t.rc_on(&acq, &bcq, &cfg);
+    t.a.fill(0, 4096, 9);
+    for i in 0..N {
+        qb.post_recv(100 + i, &[Sge { addr: t.b.mr.addr() + i * 256, len: 256, lkey: t.b.mr.lkey() }])
+            .unwrap();
+    }
+    for i in 0..N {
+        let len = 1 + 5 * i as u32;
+        let b = qa.wqe_builder(i).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
+        b.sge(t.a.mr.addr() + i * 64, len, t.a.mr.lkey()).unwrap().finish().unwrap();
+    }
+    let sent: Vec<_> = drain(&mut acq, N as usize).iter().map(|(c, e)| (*e, c.opcode, c.status)).collect();
+    assert_eq!(sent, (0..N).map(|i| (i, WcOpcode::Send, Status::Success)).collect::<Vec<_>>());
+    let got: Vec<_> =
+        drain(&mut bcq, N as usize).iter().map(|(c, e)| (*e, c.opcode, c.byte_len, c.status)).collect();
+    let want: Vec<_> = (0..N).map(|i| (100 + i, WcOpcode::Recv, 1 + 5 * i as u32, Status::Success)).collect();
+    assert_eq!(got, want);
+    for i in [0, 7, N - 1] {
+        let len = 1 + 5 * i as usize;
+        assert_eq!(t.b.bytes(i as usize * 256, len), t.a.bytes(i as usize * 64, len), "SEND {i}");
+    }
+    drop((qa, qb));
+
+    let mut big = t.b.ctx.create_cq(CqConfig::new(16).cqe_size(CqeSize::B128), |_, _: u64| {}).unwrap();
+    let cfg = RcQpConfig { max_send_wr: 16, max_recv_wr: 16, scatter_to_cqe: true, ..RcQpConfig::default() };
+    let (qa, qb) = t.rc_on(&t.a.cq, &big, &cfg);
+    let msg = t.a.fill(0x8000, 60, 1);
+    qb.post_recv(5, &[Sge { addr: t.b.mr.addr() + 0x8000, len: 64, lkey: t.b.mr.lkey() }]).unwrap();
+    let b = qa.wqe_builder(6).unwrap().ctrl_send(WqeFlags::NONE).unwrap();
+    b.sge(t.a.mr.addr() + 0x8000, 60, t.a.mr.lkey()).unwrap().finish().unwrap();
+    let r = drain(&mut big, 1);
+    assert_eq!(
+        (r[0].1, r[0].0.opcode, r[0].0.byte_len, r[0].0.status),
+        (5, WcOpcode::Recv, 60, Status::Success)
+    );
+    if let Some(s) = &r[0].0.scattered {
+        assert_eq!(s.data(), &msg[..], "scattered into the first half of the 128-byte CQE");
+    }
+    assert_eq!(t.b.bytes(0x8000, 60), msg, "and handed over in the posted buffer");
+    drop((qa, qb));
+}
+
+/// A CQ that gets more CQEs than it holds (nobody polls it) is put in error
+/// by the device: `check` and `wait` report `Error::CqOverrun`, the context
+/// reports the async CQ error, and what fitted before the overrun is still
+/// delivered.
+pub fn cq_overrun_is_reported<B: Backend>(t: Bed<B>) {
+    let mut cq = t.a.ctx.create_cq(3, |_, _: u64| {}).unwrap();
+    let slots = u64::from(cq.capacity());
+    let cfg = RcQpConfig { max_send_wr: 64, max_recv_wr: 16, ..RcQpConfig::default() };
+    let (qa, _qb) = t.rc_on(&cq, &t.b.cq, &cfg);
+    for e in 0..slots + 2 {
+        qa.wqe_builder(e).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();
+    }
+    let t0 = Instant::now();
+    // No poll until the device reported it (a poll would free slots).
+    loop {
+        match cq.check() {
+            Err(Error::CqOverrun { cqn }) => {
+                assert_eq!(cqn, cq.cqn());
+                break;
+            }
+            Err(e) => panic!("{e}"),
+            Ok(()) => {
+                // Drive a deterministic device (no-op elsewhere).
+                let _ = cq.wait(0, Some(Duration::from_millis(1)));
+                assert!(t0.elapsed() < DEADLINE, "no overrun reported");
+            }
+        }
+    }
+    let mut events = Vec::new();
+    while let Some(e) = t.a.ctx.async_event().unwrap() {
+        events.push(e);
+    }
+    assert!(events.contains(&AsyncEvent::CqError { cqn: cq.cqn() }), "{events:?}");
+    assert!(matches!(cq.wait(16, Some(Duration::from_millis(10))), Err(Error::CqOverrun { .. }) | Ok(_)));
+    let mut seen = Vec::new();
+    cq.poll_with(64, |_, e| seen.push(e));
+    assert!(seen.len() as u64 <= slots && seen.iter().enumerate().all(|(i, &e)| e == i as u64), "{seen:?}");
+    assert!(matches!(cq.wait(16, Some(Duration::from_millis(10))), Err(Error::CqOverrun { .. })));
+}
+
 macro_rules! conformance_suite {
     ($m:ident, $bed:expr $(, #[$attr:meta])* $(,)?) => {
         mod $m {
@@ -389,6 +509,8 @@ macro_rules! conformance_suite {
             $(#[$attr])* #[test] fn dc_write_and_send_through_srq() { scenarios::dc_write_and_send_through_srq($bed) }
             $(#[$attr])* #[test] fn srq_shared_by_two_rc_qps() { scenarios::srq_shared_by_two_rc_qps($bed) }
             $(#[$attr])* #[test] fn cq_events_scatter_and_poll_into() { scenarios::cq_events_scatter_and_poll_into($bed) }
+            $(#[$attr])* #[test] fn cq_compression_and_128_byte_cqes() { scenarios::cq_compression_and_128_byte_cqes($bed) }
+            $(#[$attr])* #[test] fn cq_overrun_is_reported() { scenarios::cq_overrun_is_reported($bed) }
         }
     };
 }
