@@ -3,9 +3,10 @@
 //! "skip"), so the probe sets one cfg per reason, and each hardware test is
 //! `ignore`d with that reason, never passed:
 //!
-//! - `hw_skip_no_library`: libibverbs.so.1 is not installed;
 //! - `hw_skip_not_selected`: `MLX5_TEST_DEVICE` is not set (hardware tests
-//!   never pick a NIC on their own);
+//!   never pick a NIC on their own). Then nothing else is probed, so a
+//!   downstream build of this crate never looks at the system;
+//! - `hw_skip_no_library`: libibverbs.so.1 is not installed;
 //! - `hw_skip_no_device`: `MLX5_TEST_DEVICE` names no device in
 //!   /sys/class/infiniband.
 
@@ -32,8 +33,14 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(hw_skip_not_selected)");
     println!("cargo::rustc-check-cfg=cfg(hw_skip_no_device)");
     println!("cargo:rerun-if-env-changed=MLX5_TEST_DEVICE");
-    println!("cargo:rerun-if-env-changed=LD_LIBRARY_PATH");
     println!("cargo:rerun-if-changed=src/build.rs");
+    // Only a build that asked for hardware tests looks at the system: a
+    // downstream build of this crate (no MLX5_TEST_DEVICE) probes nothing.
+    let Ok(dev) = std::env::var("MLX5_TEST_DEVICE") else {
+        println!("cargo:rustc-cfg=hw_skip_not_selected");
+        return;
+    };
+    println!("cargo:rerun-if-env-changed=LD_LIBRARY_PATH");
     // Installing or removing rdma-core changes these: probe again then.
     for p in ["/etc/ld.so.cache", "/var/lib/dpkg/status"] {
         if Path::new(p).exists() {
@@ -42,13 +49,7 @@ fn main() {
     }
     if !has_libibverbs() {
         println!("cargo:rustc-cfg=hw_skip_no_library");
-        return;
-    }
-    match std::env::var("MLX5_TEST_DEVICE") {
-        Err(_) => println!("cargo:rustc-cfg=hw_skip_not_selected"),
-        Ok(dev) if !Path::new("/sys/class/infiniband").join(&dev).exists() => {
-            println!("cargo:rustc-cfg=hw_skip_no_device")
-        }
-        Ok(_) => {}
+    } else if !Path::new("/sys/class/infiniband").join(&dev).exists() {
+        println!("cargo:rustc-cfg=hw_skip_no_device");
     }
 }

@@ -10,7 +10,9 @@
 //! (`mlx5::model`, the `mlx5-sim` crate) and the hardware backend.
 
 pub use mlx5_api::*;
-/// The hardware backend.
+/// The hardware backend (feature `hw`).
+#[cfg(feature = "hw")]
 pub use mlx5_hw as hw;
-/// The software NIC (device model) behind the `sim` backend.
+/// The software NIC (device model) behind the `sim` backend (feature `sim`).
+#[cfg(feature = "sim")]
 pub use mlx5_sim as model;
