@@ -39,7 +39,10 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
             if !matches!(name.as_str(), "target" | ".git" | "docs") && !name.starts_with('.') {
                 walk(&p, out);
             }
-        } else if matches!(p.extension().and_then(|x| x.to_str()), Some("rs" | "md" | "h" | "c" | "toml" | "snap")) {
+        } else if matches!(
+            p.extension().and_then(|x| x.to_str()),
+            Some("rs" | "md" | "h" | "c" | "toml" | "snap")
+        ) {
             out.push(p);
         }
     }

@@ -434,7 +434,7 @@ impl<B: Backend, T> CqShared<B, T> {
             }
             // Cheap on the simulator; a non-blocking read of the async fd on
             // hardware, so spinning waiters look only every 64th round.
-            if idle % 64 == 0 {
+            if idle.is_multiple_of(64) {
                 self.check()?;
             }
             let left = match deadline {

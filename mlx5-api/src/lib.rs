@@ -10,7 +10,7 @@
 //! * The **handle layer** (feature `std`, default): RAII objects generic
 //!   over a static [`Backend`] (the `mlx5-sim` software NIC, or ConnectX
 //!   through mlx5dv), the type-state WQE builder, wr-id tracking
-//!   ([`tracker`]), and CQ polling that dispatches through an O(1) QPN
+//!   (`tracker`), and CQ polling that dispatches through an O(1) QPN
 //!   table to a small view of each QP's work queues ([`wq`]).
 //!
 //! Single-threaded handles (`Rc`/`Cell`); the post and poll paths allocate

@@ -175,7 +175,7 @@ fn describe_av(av: &[u8; 48]) -> [String; 3] {
 /// Inconsistent WQEs are still dissected; DS the layout cannot explain read "unknown".
 pub fn dissect_send_wqe(ring: &[u8], pi: u16, qp_type: QpType) -> Result<WqeDissection, DecodeError> {
     let cnt = ring.len() / WQEBB_SIZE;
-    if ring.len() % WQEBB_SIZE != 0 || !cnt.is_power_of_two() {
+    if !ring.len().is_multiple_of(WQEBB_SIZE) || !cnt.is_power_of_two() {
         return Err(DecodeError::BadRing { len: ring.len() });
     }
     let start = (usize::from(pi) & (cnt - 1)) * WQEBB_SIZE;

@@ -1,6 +1,6 @@
 //! The checked "DMA" layer: the only code that touches registered host memory. It turns
-//! (lkey or rkey, address, length, required access, expected PD) into a [`Region`] and
-//! copies through raw pointers (spec §3.2, §4.1, §6.2; STYLE.md §2).
+//! (lkey or rkey, address, length, required access, expected PD) into a `Region` and
+//! copies through raw pointers (spec §3.2, §4.1, §6.2).
 //!
 //! Host memory may be read or written by the driver at the same time, so the model never
 //! creates Rust references over it; every access is a `ptr::copy_nonoverlapping` between a

@@ -914,7 +914,7 @@ fn respond(
             Outcome::Done { byte_cnt: len as u32 }
         }
         opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
-            if tgt.access & access::REMOTE_ATOMIC == 0 || w.raddr % 8 != 0 {
+            if tgt.access & access::REMOTE_ATOMIC == 0 || !w.raddr.is_multiple_of(8) {
                 return nak(syndrome::REMOTE_INVAL_REQ_ERR);
             }
             let target = match rmrs.check(w.rkey, w.raddr, 8, access::REMOTE_ATOMIC, tgt.pdn) {
@@ -1328,7 +1328,7 @@ fn doorbell_matches(qp: &Qp, value: &[u8; 8], strict: bool) -> bool {
 
 /// Checks BlueFlame data against the ring copy of the WQE it carries.
 fn bf_matches(qp: &Qp, data: &[u8]) -> bool {
-    if data.is_empty() || data.len() % WQEBB_SIZE != 0 || data.len() > BF_SIZE as usize {
+    if data.is_empty() || !data.len().is_multiple_of(WQEBB_SIZE) || data.len() > BF_SIZE as usize {
         return false;
     }
     let ctrl = match CtrlSeg::new_checked(data) {

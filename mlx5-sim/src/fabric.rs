@@ -751,7 +751,7 @@ impl Nic {
     /// MMIO: BlueFlame copy of the whole last WQE (length a multiple of 64, at most
     /// bf_size) at `offset`. The model executes from the ring and compares.
     pub fn uar_write_bf(&self, uar_index: u32, offset: u32, data: &[u8]) {
-        let valid_len = !data.is_empty() && data.len() % 64 == 0 && data.len() <= BF_SIZE as usize;
+        let valid_len = !data.is_empty() && data.len().is_multiple_of(64) && data.len() <= BF_SIZE as usize;
         let n = data.len().min(BF_SIZE as usize);
         match &self.link {
             None => {

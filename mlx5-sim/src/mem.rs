@@ -68,7 +68,7 @@ impl DevMem {
 
     /// Acquire-loads the big-endian u32 at `off` (4-aligned), as a doorbell-record word.
     pub(crate) fn load_be32(&self, off: usize) -> u32 {
-        if off % 4 != 0 || off + 4 > self.len() {
+        if !off.is_multiple_of(4) || off + 4 > self.len() {
             return 0;
         }
         // SAFETY: in range and 4-aligned (the block is at least 4-aligned); the driver only
@@ -80,7 +80,7 @@ impl DevMem {
     /// Release-stores a big-endian u32 at `off` (tests play the driver with it).
     #[cfg(test)]
     pub(crate) fn store_be32(&self, off: usize, v: u32) {
-        if off % 4 != 0 || off + 4 > self.len() {
+        if !off.is_multiple_of(4) || off + 4 > self.len() {
             return;
         }
         // SAFETY: as in `load_be32`.

@@ -393,7 +393,7 @@ mod tests {
         let mini = |k: u16| {
             let mut m = [0u8; 8];
             m[0..2].copy_from_slice(&(k * 2).to_be_bytes());
-            m[2] = if k % 2 == 0 { 0x08 } else { 0x10 };
+            m[2] = if k.is_multiple_of(2) { 0x08 } else { 0x10 };
             m[4..8].copy_from_slice(&(u32::from(k) + 1).to_be_bytes());
             m
         };

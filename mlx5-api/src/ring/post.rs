@@ -153,7 +153,7 @@ pub unsafe fn send_wqe(sq: &SqDesc, wr: &SendWr) -> Result<(), PostError> {
             if inline {
                 return Err(PostError::InlineNotAllowed);
             }
-            if nsge != 1 || len != 8 || wr.remote_addr % 8 != 0 {
+            if nsge != 1 || len != 8 || !wr.remote_addr.is_multiple_of(8) {
                 return Err(PostError::BadAtomic);
             }
             ds += 3;
