@@ -1,0 +1,4 @@
+//! `ib_atomic_lat` for the mlx5 library (perftest's options and output).
+fn main() -> std::process::ExitCode {
+    mlx5_tools::main(mlx5_tools::opts::Verb::Atomic, mlx5_tools::opts::Test::Lat)
+}

@@ -1,0 +1,381 @@
+//! The measurement loops, generic over the backend: one endpoint per side
+//! (context, PD, one CQ, QPs, one MR laid out as `[source | landing]`),
+//! latency ping-pongs and bandwidth streams as perftest runs them.
+
+use std::time::{Duration, Instant};
+
+use mlx5_api::{
+    AccessFlags, Backend, CompletionQueue, Context, Device, MemoryRegion, PortInfo, ProtectionDomain, RcQp,
+    RcQpConfig, RemoteQpInfo, Sge, Status, WqeFlags,
+};
+
+use crate::opts::{AtomicType, Config, Verb};
+
+/// Why a run stopped.
+pub type RunResult<T> = Result<T, String>;
+
+/// The landing area starts this far into the MR; the source area before it.
+pub fn half(c: &Config) -> u64 {
+    c.sizes.iter().copied().max().unwrap_or(8).max(64).next_power_of_two()
+}
+
+/// One side of a test.
+pub struct End<B: Backend> {
+    pub qps: Vec<RcQp<B, u64>>,
+    pub cq: CompletionQueue<B, u64>,
+    pub mr: MemoryRegion<B>,
+    pub port: PortInfo,
+    _pd: ProtectionDomain<B>,
+    pub ctx: Context<B>,
+}
+
+/// Where the peer's memory is (exchanged with the QP information).
+#[derive(Debug, Clone, Copy)]
+pub struct Remote {
+    pub addr: u64,
+    pub rkey: u32,
+}
+
+fn e<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
+    move |err| format!("{what}: {err}")
+}
+
+impl<B: Backend> End<B> {
+    pub fn new(dev: &Device<B>, c: &Config) -> RunResult<Self> {
+        let ctx = dev.open().map_err(e("open device"))?;
+        let port = ctx.query_port(c.opts.ib_port).map_err(e("query port"))?;
+        let pd = ctx.alloc_pd().map_err(e("alloc PD"))?;
+        let want = (c.tx_depth * c.qps + c.rx_depth + 64).next_power_of_two();
+        let cqe = want.min(ctx.caps().max_cqe.max(64));
+        let cq = ctx.create_cq(cqe, |_, _: u64| {}).map_err(e("create CQ"))?;
+        let cfg = RcQpConfig {
+            max_send_wr: c.tx_depth.max(2),
+            max_recv_wr: if c.verb == Verb::Send { c.rx_depth } else { 1 },
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: c.inline_size,
+            ..RcQpConfig::default()
+        };
+        let mut qps = Vec::new();
+        for _ in 0..c.qps {
+            qps.push(ctx.create_rc_qp(&pd, &cq, &cq, &cfg).map_err(e("create QP"))?);
+        }
+        let mr = pd.alloc_mr(2 * half(c) as usize, AccessFlags::ALL).map_err(e("register memory"))?;
+        let src: Vec<u8> = (0..half(c)).map(|i| (i * 7 + 1) as u8).collect();
+        mr.write(0, &src).map_err(e("fill"))?;
+        Ok(End { qps, cq, mr, port, _pd: pd, ctx })
+    }
+
+    pub fn infos(&self, port: u8) -> RunResult<Vec<RemoteQpInfo>> {
+        self.qps.iter().map(|q| q.local_info(port, q.qpn() & 0xff_ffff).map_err(e("QP info"))).collect()
+    }
+
+    pub fn connect(&self, peers: &[RemoteQpInfo]) -> RunResult<()> {
+        for (q, p) in self.qps.iter().zip(peers) {
+            q.connect(p, &Default::default()).map_err(e("connect"))?;
+        }
+        Ok(())
+    }
+
+    pub fn remote(&self) -> Remote {
+        Remote { addr: self.mr.addr(), rkey: self.mr.rkey() }
+    }
+
+    /// Poll completions: each success to `f` (entry, is_recv); an error
+    /// completion stops the run with its status.
+    pub fn poll(&mut self, mut f: impl FnMut(u64, bool)) -> RunResult<u32> {
+        let mut bad = None;
+        let mut n = 0;
+        self.cq.poll_with(64, |c, entry| {
+            n += 1;
+            if c.status != Status::Success {
+                bad.get_or_insert(format!("completion error: {:?} (opcode {:?})", c.status, c.opcode));
+            }
+            f(entry, c.opcode.is_recv());
+        });
+        bad.map_or(Ok(n), Err)
+    }
+
+    pub fn post_recv(&self, qp: usize, h: u64, size: u64) -> RunResult<()> {
+        let sge = Sge { addr: self.mr.addr() + h, len: size as u32, lkey: self.mr.lkey() };
+        // The receive's entry is its QP's index: reposted where it completed.
+        self.qps[qp].post_recv(qp as u64, &[sge]).map_err(e("post receive"))
+    }
+
+    /// Post one operation of `size` bytes to the peer (`batch`: no doorbell).
+    #[allow(clippy::too_many_arguments)]
+    pub fn post(
+        &self,
+        c: &Config,
+        qp: usize,
+        size: u64,
+        peer: Remote,
+        entry: u64,
+        signaled: bool,
+        batch: bool,
+    ) -> RunResult<()> {
+        let q = &self.qps[qp];
+        let flags = if signaled { WqeFlags::SIGNALED } else { WqeFlags::NONE };
+        let (la, lk) = (self.mr.addr(), self.mr.lkey());
+        let h = half(c);
+        let inline = size <= u64::from(c.inline_size);
+        let mut buf = [0u8; 1024];
+        if inline {
+            self.mr.read(0, &mut buf[..size as usize]).map_err(e("read source"))?;
+        }
+        let b = q.wqe_builder(entry).map_err(e("post"))?;
+        let done = |r: mlx5_api::Result<()>| r.map_err(e("post"));
+        macro_rules! fin {
+            ($b:expr) => {
+                done(if batch { $b.finish_batch() } else { $b.finish() })
+            };
+        }
+        match c.verb {
+            Verb::Write => {
+                let b = b
+                    .ctrl_rdma_write(flags)
+                    .and_then(|b| b.rdma(peer.addr + h, peer.rkey))
+                    .map_err(e("post"))?;
+                if inline {
+                    fin!(b.inline(&buf[..size as usize]).map_err(e("post"))?)
+                } else {
+                    fin!(b.sge(la, size as u32, lk).map_err(e("post"))?)
+                }
+            }
+            Verb::Send => {
+                let b = b.ctrl_send(flags).map_err(e("post"))?;
+                if inline {
+                    fin!(b.inline(&buf[..size as usize]).map_err(e("post"))?)
+                } else {
+                    fin!(b.sge(la, size as u32, lk).map_err(e("post"))?)
+                }
+            }
+            Verb::Read => {
+                let b =
+                    b.ctrl_rdma_read(flags).and_then(|b| b.rdma(peer.addr, peer.rkey)).map_err(e("post"))?;
+                fin!(b.sge(la + h, size as u32, lk).map_err(e("post"))?)
+            }
+            Verb::Atomic => {
+                let b = match c.opts.atomic_type {
+                    AtomicType::FetchAndAdd => b.ctrl_atomic_fa(flags, 1),
+                    AtomicType::CmpAndSwap => b.ctrl_atomic_cs(flags, entry + 1, entry),
+                };
+                let b = b.and_then(|b| b.rdma(peer.addr + h, peer.rkey)).map_err(e("post"))?;
+                fin!(b.result(la + h + 8, lk).map_err(e("post"))?)
+            }
+        }
+    }
+
+    pub fn ring(&self, qp: usize) {
+        self.qps[qp].ring_sq_doorbell();
+    }
+
+    /// The last byte of the landing area for `size` (write latency polls it).
+    pub fn landed(&self, c: &Config, size: u64) -> u8 {
+        let mut b = [0u8];
+        let _ = self.mr.read((half(c) + size - 1) as usize, &mut b);
+        b[0]
+    }
+
+    pub fn mark(&self, size: u64, v: u8) {
+        let _ = self.mr.write(size as usize - 1, &[v]);
+    }
+}
+
+/// How long a wait may take before the run is declared hung.
+const HANG: Duration = Duration::from_secs(20);
+
+fn deadline_check(t0: Instant, what: &str) -> RunResult<()> {
+    if t0.elapsed() > HANG {
+        return Err(format!("no progress for {} s while {what}", HANG.as_secs()));
+    }
+    Ok(())
+}
+
+/// Which side a latency loop plays.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Role {
+    Client,
+    Server,
+}
+
+/// Latency, both sides in this process (the simulator): `a` is the
+/// client. Returns the post time stamps (ns) and the iterations done.
+pub fn lat_local<B: Backend>(
+    c: &Config,
+    size: u64,
+    a: &mut End<B>,
+    b: &mut End<B>,
+    ra: Remote,
+    rb: Remote,
+) -> RunResult<Vec<u64>> {
+    let t0 = Instant::now();
+    let stop = c.duration.map(|d| t0 + Duration::from_secs(d));
+    let n = if stop.is_some() { u64::MAX } else { c.iters };
+    let mut stamps = Vec::with_capacity(c.iters.min(1 << 20) as usize);
+    if c.verb == Verb::Send {
+        for _ in 0..c.rx_depth.min(16) {
+            a.post_recv(0, half(c), size)?;
+            b.post_recv(0, half(c), size)?;
+        }
+    }
+    for i in 0..n {
+        if stop.is_some_and(|s| Instant::now() >= s) {
+            break;
+        }
+        stamps.push(t0.elapsed().as_nanos() as u64);
+        step(c, size, i, Role::Client, a, rb)?;
+        if matches!(c.verb, Verb::Write | Verb::Send) {
+            step(c, size, i, Role::Server, b, ra)?;
+            wait_arrival(c, size, i, a)?;
+        }
+    }
+    stamps.push(t0.elapsed().as_nanos() as u64);
+    Ok(stamps)
+}
+
+fn mark_of(i: u64) -> u8 {
+    (i % 255 + 1) as u8
+}
+
+/// One side's turn of iteration `i`: the server first waits for the
+/// client's message; each side then sends its own.
+pub fn step<B: Backend>(
+    c: &Config,
+    size: u64,
+    i: u64,
+    role: Role,
+    me: &mut End<B>,
+    peer: Remote,
+) -> RunResult<()> {
+    if role == Role::Server {
+        wait_arrival(c, size, i, me)?;
+    }
+    if c.verb == Verb::Write {
+        me.mark(size, mark_of(i));
+    }
+    // Retire earlier send completions so the SQ never fills.
+    while me.qps[0].sq_free() < 2 * me.qps[0].sq_wqebbs() / 3 {
+        me.poll(|_, _| {})?;
+    }
+    let wait_own = matches!(c.verb, Verb::Read | Verb::Atomic);
+    me.post(c, 0, size, peer, i, true, false)?;
+    if wait_own {
+        let t0 = Instant::now();
+        let mut done = false;
+        while !done {
+            me.poll(|entry, recv| done |= !recv && entry == i)?;
+            deadline_check(t0, "waiting for a completion")?;
+        }
+    }
+    Ok(())
+}
+
+/// Wait until iteration `i`'s message from the peer is here.
+pub fn wait_arrival<B: Backend>(c: &Config, size: u64, i: u64, me: &mut End<B>) -> RunResult<()> {
+    let t0 = Instant::now();
+    match c.verb {
+        Verb::Write => {
+            while me.landed(c, size) != mark_of(i) {
+                me.poll(|_, _| {})?;
+                deadline_check(t0, "waiting for the peer's WRITE")?;
+            }
+        }
+        Verb::Send => {
+            let mut got = false;
+            while !got {
+                me.poll(|_, recv| got |= recv)?;
+                deadline_check(t0, "waiting for the peer's SEND")?;
+            }
+            me.post_recv(0, half(c), size)?;
+        }
+        Verb::Read | Verb::Atomic => {}
+    }
+    Ok(())
+}
+
+/// Bandwidth stream from `a` (the client) to the peer: per QP `iters`
+/// WQEs (or until the duration ends), `tx_depth` outstanding per QP, one
+/// signaled WQE every `cq_mod` and the last of each QP signaled, doorbells
+/// batched per burst, QPs served round robin. `serve` runs between bursts
+/// (the in-process server reposting receives). Returns per-WQE (posted,
+/// completed) time stamps in ns, in posting order.
+pub fn bw_stream<B: Backend>(
+    c: &Config,
+    size: u64,
+    a: &mut End<B>,
+    peer: Remote,
+    mut serve: impl FnMut() -> RunResult<()>,
+) -> RunResult<(Vec<u64>, Vec<u64>)> {
+    use std::collections::VecDeque;
+    let qn = c.qps as usize;
+    let t0 = Instant::now();
+    let stop = c.duration.map(|d| t0 + Duration::from_secs(d));
+    let per_qp = if stop.is_some() { u64::MAX } else { c.iters };
+    let cap = (c.iters.min(1 << 22) as usize) * qn;
+    let mut posted: Vec<u64> = Vec::with_capacity(cap);
+    let mut completed: Vec<u64> = Vec::with_capacity(cap);
+    // Per QP: WQEs posted so far, and the global indices still outstanding.
+    let mut count = vec![0u64; qn];
+    let mut pending: Vec<VecDeque<u64>> = vec![VecDeque::new(); qn];
+    let mut stopping = false;
+    let mut idle = Instant::now();
+    loop {
+        if stop.is_some_and(|s| Instant::now() >= s) {
+            stopping = true;
+        }
+        for qi in 0..qn {
+            let mut any = false;
+            while (pending[qi].len() as u32) < c.tx_depth && count[qi] < per_qp {
+                let idx = posted.len() as u64;
+                // The last WQE of a QP is signaled so that everything completes;
+                // a stream cut by the duration ends with a signaled one.
+                let last = count[qi] + 1 == per_qp || stopping;
+                let signaled = (count[qi] + 1) % u64::from(c.cq_mod) == 0 || last;
+                a.post(c, qi, size, peer, ((qi as u64) << 48) | idx, signaled, true)?;
+                posted.push(t0.elapsed().as_nanos() as u64);
+                completed.push(0);
+                pending[qi].push_back(idx);
+                count[qi] += 1;
+                any = true;
+                if stopping {
+                    count[qi] = per_qp; // no more on this QP
+                    break;
+                }
+                if qn > 1 && pending[qi].len() as u64 % u64::from(c.cq_mod) == 0 {
+                    break; // give the other QPs a turn
+                }
+            }
+            if any {
+                a.ring(qi);
+            }
+        }
+        serve()?;
+        let now = t0.elapsed().as_nanos() as u64;
+        let mut done = Vec::new();
+        a.poll(|entry, recv| {
+            if !recv {
+                done.push(entry);
+            }
+        })?;
+        for entry in done {
+            let (qi, idx) = ((entry >> 48) as usize, entry & ((1 << 48) - 1));
+            // This QP's WQEs up to `idx` completed with it.
+            while let Some(&k) = pending[qi].front() {
+                if k > idx {
+                    break;
+                }
+                completed[k as usize] = now;
+                pending[qi].pop_front();
+            }
+            idle = Instant::now();
+        }
+        if count.iter().all(|&n| n >= per_qp) && pending.iter().all(VecDeque::is_empty) {
+            break;
+        }
+        if idle.elapsed() > HANG {
+            return Err(format!("no completion for {} s", HANG.as_secs()));
+        }
+    }
+    Ok((posted, completed))
+}

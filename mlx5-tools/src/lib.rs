@@ -1,0 +1,325 @@
+//! perftest-compatible tools for the mlx5 library: `mlx5_{write,read,send,atomic}_{lat,bw}`
+//! take perftest's options (`-a`, `-s`, `-n`, `-D`, `-q`, `-t`, `-I`,
+//! `--report_gbits`, `--out_json`, `--out_json_file`, `-d`, `-i`, `-p`, a
+//! server host for the client) and print perftest's test block, connection
+//! lines and result table, with its JSON keys. On the simulator (default)
+//! both sides run in this process; `--backend hw` runs one side per
+//! machine, perftest style (server without a host argument, client with).
+//!
+//! Timing uses the monotonic clock in nanoseconds (perftest reads the
+//! cycle counter); latency tests report half the round trip for WRITE and
+//! SEND and the whole round trip for READ and atomics, as perftest does.
+
+pub mod engine;
+pub mod exchange;
+pub mod opts;
+pub mod report;
+pub mod stats;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use mlx5_api::{Backend, Device, LinkLayer};
+
+use engine::{End, Remote, RunResult};
+use opts::{Config, Opts, Test, Verb};
+
+/// Entry point of one program: parse, run, report. A bad argument or a
+/// failed run is one line on stderr and exit status 1.
+pub fn main(verb: Verb, test: Test) -> ExitCode {
+    let prog = std::env::args().next().unwrap_or_default();
+    let prog = std::path::Path::new(&prog)
+        .file_name()
+        .map_or("mlx5-tools".into(), |p| p.to_string_lossy().into_owned());
+    let opts = match Opts::try_parse() {
+        Ok(o) => o,
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            eprintln!(
+                "{prog}: {}",
+                msg.lines().next().unwrap_or("bad arguments").trim_start_matches("error: ")
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let r = Config::new(verb, test, opts).and_then(|c| match c.opts.backend {
+        opts::Backend::Sim => run_sim(&c),
+        opts::Backend::Hw => run_hw(&c),
+    });
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{prog}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn link_name(l: LinkLayer) -> &'static str {
+    match l {
+        LinkLayer::InfiniBand => "IB",
+        LinkLayer::Ethernet => "Ethernet",
+    }
+}
+
+fn dest<B: Backend>(e: &End<B>, qp: usize, port: u8) -> RunResult<report::Dest> {
+    let i = e.qps[qp].local_info(port, e.qps[qp].qpn() & 0xff_ffff).map_err(|x| x.to_string())?;
+    Ok(report::Dest {
+        lid: i.lid,
+        qpn: i.qpn,
+        psn: i.psn,
+        rkey: e.mr.rkey(),
+        vaddr: e.mr.addr(),
+        gid: e.port.gid,
+    })
+}
+
+/// Accumulates the table and the JSON of the last size (perftest rewrites
+/// its JSON file per size: the last one stays).
+struct Out {
+    json: Option<String>,
+}
+
+impl Out {
+    fn row(
+        &mut self,
+        c: &Config,
+        size: u64,
+        iters: u64,
+        posted: &[u64],
+        completed: Option<&[u64]>,
+    ) -> RunResult<()> {
+        let (line, json) = match (c.test, completed) {
+            (Test::Lat, _) if c.duration.is_some() => {
+                let total_us = (posted[posted.len() - 1] - posted[0]) as f64 / 1000.0;
+                let factor = if matches!(c.verb, Verb::Read | Verb::Atomic) { 1.0 } else { 2.0 };
+                let t_avg = total_us / iters.max(1) as f64 / factor;
+                let tps = iters as f64 / (total_us / 1e6).max(1e-9);
+                (report::lat_dur_row(size, iters, t_avg, tps), report::lat_dur_json(size, iters, t_avg, tps))
+            }
+            (Test::Lat, _) => {
+                let factor = if matches!(c.verb, Verb::Read | Verb::Atomic) { 1 } else { 2 };
+                let s = stats::latency(posted, factor).ok_or("too few iterations for statistics")?;
+                (report::lat_row(size, iters, &s), report::lat_json(size, iters, &s))
+            }
+            (Test::Bw, Some(done)) => {
+                let s = stats::bandwidth(size, posted, done, c.cq_mod as usize).ok_or("no completions")?;
+                let g = c.opts.report_gbits;
+                (report::bw_row(size, iters, &s, g), report::bw_json(size, iters, &s, g))
+            }
+            (Test::Bw, None) => return Err("bandwidth without completion stamps".into()),
+        };
+        println!("{line}");
+        self.json = Some(json);
+        Ok(())
+    }
+
+    fn finish(self, c: &Config, device: &str, link: &str, mtu: u32) -> RunResult<()> {
+        println!("{}", report::RESULT_LINE);
+        if let (true, Some(j)) = (c.opts.out_json, self.json) {
+            let text = report::json(c, device, link, mtu, &j);
+            std::fs::write(&c.opts.out_json_file, text)
+                .map_err(|e| format!("{}: {e}", c.opts.out_json_file))?;
+        }
+        Ok(())
+    }
+}
+
+fn run_sim(c: &Config) -> RunResult<()> {
+    use mlx5_sim::{ExecMode, Fabric, FabricConfig, HostConfig};
+    let mode = if c.opts.threaded { ExecMode::Threaded } else { ExecMode::Deterministic };
+    let fabric = Fabric::new(FabricConfig { mode, ..FabricConfig::default() });
+    fabric.add_host(HostConfig::infiniband("sim0", 1));
+    fabric.add_host(HostConfig::infiniband("sim1", 2));
+    let devs = mlx5_api::sim::devices(&fabric);
+    let dev = c.opts.ib_dev.clone().unwrap_or_else(|| devs[0].name());
+    let Some(d) = devs.iter().position(|x| x.name() == dev) else {
+        return Err(format!("no simulated device {dev} (there are sim0 and sim1)"));
+    };
+    let (da, db) = (&devs[d], &devs[1 - d]);
+    let mut a = End::new(da, c)?;
+    let mut b = End::new(db, c)?;
+    a.connect(&b.infos(c.opts.ib_port)?)?;
+    b.connect(&a.infos(c.opts.ib_port)?)?;
+    let (ra, rb) = (a.remote(), b.remote());
+    let (link, mtu) = (link_name(a.port.link_layer), a.port.active_mtu);
+    println!("{}", report::test_block(c, &dev, link, mtu));
+    println!("{}", report::dest_lines("local", &dest(&a, 0, c.opts.ib_port)?, c.verb));
+    println!("{}", report::dest_lines("remote", &dest(&b, 0, c.opts.ib_port)?, c.verb));
+    println!("{}", report::RESULT_LINE);
+    println!("{}", report::table_header(c));
+    let mut out = Out { json: None };
+    for &size in &c.sizes {
+        match c.test {
+            Test::Lat => {
+                let stamps = engine::lat_local(c, size, &mut a, &mut b, ra, rb)?;
+                out.row(c, size, stamps.len() as u64 - 1, &stamps, None)?;
+            }
+            Test::Bw => {
+                let h = engine::half(c);
+                if c.verb == Verb::Send {
+                    for q in 0..c.qps as usize {
+                        for _ in 0..c.rx_depth {
+                            b.post_recv(q, h, size)?;
+                        }
+                    }
+                }
+                let bref = &mut b;
+                let verb = c.verb;
+                let (p, d) = engine::bw_stream(c, size, &mut a, rb, || {
+                    if verb != Verb::Send {
+                        return Ok(());
+                    }
+                    let mut qps_done = Vec::new();
+                    bref.poll(|entry, recv| {
+                        if recv {
+                            qps_done.push(entry as usize);
+                        }
+                    })?;
+                    for q in qps_done {
+                        bref.post_recv(q, h, size)?;
+                    }
+                    Ok(())
+                })?;
+                let iters = p.len() as u64 / u64::from(c.qps);
+                out.row(c, size, iters, &p, Some(&d))?;
+                // Drain what the server still holds for the next size.
+                while b.poll(|_, _| {})? > 0 {}
+            }
+        }
+    }
+    out.finish(c, &dev, link, mtu)
+}
+
+fn run_hw(c: &Config) -> RunResult<()> {
+    let devs = mlx5_hw::devices().map_err(|e| format!("hardware backend: {e}"))?;
+    let dev = match &c.opts.ib_dev {
+        Some(n) => devs.into_iter().find(|d| &d.name() == n).ok_or(format!("no device {n}"))?,
+        None => devs.into_iter().next().ok_or("no mlx5 device")?,
+    };
+    run_one_side(c, &dev)
+}
+
+/// One side per machine (hardware): exchange, connect, then the client
+/// measures and the server answers.
+fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
+    if c.duration.is_some()
+        && (c.test == Test::Lat || c.verb == Verb::Send)
+        && !matches!(c.verb, Verb::Read | Verb::Atomic)
+    {
+        return Err("-D across machines: WRITE/SEND latency and SEND bandwidth support -n only".into());
+    }
+    let mut me = End::new(dev, c)?;
+    let mut ch = exchange::Channel::open(c.opts.server.as_deref(), c.opts.port)?;
+    let infos = me.infos(c.opts.ib_port)?;
+    for i in &infos {
+        ch.send(&exchange::encode(i, me.remote()))?;
+    }
+    let mut peers = Vec::new();
+    let mut peer_mem = Remote { addr: 0, rkey: 0 };
+    for _ in 0..c.qps {
+        let (p, m) = exchange::decode(&ch.recv()?)?;
+        peers.push(p);
+        peer_mem = m;
+    }
+    me.connect(&peers)?;
+    let h = engine::half(c);
+    let name = dev.name();
+    let (link, mtu) = (link_name(me.port.link_layer), me.port.active_mtu);
+    println!("{}", report::test_block(c, &name, link, mtu));
+    println!("{}", report::dest_lines("local", &dest(&me, 0, c.opts.ib_port)?, c.verb));
+    let pd = report::Dest {
+        lid: peers[0].lid,
+        qpn: peers[0].qpn,
+        psn: peers[0].psn,
+        rkey: peer_mem.rkey,
+        vaddr: peer_mem.addr,
+        gid: peers[0].gid.unwrap_or([0; 16]),
+    };
+    println!("{}", report::dest_lines("remote", &pd, c.verb));
+    println!("{}", report::RESULT_LINE);
+    let client = c.is_client();
+    let mut out = Out { json: None };
+    if client {
+        println!("{}", report::table_header(c));
+    }
+    for &size in &c.sizes {
+        if c.verb == Verb::Send {
+            let n = if c.test == Test::Lat { c.rx_depth.min(16) } else { c.rx_depth };
+            for q in 0..c.qps as usize {
+                for _ in 0..n {
+                    me.post_recv(q, h, size)?;
+                }
+            }
+        }
+        ch.send("ready\n")?;
+        ch.recv()?;
+        match (c.test, client) {
+            (Test::Lat, true) => {
+                let t0 = std::time::Instant::now();
+                let mut stamps = Vec::with_capacity(c.iters as usize + 1);
+                for i in 0..c.iters {
+                    stamps.push(t0.elapsed().as_nanos() as u64);
+                    engine::step(c, size, i, engine::Role::Client, &mut me, peer_mem)?;
+                    if matches!(c.verb, Verb::Write | Verb::Send) {
+                        engine::wait_arrival(c, size, i, &mut me)?;
+                    }
+                }
+                stamps.push(t0.elapsed().as_nanos() as u64);
+                out.row(c, size, c.iters, &stamps, None)?;
+            }
+            (Test::Lat, false) => {
+                if matches!(c.verb, Verb::Write | Verb::Send) {
+                    for i in 0..c.iters {
+                        engine::step(c, size, i, engine::Role::Server, &mut me, peer_mem)?;
+                    }
+                }
+            }
+            (Test::Bw, true) => {
+                let (p, d) = engine::bw_stream(c, size, &mut me, peer_mem, || Ok(()))?;
+                out.row(c, size, p.len() as u64 / u64::from(c.qps), &p, Some(&d))?;
+            }
+            (Test::Bw, false) => {
+                if c.verb == Verb::Send {
+                    let mut got = 0u64;
+                    let want = c.iters * u64::from(c.qps);
+                    while got < want {
+                        let mut qps_done = Vec::new();
+                        me.poll(|entry, recv| {
+                            if recv {
+                                qps_done.push(entry as usize);
+                            }
+                        })?;
+                        let k = qps_done.len() as u64;
+                        for (j, q) in qps_done.into_iter().enumerate() {
+                            // Keep rx_depth posted until the last ones are covered.
+                            if got + (j as u64) + u64::from(c.rx_depth) < want {
+                                me.post_recv(q, h, size)?;
+                            }
+                        }
+                        got += k;
+                    }
+                }
+            }
+        }
+        // Both sides finished this size.
+        ch.send("done\n")?;
+        ch.recv()?;
+        while me.poll(|_, _| {})? > 0 {}
+    }
+    if client {
+        out.finish(c, &name, link, mtu)?;
+    } else {
+        println!("{}", report::RESULT_LINE);
+    }
+    Ok(())
+}

@@ -1,0 +1,155 @@
+//! perftest's statistics, from its `print_report_lat` and `print_report_bw`
+//! (`src/perftest_parameters.c`), on time stamps in nanoseconds.
+//!
+//! Latency: `iters` post time stamps give `iters - 1` deltas; they are
+//! sorted, the largest `LAT_MEASURE_TAIL` (2) dropped from the average,
+//! median and deviation; t_max and the percentiles index the sorted array
+//! as perftest does. One difference, on purpose: perftest computes the
+//! standard deviation through `int` temporaries (truncating every term to
+//! whole microseconds); here it is computed in floating point.
+//!
+//! Bandwidth: the average is `size × iters / (last completion − first
+//! post)`; the peak is perftest's best window: the minimum over posted
+//! WQE `i` and signaled completion `j ≥ i` of `(completed[j] − posted[i]) /
+//! (j − i + 1)`.
+
+/// Dropped from the top of the sorted latency samples (perftest's
+/// `LAT_MEASURE_TAIL`).
+pub const LAT_MEASURE_TAIL: usize = 2;
+
+/// One latency row, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LatStats {
+    pub t_min: f64,
+    pub t_max: f64,
+    /// The median (perftest's `t_typical`).
+    pub t_typical: f64,
+    pub t_avg: f64,
+    pub t_stdev: f64,
+    pub p99: f64,
+    pub p99_9: f64,
+}
+
+/// perftest's `get_median` on the first `n` sorted values.
+fn median(n: usize, d: &[f64]) -> f64 {
+    if n == 0 {
+        return 0.0;
+    }
+    if (n - 1) % 2 == 1 {
+        (d[n / 2] + d[n / 2 - 1]) / 2.0
+    } else {
+        d[n / 2]
+    }
+}
+
+/// Latency statistics from post time stamps (ns) of consecutive
+/// iterations; `rtt_factor` 2 for ping-pong tests (one-way = RTT/2), 1 for
+/// READ and atomics. `None` with fewer than `LAT_MEASURE_TAIL + 2` stamps.
+pub fn latency(posted_ns: &[u64], rtt_factor: u32) -> Option<LatStats> {
+    if posted_ns.len() < LAT_MEASURE_TAIL + 2 {
+        return None;
+    }
+    let q = 1000.0 * f64::from(rtt_factor);
+    let mut d: Vec<f64> = posted_ns.windows(2).map(|w| (w[1] - w[0]) as f64 / q).collect();
+    d.sort_by(f64::total_cmp);
+    let m = d.len() - LAT_MEASURE_TAIL;
+    let avg = d[..m].iter().sum::<f64>() / m as f64;
+    let var = d[..m].iter().map(|x| (avg - x) * (avg - x)).sum::<f64>() / m as f64;
+    let at = |i: usize| d[i.min(d.len() - 1)];
+    Some(LatStats {
+        t_min: d[0],
+        t_max: at(m),
+        t_typical: median(m, &d),
+        t_avg: avg,
+        t_stdev: var.sqrt(),
+        p99: at((m as f64 * 0.99).ceil() as usize),
+        p99_9: at((m as f64 * 0.999).ceil() as usize),
+    })
+}
+
+/// One bandwidth row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BwStats {
+    /// Bytes per second, best window.
+    pub peak_bps: f64,
+    /// Bytes per second over the whole run.
+    pub avg_bps: f64,
+    /// Messages per second over the whole run.
+    pub msg_rate: f64,
+}
+
+/// Bandwidth from per-WQE post and completion time stamps (ns; an
+/// unsignaled WQE completes with the signaled one after it), `cq_mod`
+/// the signaling interval (the last WQE is always signaled).
+pub fn bandwidth(size: u64, posted_ns: &[u64], completed_ns: &[u64], cq_mod: usize) -> Option<BwStats> {
+    let n = posted_ns.len();
+    if n == 0 || completed_ns.len() != n || cq_mod == 0 {
+        return None;
+    }
+    let total = completed_ns[n - 1].saturating_sub(posted_ns[0]).max(1) as f64;
+    let mut best = total;
+    for i in 0..n {
+        let mut j = (i + 1).div_ceil(cq_mod) * cq_mod - 1;
+        while j < n {
+            best = best.min(completed_ns[j].saturating_sub(posted_ns[i]) as f64 / (j - i + 1) as f64);
+            j += cq_mod;
+        }
+        if n % cq_mod != 0 {
+            let j = n - 1;
+            best = best.min(completed_ns[j].saturating_sub(posted_ns[i]) as f64 / (j - i + 1) as f64);
+        }
+    }
+    let best = best.max(1e-3);
+    Some(BwStats {
+        peak_bps: size as f64 * 1e9 / best,
+        avg_bps: size as f64 * n as f64 * 1e9 / total,
+        msg_rate: n as f64 * 1e9 / total,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 12 stamps 1 µs apart except two slow gaps: 11 deltas, the two
+    /// largest dropped; values worked by hand from perftest's formulas.
+    #[test]
+    fn latency_follows_perftest() {
+        let gaps_us = [2.0, 2.0, 2.0, 2.0, 4.0, 2.0, 2.0, 2.0, 2.0, 50.0, 30.0];
+        let mut t = vec![0u64];
+        for g in gaps_us {
+            t.push(t.last().unwrap() + (g * 1000.0) as u64);
+        }
+        let s = latency(&t, 2).unwrap();
+        // sorted (÷2): 1×8, 2, 15, 25; m = 9 kept: eight 1.0 and one 2.0
+        assert_eq!(s.t_min, 1.0);
+        assert_eq!(s.t_typical, 1.0); // n = 9: (n-1) even → d[4]
+        assert!((s.t_avg - 10.0 / 9.0).abs() < 1e-12);
+        let var = (8.0 * (1.0f64 / 9.0).powi(2) + (8.0f64 / 9.0).powi(2)) / 9.0;
+        assert!((s.t_stdev - var.sqrt()).abs() < 1e-12);
+        assert_eq!(s.t_max, 15.0, "perftest's delta[measure_cnt]: the first dropped");
+        assert_eq!(s.p99, 15.0, "ceil(9 × 0.99) = 9");
+        assert_eq!(latency(&t, 1).unwrap().t_min, 2.0, "READ/atomic: no halving");
+        assert_eq!(latency(&t[..3], 2), None);
+    }
+
+    #[test]
+    fn median_of_an_even_count_is_the_mean_of_the_middle_pair() {
+        assert_eq!(median(4, &[1.0, 2.0, 4.0, 8.0]), 3.0);
+        assert_eq!(median(3, &[1.0, 2.0, 4.0]), 2.0);
+    }
+
+    /// 4 WQEs of 1000 bytes, signaled every 2: completions at 10 and 14 µs
+    /// for posts at 0, 1, 2, 3 µs. Best window: WQEs 2..3, (14-2)/2 = 6 µs.
+    #[test]
+    fn bandwidth_peak_is_the_best_window() {
+        let posted = [0, 1000, 2000, 3000];
+        let completed = [10_000, 10_000, 14_000, 14_000];
+        let s = bandwidth(1000, &posted, &completed, 2).unwrap();
+        assert!((s.avg_bps - 4000.0 / 14e-6).abs() < 1e-3);
+        assert!((s.msg_rate - 4.0 / 14e-6).abs() < 1e-6);
+        // windows: i=0: j=1 → 10/2=5 µs; j=3 → 14/4=3.5. i=1: j=1 → 9/1; j=3 → 13/3.
+        // i=2: j=3 → 12/2=6. i=3: j=3 → 11. Best 3.5 µs.
+        assert!((s.peak_bps - 1000.0 / 3.5e-6).abs() < 1e-3);
+    }
+}

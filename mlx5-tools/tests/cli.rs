@@ -1,0 +1,102 @@
+//! The programs as a user runs them: perftest's table and JSON on the
+//! simulator, and one-line errors with exit status 1 for bad arguments.
+
+use std::process::Command;
+
+fn run(bin: &str, args: &[&str]) -> (bool, String, String) {
+    let o = Command::new(bin).args(args).output().expect("run the tool");
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_latency_program_prints_perftests_table() {
+    for (bin, name) in [
+        (env!("CARGO_BIN_EXE_mlx5_write_lat"), "RDMA_Write Latency Test"),
+        (env!("CARGO_BIN_EXE_mlx5_send_lat"), "Send Latency Test"),
+        (env!("CARGO_BIN_EXE_mlx5_read_lat"), "RDMA_Read Latency Test"),
+        (env!("CARGO_BIN_EXE_mlx5_atomic_lat"), "Atomic FETCH_AND_ADD Latency Test"),
+    ] {
+        let (ok, out, err) = run(bin, &["-n", "50"]);
+        assert!(ok, "{bin}: {err}");
+        assert!(out.contains(name), "{out}");
+        assert!(
+            out.contains(" local address: LID 0x01 QPN ") && out.contains(" remote address: LID 0x02"),
+            "{out}"
+        );
+        assert!(out.contains("t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]"));
+        let row = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(if name.starts_with("Atomic") { "8 " } else { "2 " }))
+            .unwrap();
+        let f: Vec<f64> = row.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        assert_eq!(f.len(), 9, "{row}");
+        assert_eq!(f[1], 50.0);
+        assert!(f[2] <= f[4] && f[4] <= f[3], "t_min ≤ t_typical ≤ t_max: {row}");
+    }
+}
+
+#[test]
+fn bandwidth_programs_print_perftests_columns_and_json() {
+    let dir = std::env::temp_dir().join(format!("mlx5-tools-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for bin in [
+        env!("CARGO_BIN_EXE_mlx5_write_bw"),
+        env!("CARGO_BIN_EXE_mlx5_send_bw"),
+        env!("CARGO_BIN_EXE_mlx5_read_bw"),
+        env!("CARGO_BIN_EXE_mlx5_atomic_bw"),
+    ] {
+        let json = dir.join("out.json");
+        let j = json.to_str().unwrap();
+        let size = if bin.ends_with("atomic_bw") { "8" } else { "4096" };
+        let (ok, out, err) =
+            run(bin, &["-s", size, "-n", "300", "-q", "2", "-t", "64", "--out_json", "--out_json_file", j]);
+        assert!(ok, "{bin}: {err}");
+        assert!(
+            out.contains(
+                " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]"
+            ),
+            "{out}"
+        );
+        let row = out.lines().find(|l| l.contains(" 300 ")).expect("a result row");
+        let f: Vec<f64> = row.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        assert!(f[2] >= f[3] && f[3] > 0.0, "peak ≥ average > 0: {row}");
+        let text = std::fs::read_to_string(&json).unwrap();
+        for k in [
+            "\"test_info\"",
+            "\"Number_of_qps\": 2",
+            "\"results\"",
+            "\"n_iterations\": 300",
+            "\"BW_peak\"",
+            "\"BW_average\"",
+            "\"MsgRate\"",
+        ] {
+            assert!(text.contains(k), "{k} in {text}");
+        }
+    }
+    let (ok, out, _) = run(env!("CARGO_BIN_EXE_mlx5_write_bw"), &["-a", "-n", "20", "--report_gbits"]);
+    assert!(ok && out.contains("BW peak[Gb/sec]") && out.contains("\n 8388608 "), "{out}");
+}
+
+#[test]
+fn duration_mode_reports_average_and_rate() {
+    let (ok, out, err) = run(env!("CARGO_BIN_EXE_mlx5_send_lat"), &["-D", "1"]);
+    assert!(ok, "{err}");
+    assert!(out.contains(" #bytes        #iterations       t_avg[usec]    tps average"), "{out}");
+}
+
+#[test]
+fn bad_arguments_are_one_line_and_status_1() {
+    for args in [&["-s", "abc"][..], &["--nope"], &["-q", "2"], &["-s", "0"], &["somehost"], &["-c", "XRC"]] {
+        let (ok, out, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), args);
+        assert!(!ok, "{args:?} accepted");
+        assert!(out.is_empty(), "{out}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("mlx5_write_lat: ") && !err.contains("panicked"), "{err}");
+    }
+    let (ok, out, _) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["--help"]);
+    assert!(ok && out.contains("--tx-depth") && out.contains("--out_json_file"));
+}
