@@ -331,7 +331,7 @@ pub fn bw_stream<B: Backend>(
                 // The last WQE of a QP is signaled so that everything completes;
                 // a stream cut by the duration ends with a signaled one.
                 let last = count[qi] + 1 == per_qp || stopping;
-                let signaled = (count[qi] + 1) % u64::from(c.cq_mod) == 0 || last;
+                let signaled = (count[qi] + 1).is_multiple_of(u64::from(c.cq_mod)) || last;
                 a.post(c, qi, size, peer, ((qi as u64) << 48) | idx, signaled, true)?;
                 posted.push(t0.elapsed().as_nanos() as u64);
                 completed.push(0);
@@ -342,7 +342,7 @@ pub fn bw_stream<B: Backend>(
                     count[qi] = per_qp; // no more on this QP
                     break;
                 }
-                if qn > 1 && pending[qi].len() as u64 % u64::from(c.cq_mod) == 0 {
+                if qn > 1 && (pending[qi].len() as u64).is_multiple_of(u64::from(c.cq_mod)) {
                     break; // give the other QPs a turn
                 }
             }

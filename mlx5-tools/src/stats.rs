@@ -88,15 +88,15 @@ pub fn bandwidth(size: u64, posted_ns: &[u64], completed_ns: &[u64], cq_mod: usi
     }
     let total = completed_ns[n - 1].saturating_sub(posted_ns[0]).max(1) as f64;
     let mut best = total;
-    for i in 0..n {
+    for (i, &p) in posted_ns.iter().enumerate() {
         let mut j = (i + 1).div_ceil(cq_mod) * cq_mod - 1;
         while j < n {
-            best = best.min(completed_ns[j].saturating_sub(posted_ns[i]) as f64 / (j - i + 1) as f64);
+            best = best.min(completed_ns[j].saturating_sub(p) as f64 / (j - i + 1) as f64);
             j += cq_mod;
         }
-        if n % cq_mod != 0 {
+        if !n.is_multiple_of(cq_mod) {
             let j = n - 1;
-            best = best.min(completed_ns[j].saturating_sub(posted_ns[i]) as f64 / (j - i + 1) as f64);
+            best = best.min(completed_ns[j].saturating_sub(p) as f64 / (j - i + 1) as f64);
         }
     }
     let best = best.max(1e-3);
