@@ -27,6 +27,12 @@ fn cfg(scatter: bool) -> RcQpConfig {
     RcQpConfig { max_send_wr: 128, max_recv_wr: 128, scatter_to_cqe: scatter, ..RcQpConfig::default() }
 }
 
+/// Connect two RC QPs to each other (port 1, default parameters).
+fn connect(a: &RcQp<Sim, u64>, b: &RcQp<Sim, u64>) {
+    a.connect(&b.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+    b.connect(&a.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+}
+
 /// Two connected RC QPs; each side's send and receive CQs made by `cq`.
 fn pair_with(
     mode: ExecMode,
@@ -44,9 +50,7 @@ fn pair_with(
         Side { qp, scq, rcq, mr, _pd: pd, _ctx: ctx }
     };
     let (a, b) = (mk(&da), mk(&db));
-    let (ia, ib) = (a.qp.local_info(1, 0).unwrap(), b.qp.local_info(1, 0).unwrap());
-    a.qp.connect(&ib, &ConnectParams::default()).unwrap();
-    b.qp.connect(&ia, &ConnectParams::default()).unwrap();
+    connect(&a.qp, &b.qp);
     (fabric, a, b)
 }
 
@@ -313,8 +317,7 @@ fn armed_cq_signals_its_channel_once_and_honours_solicited_only() {
     let cqb = ctx_b.create_cq(CqConfig::new(64).channel(&ch), |_, _: u64| {}).unwrap();
     let qa = ctx_a.create_rc_qp(&pa, &cqa, &cqa, &cfg(false)).unwrap();
     let qb = ctx_b.create_rc_qp(&pb, &cqb, &cqb, &cfg(false)).unwrap();
-    qa.connect(&qb.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
-    qb.connect(&qa.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+    connect(&qa, &qb);
     let ma = pa.alloc_mr(4096, AccessFlags::ALL).unwrap();
     let mb = pb.alloc_mr(4096, AccessFlags::ALL).unwrap();
     for i in 0..8 {
@@ -372,8 +375,7 @@ fn wait_blocks_on_the_channel_in_threaded_mode() {
         ctx_b.create_mono_cq(CqConfig::new(64).channel(&ch), |c, e: u64| got.push((c.byte_len, e))).unwrap();
     let qa = ctx_a.create_rc_qp(&pa, &cqa, &cqa, &cfg(false)).unwrap();
     let qb = ctx_b.create_rc_qp(&pb, &cqb, &cqb, &cfg(false)).unwrap();
-    qa.connect(&qb.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
-    qb.connect(&qa.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+    connect(&qa, &qb);
     let ma = pa.alloc_mr(4096, AccessFlags::ALL).unwrap();
     let mb = pb.alloc_mr(4096, AccessFlags::ALL).unwrap();
     assert!(matches!(cqb.wait(16, Some(Duration::from_millis(20))), Err(Error::Timeout)));
@@ -405,8 +407,7 @@ fn overrun_is_a_typed_error_and_the_qp_stops() {
     let cqb = ctx_b.create_cq(64, |_, _: u64| {}).unwrap();
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg(false)).unwrap();
     let qb = ctx_b.create_rc_qp(&pb, &cqb, &cqb, &cfg(false)).unwrap();
-    qp.connect(&qb.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
-    qb.connect(&qp.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+    connect(&qp, &qb);
     for e in 0..6 {
         qp.wqe_builder(e).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();
     }

@@ -179,6 +179,14 @@ fn cq_config<'c, B: mlx5_api::Backend>(
     })
 }
 
+fn create_cq<B: mlx5_api::Backend>(
+    ctx: &mlx5_api::Context<B>,
+    a: &mlx5r_cq_attr,
+    ch: Option<&CompChannel<B>>,
+) -> Result<mlx5_api::CompletionQueue<B, ()>, i32> {
+    ctx.create_cq(cq_config(a, ch)?, |_, ()| {}).map_err(|e| err(&e))
+}
+
 /// A CQ with a configuration: CQE size, compression, channel. A channel of
 /// another backend is `MLX5R_ERR_MISMATCH`; what the device cannot do is
 /// `MLX5R_ERR_UNSUPPORTED`.
@@ -197,32 +205,16 @@ pub unsafe extern "C" fn mlx5r_cq_create_ex(
     // SAFETY: caller contract (null allowed).
     let ch = unsafe { a.channel.as_ref() }.map(|c| &c.0);
     let r = match (c, ch) {
-        (Back::Sim(c), None | Some(Back::Sim(_))) => {
-            let ch = match ch {
-                Some(Back::Sim(x)) => Some(x),
-                _ => None,
-            };
-            match cq_config(a, ch) {
-                Ok(cfg) => c.create_cq(cfg, |_, ()| {}).map(Back::Sim),
-                Err(code) => return code,
-            }
-        }
-        (Back::Hw(c), None | Some(Back::Hw(_))) => {
-            let ch = match ch {
-                Some(Back::Hw(x)) => Some(x),
-                _ => None,
-            };
-            match cq_config(a, ch) {
-                Ok(cfg) => c.create_cq(cfg, |_, ()| {}).map(Back::Hw),
-                Err(code) => return code,
-            }
-        }
+        (Back::Sim(c), None) => create_cq(c, a, None).map(Back::Sim),
+        (Back::Sim(c), Some(Back::Sim(ch))) => create_cq(c, a, Some(ch)).map(Back::Sim),
+        (Back::Hw(c), None) => create_cq(c, a, None).map(Back::Hw),
+        (Back::Hw(c), Some(Back::Hw(ch))) => create_cq(c, a, Some(ch)).map(Back::Hw),
         _ => return MLX5R_ERR_MISMATCH,
     };
     match r {
         // SAFETY: caller contract.
         Ok(q) => unsafe { put(out, CqObj(q)) },
-        Err(e) => err(&e),
+        Err(code) => code,
     }
 }
 

@@ -51,7 +51,10 @@ fn build_and_run(name: &str) {
         .status()
         .expect("run the C compiler");
     assert!(status.success(), "compiling {name}.c failed");
-    let run = Command::new(&out).output().expect("run the C program");
+    // Cargo puts target/<profile> (where `cargo build` leaves a possibly
+    // stale copy of the library) on LD_LIBRARY_PATH, which outranks the
+    // rpath: run the program with the library it was linked against.
+    let run = Command::new(&out).env_remove("LD_LIBRARY_PATH").output().expect("run the C program");
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{name} failed ({}):\n{stdout}{stderr}", run.status);

@@ -480,23 +480,9 @@ impl CtxInner {
             // live until acknowledged (rdma-core's destroy waits for the ack).
             let num = unsafe {
                 match element(ev.event_type) {
-                    Element::Cq => {
-                        let c = (*ev.element.cq).cq_context as *const u32;
-                        if c.is_null() {
-                            0
-                        } else {
-                            *c
-                        }
-                    }
+                    Element::Cq => object_number((*ev.element.cq).cq_context),
                     Element::Qp => (*ev.element.qp).qp_num,
-                    Element::Srq => {
-                        let c = (*ev.element.srq).srq_context as *const u32;
-                        if c.is_null() {
-                            0
-                        } else {
-                            *c
-                        }
-                    }
+                    Element::Srq => object_number((*ev.element.srq).srq_context),
                     Element::Port => ev.element.port_num as u32,
                     Element::None => 0,
                 }
@@ -854,6 +840,21 @@ pub fn qp_init_attrs(attr: &QpCreate) -> Result<(ibv_qp_init_attr_ex, mlx5dv_qp_
         send_ops_flags: 0,
     };
     Ok((ex, dv))
+}
+
+/// The CQN / SRQN a CQ's or SRQ's user context points at (this backend
+/// sets it at creation); 0 for an object made elsewhere (null context).
+///
+/// # Safety
+/// `ctx` is null or points at a live `u32`.
+unsafe fn object_number(ctx: *mut c_void) -> u32 {
+    let p = ctx as *const u32;
+    // SAFETY: caller contract.
+    if p.is_null() {
+        0
+    } else {
+        unsafe { *p }
+    }
 }
 
 /// Makes a descriptor rdma-core owns non-blocking (its documented way to

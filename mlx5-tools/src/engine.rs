@@ -77,6 +77,31 @@ impl<B: Backend> End<B> {
         Ok(())
     }
 
+    /// The connection line of QP 0 (perftest shows the first QP).
+    pub fn dest(&self, port: u8) -> RunResult<crate::report::Dest> {
+        let i = self.qps[0].local_info(port, self.qps[0].qpn() & 0xff_ffff).map_err(e("QP info"))?;
+        Ok(crate::report::Dest {
+            lid: i.lid,
+            qpn: i.qpn,
+            psn: i.psn,
+            rkey: self.mr.rkey(),
+            vaddr: self.mr.addr(),
+            gid: self.port.gid,
+        })
+    }
+
+    /// Poll, and return the QP index of each receive that completed (its
+    /// entry, see `post_recv`), to be reposted.
+    pub fn take_receives(&mut self) -> RunResult<Vec<usize>> {
+        let mut qps = Vec::new();
+        self.poll(|entry, recv| {
+            if recv {
+                qps.push(entry as usize);
+            }
+        })?;
+        Ok(qps)
+    }
+
     pub fn remote(&self) -> Remote {
         Remote { addr: self.mr.addr(), rkey: self.mr.rkey() }
     }

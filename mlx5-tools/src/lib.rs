@@ -71,16 +71,15 @@ fn link_name(l: LinkLayer) -> &'static str {
     }
 }
 
-fn dest<B: Backend>(e: &End<B>, qp: usize, port: u8) -> RunResult<report::Dest> {
-    let i = e.qps[qp].local_info(port, e.qps[qp].qpn() & 0xff_ffff).map_err(|x| x.to_string())?;
-    Ok(report::Dest {
-        lid: i.lid,
-        qpn: i.qpn,
-        psn: i.psn,
-        rkey: e.mr.rkey(),
-        vaddr: e.mr.addr(),
-        gid: e.port.gid,
-    })
+/// The test block, both connection lines and the table header.
+fn print_header(c: &Config, device: &str, link: &str, mtu: u32, local: &report::Dest, remote: &report::Dest) {
+    println!("{}", report::test_block(c, device, link, mtu));
+    println!("{}", report::dest_lines("local", local, c.verb));
+    println!("{}", report::dest_lines("remote", remote, c.verb));
+    println!("{}", report::RESULT_LINE);
+    if c.is_client() {
+        println!("{}", report::table_header(c));
+    }
 }
 
 /// Accumulates the table and the JSON of the last size (perftest rewrites
@@ -152,11 +151,7 @@ fn run_sim(c: &Config) -> RunResult<()> {
     b.connect(&a.infos(c.opts.ib_port)?)?;
     let (ra, rb) = (a.remote(), b.remote());
     let (link, mtu) = (link_name(a.port.link_layer), a.port.active_mtu);
-    println!("{}", report::test_block(c, &dev, link, mtu));
-    println!("{}", report::dest_lines("local", &dest(&a, 0, c.opts.ib_port)?, c.verb));
-    println!("{}", report::dest_lines("remote", &dest(&b, 0, c.opts.ib_port)?, c.verb));
-    println!("{}", report::RESULT_LINE);
-    println!("{}", report::table_header(c));
+    print_header(c, &dev, link, mtu, &a.dest(c.opts.ib_port)?, &b.dest(c.opts.ib_port)?);
     let mut out = Out { json: None };
     for &size in &c.sizes {
         match c.test {
@@ -179,13 +174,7 @@ fn run_sim(c: &Config) -> RunResult<()> {
                     if verb != Verb::Send {
                         return Ok(());
                     }
-                    let mut qps_done = Vec::new();
-                    bref.poll(|entry, recv| {
-                        if recv {
-                            qps_done.push(entry as usize);
-                        }
-                    })?;
-                    for q in qps_done {
+                    for q in bref.take_receives()? {
                         bref.post_recv(q, h, size)?;
                     }
                     Ok(())
@@ -235,8 +224,6 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
     let h = engine::half(c);
     let name = dev.name();
     let (link, mtu) = (link_name(me.port.link_layer), me.port.active_mtu);
-    println!("{}", report::test_block(c, &name, link, mtu));
-    println!("{}", report::dest_lines("local", &dest(&me, 0, c.opts.ib_port)?, c.verb));
     let pd = report::Dest {
         lid: peers[0].lid,
         qpn: peers[0].qpn,
@@ -245,13 +232,9 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
         vaddr: peer_mem.addr,
         gid: peers[0].gid.unwrap_or([0; 16]),
     };
-    println!("{}", report::dest_lines("remote", &pd, c.verb));
-    println!("{}", report::RESULT_LINE);
+    print_header(c, &name, link, mtu, &me.dest(c.opts.ib_port)?, &pd);
     let client = c.is_client();
     let mut out = Out { json: None };
-    if client {
-        println!("{}", report::table_header(c));
-    }
     for &size in &c.sizes {
         if c.verb == Verb::Send {
             let n = if c.test == Test::Lat { c.rx_depth.min(16) } else { c.rx_depth };
@@ -293,12 +276,7 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
                     let mut got = 0u64;
                     let want = c.iters * u64::from(c.qps);
                     while got < want {
-                        let mut qps_done = Vec::new();
-                        me.poll(|entry, recv| {
-                            if recv {
-                                qps_done.push(entry as usize);
-                            }
-                        })?;
+                        let qps_done = me.take_receives()?;
                         let k = qps_done.len() as u64;
                         for (j, q) in qps_done.into_iter().enumerate() {
                             // Keep rx_depth posted until the last ones are covered.

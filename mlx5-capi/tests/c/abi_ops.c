@@ -7,15 +7,9 @@
 enum { N = 65536 };
 
 int main(void) {
-    mlx5r_fabric *f;
-    OK(mlx5r_sim_fabric_new(MLX5R_SIM_WATCH, &f));
-    CHECK(mlx5r_sim_add_host(f, 1) == 0 && mlx5r_sim_add_host(f, 2) == 1);
-    mlx5r_context *ca, *cb;
-    OK(mlx5r_sim_open(f, 0, &ca));
-    OK(mlx5r_sim_open(f, 1, &cb));
-    mlx5r_pd *pa, *pb;
-    OK(mlx5r_pd_alloc(ca, &pa));
-    OK(mlx5r_pd_alloc(cb, &pb));
+    two_hosts t = two_hosts_open();
+    mlx5r_context *ca = t.ca, *cb = t.cb;
+    mlx5r_pd *pa = t.pa, *pb = t.pb;
     mlx5r_cq_obj *qa_cq, *qb_cq;
     OK(mlx5r_cq_create(ca, 64, &qa_cq));
     OK(mlx5r_cq_create(cb, 64, &qb_cq));
@@ -181,8 +175,7 @@ int main(void) {
     mlx5r_qp_free(ua); mlx5r_qp_free(ub); mlx5r_qp_free(qa); mlx5r_qp_free(qb);
     mlx5r_cq_free(da_cq); mlx5r_cq_free(db_cq); mlx5r_cq_free(ua_cq); mlx5r_cq_free(ub_cq);
     mlx5r_cq_free(qa_cq); mlx5r_cq_free(qb_cq);
-    mlx5r_mr_free(ma); mlx5r_mr_free(mb); mlx5r_pd_free(pa); mlx5r_pd_free(pb);
-    mlx5r_context_close(ca); mlx5r_context_close(cb); mlx5r_sim_fabric_free(f);
+    mlx5r_mr_free(ma); mlx5r_mr_free(mb); two_hosts_close(&t);
     free(la); free(rb);
     printf("abi_ops: ok\n");
     return 0;

@@ -10,15 +10,9 @@
 enum { N = 65536, BURST = 40 };
 
 int main(void) {
-    mlx5r_fabric *f;
-    OK(mlx5r_sim_fabric_new(MLX5R_SIM_WATCH, &f));
-    CHECK(mlx5r_sim_add_host(f, 1) == 0 && mlx5r_sim_add_host(f, 2) == 1);
-    mlx5r_context *ca, *cb;
-    OK(mlx5r_sim_open(f, 0, &ca));
-    OK(mlx5r_sim_open(f, 1, &cb));
-    mlx5r_pd *pa, *pb;
-    OK(mlx5r_pd_alloc(ca, &pa));
-    OK(mlx5r_pd_alloc(cb, &pb));
+    two_hosts t = two_hosts_open();
+    mlx5r_context *ca = t.ca, *cb = t.cb;
+    mlx5r_pd *pa = t.pa, *pb = t.pb;
     uint8_t *la = zalloc(N), *rb = zalloc(N);
     mlx5r_mr *ma, *mb;
     OK(mlx5r_mr_reg(pa, la, N, 15, &ma));
@@ -52,11 +46,7 @@ int main(void) {
     mlx5r_qp *qa, *qb;
     OK(mlx5r_qp_create(ca, pa, acq, acq, NULL, &rc, &qa));
     OK(mlx5r_qp_create(cb, pb, bcq, bcq, NULL, &rc, &qb));
-    mlx5r_remote ia, ib;
-    OK(mlx5r_qp_local(qa, &ia));
-    OK(mlx5r_qp_local(qb, &ib));
-    OK(mlx5r_qp_connect(qa, &ib, 0));
-    OK(mlx5r_qp_connect(qb, &ia, 0));
+    rc_connect(qa, qb);
     const mlx5r_sq *sq = mlx5r_qp_sq(qa);
     const mlx5r_cq *cqa = mlx5r_cq_desc(acq), *cqb = mlx5r_cq_desc(bcq);
     mlx5r_cqe c;
@@ -114,11 +104,7 @@ int main(void) {
     mlx5r_qp *qs, *qt;
     OK(mlx5r_qp_create(ca, pa, small, small, NULL, &plain, &qs));
     OK(mlx5r_qp_create(cb, pb, bcq, bcq, NULL, &plain, &qt));
-    mlx5r_remote is, it;
-    OK(mlx5r_qp_local(qs, &is));
-    OK(mlx5r_qp_local(qt, &it));
-    OK(mlx5r_qp_connect(qs, &it, 0));
-    OK(mlx5r_qp_connect(qt, &is, 0));
+    rc_connect(qs, qt);
     for (uint32_t i = 0; i < sr.cqe_cnt + 2; i++) {
         mlx5r_sge g = {(uint64_t)(uintptr_t)la, 8, lka};
         w = (mlx5r_send_wr){.wr_id = i, .sg_list = &g, .num_sge = 1, .opcode = MLX5R_OPCODE_RDMA_WRITE,
@@ -140,8 +126,7 @@ int main(void) {
 
     mlx5r_qp_free(qs); mlx5r_qp_free(qt); mlx5r_qp_free(qa); mlx5r_qp_free(qb);
     mlx5r_cq_free(small); mlx5r_cq_free(acq); mlx5r_cq_free(bcq); mlx5r_channel_free(ch);
-    mlx5r_mr_free(ma); mlx5r_mr_free(mb); mlx5r_pd_free(pa); mlx5r_pd_free(pb);
-    mlx5r_context_close(ca); mlx5r_context_close(cb); mlx5r_sim_fabric_free(f);
+    mlx5r_mr_free(ma); mlx5r_mr_free(mb); two_hosts_close(&t);
     free(la); free(rb);
     printf("completion: ok\n");
     return 0;

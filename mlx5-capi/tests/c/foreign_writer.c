@@ -12,16 +12,9 @@
 enum { N = 16384, WQES = 40 };
 
 int main(void) {
-    mlx5r_fabric *f;
-    OK(mlx5r_sim_fabric_new(MLX5R_SIM_WATCH, &f));
-    mlx5r_sim_add_host(f, 1);
-    mlx5r_sim_add_host(f, 2);
-    mlx5r_context *ca, *cb;
-    OK(mlx5r_sim_open(f, 0, &ca));
-    OK(mlx5r_sim_open(f, 1, &cb));
-    mlx5r_pd *pa, *pb;
-    OK(mlx5r_pd_alloc(ca, &pa));
-    OK(mlx5r_pd_alloc(cb, &pb));
+    two_hosts t = two_hosts_open();
+    mlx5r_context *ca = t.ca, *cb = t.cb;
+    mlx5r_pd *pa = t.pa, *pb = t.pb;
     mlx5r_cq_obj *cqa_o, *cqb_o;
     OK(mlx5r_cq_create(ca, 64, &cqa_o));
     OK(mlx5r_cq_create(cb, 64, &cqb_o));
@@ -37,11 +30,7 @@ int main(void) {
     mlx5r_qp *qa, *qb;
     OK(mlx5r_qp_create(ca, pa, cqa_o, cqa_o, NULL, &rc, &qa));
     OK(mlx5r_qp_create(cb, pb, cqb_o, cqb_o, NULL, &rc, &qb));
-    mlx5r_remote ia, ib;
-    OK(mlx5r_qp_local(qa, &ia));
-    OK(mlx5r_qp_local(qb, &ib));
-    OK(mlx5r_qp_connect(qa, &ib, 0));
-    OK(mlx5r_qp_connect(qb, &ia, 0));
+    rc_connect(qa, qb);
 
     /* What mlx5dv_init_obj would give. */
     mlx5r_qp_raw qp;
@@ -91,8 +80,7 @@ int main(void) {
     }
     mlx5r_qp_free(qa); mlx5r_qp_free(qb);
     mlx5r_cq_free(cqa_o); mlx5r_cq_free(cqb_o);
-    mlx5r_mr_free(ma); mlx5r_mr_free(mb); mlx5r_pd_free(pa); mlx5r_pd_free(pb);
-    mlx5r_context_close(ca); mlx5r_context_close(cb); mlx5r_sim_fabric_free(f);
+    mlx5r_mr_free(ma); mlx5r_mr_free(mb); two_hosts_close(&t);
     free(la); free(rb);
     printf("foreign_writer: %d WQEs written with mlx5dv.h, executed from memory: ok\n", WQES);
     return 0;
