@@ -14,12 +14,12 @@ use std::hint::black_box;
 use mlx5::model::ExecMode;
 use mlx5::ring_only::{RingOnly, RingOnlyDevice};
 use mlx5::sim::two_hosts;
-use mlx5::{AccessFlags, ConnectParams, Device, RcQpConfig, RemoteQpInfo, WqeFlags};
+use mlx5::{AccessFlags, ConnectParams, Device, QpConfig, RemoteQpInfo, Sge, WqeFlags};
 
-type Cfg = RcQpConfig;
+type Cfg = QpConfig;
 
 fn cfg(n: u32) -> Cfg {
-    RcQpConfig { max_send_wr: n.next_power_of_two().max(64), max_recv_wr: 16, ..RcQpConfig::default() }
+    QpConfig { max_send_wr: n.next_power_of_two().max(64), max_recv_wr: 16, ..QpConfig::default() }
 }
 
 #[inline(never)]
@@ -31,7 +31,7 @@ fn post_phase(qp: &mlx5::RcQp<RingOnly, u64>, n: u64) {
             .unwrap()
             .rdma(0x5555_0000_1000, 0x5678)
             .unwrap()
-            .sge(0x7f12_3456_0000, 64, 0x1234)
+            .sge(Sge::new(0x7f12_3456_0000, 64, 0x1234))
             .unwrap()
             .finish()
             .unwrap();
@@ -43,7 +43,7 @@ fn post(n: u32) {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_mono_cq(64, |_, _: u64| {}).unwrap();
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg(n)).unwrap();
-    qp.connect(&RemoteQpInfo::ib(2, 2), &ConnectParams::default()).unwrap();
+    qp.activate(&ConnectParams::to(RemoteQpInfo::ib(2, 2))).unwrap();
     post_phase(&qp, black_box(n as u64));
     assert_eq!(qp.sq_pi(), n);
 }
@@ -77,8 +77,8 @@ fn poll(n: u32, compressed: bool) {
     let qa = ca.create_rc_qp(&pa, &cqa, &cqa, &cfg(n)).unwrap();
     let qb = cb.create_rc_qp(&pb, &cqb, &cqb, &cfg(16)).unwrap();
     let p = ConnectParams::default();
-    qa.connect(&qb.local_info(1, 0).unwrap(), &p).unwrap();
-    qb.connect(&qa.local_info(1, 0).unwrap(), &p).unwrap();
+    qa.activate(&ConnectParams { remote: Some(qb.local_info().unwrap()), ..p.clone() }).unwrap();
+    qb.activate(&ConnectParams { remote: Some(qa.local_info().unwrap()), ..p.clone() }).unwrap();
     let la = pa.alloc_mr(4096, AccessFlags::ALL).unwrap();
     let rb = pb.alloc_mr(4096, AccessFlags::ALL).unwrap();
     for i in 0..n as u64 {
@@ -88,7 +88,7 @@ fn poll(n: u32, compressed: bool) {
             .unwrap()
             .rdma(rb.addr(), rb.rkey())
             .unwrap()
-            .sge(la.addr(), 64, la.lkey())
+            .sge(Sge::new(la.addr(), 64, la.lkey()))
             .unwrap()
             .finish_batch()
             .unwrap();

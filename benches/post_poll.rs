@@ -8,7 +8,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use mlx5::model::ExecMode;
 use mlx5::ring_only::{RingOnly, RingOnlyDevice};
 use mlx5::sim::two_hosts;
-use mlx5::{AccessFlags, ConnectParams, Device, RcQpConfig, RemoteQpInfo, WqeFlags};
+use mlx5::{AccessFlags, ConnectParams, Device, QpConfig, RemoteQpInfo, Sge, WqeFlags};
 
 fn post_and_poll_on_sim(c: &mut Criterion) {
     let (_fabric, da, db) = two_hosts(ExecMode::Deterministic);
@@ -16,12 +16,12 @@ fn post_and_poll_on_sim(c: &mut Criterion) {
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut cqa = ca.create_mono_cq(256, |_, _: u64| {}).unwrap();
     let cqb = cb.create_mono_cq(256, |_, _: u64| {}).unwrap();
-    let cfg = RcQpConfig::default();
+    let cfg = QpConfig::default();
     let qa = ca.create_rc_qp(&pa, &cqa, &cqa, &cfg).unwrap();
     let qb = cb.create_rc_qp(&pb, &cqb, &cqb, &cfg).unwrap();
     let p = ConnectParams::default();
-    qa.connect(&qb.local_info(1, 0).unwrap(), &p).unwrap();
-    qb.connect(&qa.local_info(1, 0).unwrap(), &p).unwrap();
+    qa.activate(&ConnectParams { remote: Some(qb.local_info().unwrap()), ..p.clone() }).unwrap();
+    qb.activate(&ConnectParams { remote: Some(qa.local_info().unwrap()), ..p.clone() }).unwrap();
     let la = pa.alloc_mr(4096, AccessFlags::ALL).unwrap();
     let rb = pb.alloc_mr(4096, AccessFlags::ALL).unwrap();
     c.bench_function("post_poll/rdma_write_1sge_64B/sim", |b| {
@@ -32,7 +32,7 @@ fn post_and_poll_on_sim(c: &mut Criterion) {
                 .unwrap()
                 .rdma(rb.addr(), rb.rkey())
                 .unwrap()
-                .sge(la.addr(), 64, la.lkey())
+                .sge(Sge::new(la.addr(), 64, la.lkey()))
                 .unwrap()
                 .finish()
                 .unwrap();
@@ -45,7 +45,7 @@ fn post_only_noop_doorbell(c: &mut Criterion) {
     let ctx = Device::<RingOnly>::new(RingOnlyDevice::new(1, 256)).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_mono_cq(64, |_, _: u64| {}).unwrap();
-    let qp = ctx.create_rc_qp(&pd, &cq, &cq, &RcQpConfig::default()).unwrap();
+    let qp = ctx.create_rc_qp(&pd, &cq, &cq, &QpConfig::default()).unwrap();
     let remote = RemoteQpInfo::ib(2, 2);
     let p = ConnectParams::default();
     let cap = qp.sq_wqebbs() as u64;
@@ -56,7 +56,7 @@ fn post_only_noop_doorbell(c: &mut Criterion) {
             while left > 0 {
                 // Untimed: recycle the ring (nothing completes on a ring-only backend).
                 qp.reset().unwrap();
-                qp.connect(&remote, &p).unwrap();
+                qp.activate(&ConnectParams { remote: Some(remote.clone()), ..p.clone() }).unwrap();
                 let n = left.min(cap);
                 let t = Instant::now();
                 for i in 0..n {
@@ -66,7 +66,7 @@ fn post_only_noop_doorbell(c: &mut Criterion) {
                         .unwrap()
                         .rdma(0x5555_0000_1000, 0x5678)
                         .unwrap()
-                        .sge(0x7f12_3456_0000, 64, 0x1234)
+                        .sge(Sge::new(0x7f12_3456_0000, 64, 0x1234))
                         .unwrap()
                         .finish()
                         .unwrap();

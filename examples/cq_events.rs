@@ -6,7 +6,7 @@ use std::os::fd::AsRawFd;
 
 use mlx5::model::ExecMode;
 use mlx5::sim::two_hosts;
-use mlx5::{AccessFlags, ConnectParams, CqConfig, RcQpConfig, Sge, WqeFlags};
+use mlx5::{AccessFlags, ConnectParams, CqConfig, QpConfig, Sge, WqeFlags};
 
 fn main() {
     let (_fabric, da, db) = two_hosts(ExecMode::Threaded);
@@ -17,11 +17,11 @@ fn main() {
     let mut cqb = cb
         .create_cq(CqConfig::new(64).channel(&channel), |c, e: u64| println!("completion {e}: {c:?}"))
         .unwrap();
-    let cfg = RcQpConfig::default();
+    let cfg = QpConfig::default();
     let qa = ca.create_rc_qp(&pa, &cqa, &cqa, &cfg).unwrap();
     let qb = cb.create_rc_qp(&pb, &cqb, &cqb, &cfg).unwrap();
-    qa.connect(&qb.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
-    qb.connect(&qa.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+    qa.activate(&ConnectParams::to(qb.local_info().unwrap())).unwrap();
+    qb.activate(&ConnectParams::to(qa.local_info().unwrap())).unwrap();
     let (ma, mb) =
         (pa.alloc_mr(4096, AccessFlags::ALL).unwrap(), pb.alloc_mr(4096, AccessFlags::ALL).unwrap());
     for round in 0..3u64 {
@@ -31,7 +31,7 @@ fn main() {
             .unwrap()
             .ctrl_send(WqeFlags::default())
             .unwrap()
-            .sge(ma.addr(), 16, ma.lkey())
+            .sge(Sge::new(ma.addr(), 16, ma.lkey()))
             .unwrap()
             .finish()
             .unwrap();

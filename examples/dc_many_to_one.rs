@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use mlx5::model::{ExecMode, Fabric};
 use mlx5::sim::{devices, FabricConfig, HostConfig};
-use mlx5::{AccessFlags, AddressVector, ConnectParams, LinkLayer, RcQpConfig, RoceAv, Sge, Status, WqeFlags};
+use mlx5::{AccessFlags, AddressVector, ConnectParams, LinkLayer, QpConfig, RoceAv, Sge, Status, WqeFlags};
 
 struct Args {
     clients: usize,
@@ -80,7 +80,9 @@ fn main() {
     let tcq = target.create_cq(4096, |_, _: u64| {}).expect("cq");
     let srq = target.create_srq::<u64>(&pds[0], 1023, 1).expect("srq");
     let zone = pds[0].alloc_mr(a.clients * SLOT, AccessFlags::ALL).expect("mr");
-    let dct = target.create_dct(&pds[0], &tcq, &srq, KEY).expect("dct");
+    let dct = target
+        .create_dct(&pds[0], &tcq, &srq, &QpConfig { dc_key: KEY, ..QpConfig::default() })
+        .expect("dct");
     dct.activate(&ConnectParams::default()).expect("dct rtr");
     let dctn = dct.dct_number().expect("dct number");
     let port = target.query_port(1).expect("port");
@@ -93,14 +95,13 @@ fn main() {
     }
 
     // The clients: DCIs round-robin over hosts 1..=hosts, each with a CQ.
-    let cfg = RcQpConfig {
+    let cfg = QpConfig {
         max_send_wr: 256,
         max_recv_wr: 0,
         max_send_sge: 1,
         max_recv_sge: 0,
         max_inline_data: SLOT as u32,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     };
     let mut clients: Vec<_> = (0..a.clients)
         .map(|c| {

@@ -19,7 +19,7 @@ use std::time::Instant;
 use mlx5::model::ExecMode;
 use mlx5::sim::two_hosts;
 use mlx5::{
-    AccessFlags, Backend, CompletionQueue, ConnectParams, Context, Device, MemoryRegion, RcQp, RcQpConfig,
+    AccessFlags, Backend, CompletionQueue, ConnectParams, Context, Device, MemoryRegion, QpConfig, RcQp,
     RemoteQpInfo, Sge, Status, WqeFlags,
 };
 
@@ -39,14 +39,13 @@ impl<B: Backend> Side<B> {
         let ctx = dev.open().expect("open device");
         let pd = ctx.alloc_pd().expect("pd");
         let cq = ctx.create_cq(256, |_, _: u64| {}).expect("cq");
-        let cfg = RcQpConfig {
+        let cfg = QpConfig {
             max_send_wr: 64,
             max_recv_wr: 64,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: INLINE,
-            dedicated_uar: false,
-            scatter_to_cqe: false,
+            ..QpConfig::default()
         };
         let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).expect("qp");
         let mr = pd.alloc_mr(2 * BUF, AccessFlags::ALL).expect("mr");
@@ -69,7 +68,7 @@ impl<B: Backend> Side<B> {
             self.mr.read(0, &mut data[..size as usize]).expect("read");
             b.inline(&data[..size as usize]).expect("inline").finish_with_blueflame().expect("post");
         } else {
-            b.sge(self.mr.addr(), size, self.mr.lkey()).expect("sge").finish().expect("post");
+            b.sge(Sge::new(self.mr.addr(), size, self.mr.lkey())).expect("sge").finish().expect("post");
         }
     }
 
@@ -194,8 +193,10 @@ fn warmup(iters: u32) -> u32 {
 /// Both sides in this process (the simulator).
 fn run_local<B: Backend>(mut a: Side<B>, mut b: Side<B>, args: &Args, what: &str) {
     let p = ConnectParams::default();
-    a.qp.connect(&b.qp.local_info(1, 0).expect("info"), &p).expect("connect a");
-    b.qp.connect(&a.qp.local_info(1, 0).expect("info"), &p).expect("connect b");
+    a.qp.activate(&ConnectParams { remote: Some(b.qp.local_info().expect("info")), ..p.clone() })
+        .expect("connect a");
+    b.qp.activate(&ConnectParams { remote: Some(a.qp.local_info().expect("info")), ..p.clone() })
+        .expect("connect b");
     for _ in 0..RECVS {
         a.post_recv();
         b.post_recv();
@@ -233,7 +234,7 @@ fn encode(info: &RemoteQpInfo, iters: u32, sizes: &[u32]) -> String {
         "{} {} {} {} {} {} {}\n",
         info.qpn,
         info.lid,
-        info.gid.map_or("-".into(), |g| hex(&g)),
+        info.gid.map_or("-".into(), |g| hex(&g.0)),
         info.mac.map_or("-".into(), |m| hex(&m)),
         info.psn,
         iters,
@@ -250,7 +251,7 @@ fn decode(line: &str) -> (RemoteQpInfo, u32, Vec<u32>) {
     let info = RemoteQpInfo {
         qpn: f[0].parse().unwrap(),
         lid: f[1].parse().unwrap(),
-        gid: (f[2] != "-").then(|| bytes(f[2]).try_into().unwrap()),
+        gid: (f[2] != "-").then(|| mlx5::Gid(bytes(f[2]).try_into().unwrap())),
         mac: (f[3] != "-").then(|| bytes(f[3]).try_into().unwrap()),
         psn: f[4].parse().unwrap(),
     };
@@ -269,7 +270,7 @@ fn run_remote<B: Backend>(mut me: Side<B>, args: &Args) {
     };
     let mut w = stream.try_clone().expect("tcp");
     let mut r = BufReader::new(stream);
-    let local = me.qp.local_info(1, 0).expect("local info");
+    let local = me.qp.local_info().expect("local info");
     w.write_all(encode(&local, args.iters, &args.sizes).as_bytes()).expect("send QP info");
     let mut line = String::new();
     r.read_line(&mut line).expect("receive QP info");
@@ -277,7 +278,7 @@ fn run_remote<B: Backend>(mut me: Side<B>, args: &Args) {
     // The client's iterations and sizes rule.
     let (iters, sizes) =
         if args.server { (peer_iters, peer_sizes) } else { (args.iters, args.sizes.clone()) };
-    me.qp.connect(&peer, &ConnectParams::default()).expect("connect");
+    me.qp.activate(&ConnectParams::to(peer.clone())).expect("connect");
     for _ in 0..RECVS {
         me.post_recv();
     }

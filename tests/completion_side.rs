@@ -10,7 +10,7 @@ use mlx5::model::ExecMode;
 use mlx5::sim::{two_hosts, Sim};
 use mlx5::{
     AccessFlags, CompletionQueue, ConnectParams, Context, CqConfig, CqeSize, Error, MemoryRegion,
-    MiniCqeFormat, PollOutcome, ProtectionDomain, RcQp, RcQpConfig, Sge, Status, WcOpcode, WqeFlags,
+    MiniCqeFormat, PollOutcome, ProtectionDomain, QpConfig, RcQp, Sge, Status, WcOpcode, WqeFlags,
 };
 use proptest::prelude::*;
 
@@ -23,14 +23,14 @@ struct Side {
     _ctx: Context<Sim>,
 }
 
-fn cfg(scatter: bool) -> RcQpConfig {
-    RcQpConfig { max_send_wr: 128, max_recv_wr: 128, scatter_to_cqe: scatter, ..RcQpConfig::default() }
+fn cfg(scatter: bool) -> QpConfig {
+    QpConfig { max_send_wr: 128, max_recv_wr: 128, scatter_to_cqe: scatter, ..QpConfig::default() }
 }
 
 /// Connect two RC QPs to each other (port 1, default parameters).
 fn connect(a: &RcQp<Sim, u64>, b: &RcQp<Sim, u64>) {
-    a.connect(&b.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
-    b.connect(&a.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+    a.activate(&ConnectParams::to(b.local_info().unwrap())).unwrap();
+    b.activate(&ConnectParams::to(a.local_info().unwrap())).unwrap();
 }
 
 /// Two connected RC QPs; each side's send and receive CQs made by `cq`.
@@ -67,7 +67,7 @@ fn send(s: &Side, entry: u64, off: u64, len: u32, flags: WqeFlags) {
         .unwrap()
         .ctrl_send(flags)
         .unwrap()
-        .sge(s.mr.addr() + off, len, s.mr.lkey())
+        .sge(Sge::new(s.mr.addr() + off, len, s.mr.lkey()))
         .unwrap()
         .finish()
         .unwrap();
@@ -97,7 +97,7 @@ fn compressed_sessions_expand_to_every_completion_in_order() {
             .unwrap()
             .ctrl_send(WqeFlags::SIGNALED)
             .unwrap()
-            .sge(a.mr.addr(), 10 + i as u32, a.mr.lkey())
+            .sge(Sge::new(a.mr.addr(), 10 + i as u32, a.mr.lkey()))
             .unwrap()
             .finish_batch()
             .unwrap();
@@ -127,7 +127,7 @@ fn compressed_sessions_expand_to_every_completion_in_order() {
                 .unwrap()
                 .ctrl_send(WqeFlags::SIGNALED)
                 .unwrap()
-                .sge(a.mr.addr(), 8, a.mr.lkey())
+                .sge(Sge::new(a.mr.addr(), 8, a.mr.lkey()))
                 .unwrap()
                 .finish_batch()
                 .unwrap();
@@ -196,12 +196,12 @@ fn run(ops: &[Op], compression: Option<MiniCqeFormat>) -> (Seen, Seen) {
             Op::Ring => unreachable!(),
             Op::Send { len, signaled } => {
                 let f = if signaled { WqeFlags::SIGNALED } else { WqeFlags::default() };
-                w.ctrl_send(f).unwrap().sge(a.mr.addr(), len, a.mr.lkey()).unwrap().finish_batch()
+                w.ctrl_send(f).unwrap().sge(Sge::new(a.mr.addr(), len, a.mr.lkey())).unwrap().finish_batch()
             }
             Op::SendImm { len, imm } => w
                 .ctrl_send_imm(WqeFlags::SIGNALED, imm)
                 .unwrap()
-                .sge(a.mr.addr(), len, a.mr.lkey())
+                .sge(Sge::new(a.mr.addr(), len, a.mr.lkey()))
                 .unwrap()
                 .finish_batch(),
             Op::WriteImm { len } => w
@@ -209,7 +209,7 @@ fn run(ops: &[Op], compression: Option<MiniCqeFormat>) -> (Seen, Seen) {
                 .unwrap()
                 .rdma(rb, rk)
                 .unwrap()
-                .sge(a.mr.addr(), len, a.mr.lkey())
+                .sge(Sge::new(a.mr.addr(), len, a.mr.lkey()))
                 .unwrap()
                 .finish_batch(),
             Op::Read { len } => w
@@ -217,7 +217,7 @@ fn run(ops: &[Op], compression: Option<MiniCqeFormat>) -> (Seen, Seen) {
                 .unwrap()
                 .rdma(rb, rk)
                 .unwrap()
-                .sge(a.mr.addr() + 4096, len, a.mr.lkey())
+                .sge(Sge::new(a.mr.addr() + 4096, len, a.mr.lkey()))
                 .unwrap()
                 .finish_batch(),
         };
@@ -273,7 +273,7 @@ fn scatter_to_cqe_64_byte_cqes_receiver_and_requester() {
         .unwrap()
         .rdma(b.mr.addr() + 512, b.mr.rkey())
         .unwrap()
-        .sge(a.mr.addr() + 4096, 16, a.mr.lkey())
+        .sge(Sge::new(a.mr.addr() + 4096, 16, a.mr.lkey()))
         .unwrap()
         .finish()
         .unwrap();
@@ -328,7 +328,7 @@ fn armed_cq_signals_its_channel_once_and_honours_solicited_only() {
             .unwrap()
             .ctrl_send(flags)
             .unwrap()
-            .sge(ma.addr(), 8, ma.lkey())
+            .sge(Sge::new(ma.addr(), 8, ma.lkey()))
             .unwrap()
             .finish()
             .unwrap()
@@ -384,7 +384,7 @@ fn wait_blocks_on_the_channel_in_threaded_mode() {
         .unwrap()
         .ctrl_send(WqeFlags::default())
         .unwrap()
-        .sge(ma.addr(), 24, ma.lkey())
+        .sge(Sge::new(ma.addr(), 24, ma.lkey()))
         .unwrap()
         .finish()
         .unwrap();

@@ -6,7 +6,7 @@
 mod common;
 use common::*;
 use mlx5::ring_only::{RingOnly, RingOnlyDevice};
-use mlx5::{ConnectParams, Device, RcQpConfig, RemoteQpInfo, UnknownReason, WqeFlags};
+use mlx5::{ConnectParams, Device, QpConfig, RemoteQpInfo, UnknownReason, WqeFlags};
 
 /// Play the device: write one CQE at slot `slot` of a fresh ring-only CQ
 /// (first pass, owner 0), `op_own` last.
@@ -29,8 +29,8 @@ fn unknown_opcode_format_and_counter_are_consumed_and_reported() {
     let pd = ctx.alloc_pd().unwrap();
     let mut seen = 0;
     let mut cq = ctx.create_mono_cq(16, |_, _: u32| seen += 1).unwrap();
-    let qp = ctx.create_rc_qp(&pd, &cq, &cq, &RcQpConfig::default()).unwrap();
-    qp.connect(&RemoteQpInfo::ib(1, 1), &ConnectParams::default()).unwrap();
+    let qp = ctx.create_rc_qp(&pd, &cq, &cq, &QpConfig::default()).unwrap();
+    qp.activate(&ConnectParams::to(RemoteQpInfo::ib(1, 1))).unwrap();
     qp.wqe_builder(1).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();
     // SAFETY: the test plays the device of a ring-only CQ.
     let ring = unsafe { cq.raw_ring() };

@@ -8,21 +8,19 @@ use common::*;
 use mlx5::model::ExecMode;
 use mlx5::sim::Sim;
 use mlx5::{
-    AccessFlags, ConnectParams, Dci, Dct, Error, QpState, RcQpConfig, Sge, Status, Syndrome, WcOpcode,
-    WqeFlags,
+    AccessFlags, ConnectParams, Dci, Dct, Error, QpConfig, QpState, Sge, Status, Syndrome, WcOpcode, WqeFlags,
 };
 
 const KEY: u64 = 0x1122_3344_5566_7788;
 
 fn dci(n: &Node, params: &ConnectParams) -> Dci<Sim, u64> {
-    let cfg = RcQpConfig {
+    let cfg = QpConfig {
         max_send_wr: 64,
         max_recv_wr: 0,
         max_send_sge: 2,
         max_recv_sge: 0,
         max_inline_data: 64,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     };
     let d = n.ctx.create_dci(&n.pd, &n.cq, &cfg).unwrap();
     d.activate(params).unwrap();
@@ -30,7 +28,7 @@ fn dci(n: &Node, params: &ConnectParams) -> Dci<Sim, u64> {
 }
 
 fn dct(n: &Node, key: u64) -> Dct<Sim, u64> {
-    let t = n.ctx.create_dct(&n.pd, &n.cq, &n.srq, key).unwrap();
+    let t = n.ctx.create_dct(&n.pd, &n.cq, &n.srq, &QpConfig { dc_key: key, ..QpConfig::default() }).unwrap();
     assert!(matches!(t.dct_number(), Err(Error::DctNotReady { state: QpState::Reset })));
     t.activate(&ConnectParams::default()).unwrap();
     t
@@ -63,7 +61,7 @@ fn every_opcode(addressing: Addressing) {
         .unwrap()
         .rdma(rb, rk)
         .unwrap()
-        .sge(la, 256, lk)
+        .sge(Sge::new(la, 256, lk))
         .unwrap()
         .finish()
         .unwrap();
@@ -75,7 +73,7 @@ fn every_opcode(addressing: Addressing) {
         .unwrap()
         .rdma(rb + 0x1000, rk)
         .unwrap()
-        .sge(la, 64, lk)
+        .sge(Sge::new(la, 64, lk))
         .unwrap()
         .finish()
         .unwrap();
@@ -87,7 +85,7 @@ fn every_opcode(addressing: Addressing) {
         .unwrap()
         .rdma(rb + 0x8000, rk)
         .unwrap()
-        .sge(la + 0x4000, 512, lk)
+        .sge(Sge::new(la + 0x4000, 512, lk))
         .unwrap()
         .finish()
         .unwrap();
@@ -97,7 +95,7 @@ fn every_opcode(addressing: Addressing) {
         .unwrap()
         .av(KEY, n, &av)
         .unwrap()
-        .sge(la, 1000, lk)
+        .sge(Sge::new(la, 1000, lk))
         .unwrap()
         .finish()
         .unwrap();
@@ -119,7 +117,7 @@ fn every_opcode(addressing: Addressing) {
         .unwrap()
         .rdma(rb + 0x9000, rk)
         .unwrap()
-        .result(la + 0x5000, lk)
+        .result(Sge::new(la + 0x5000, 8, lk))
         .unwrap()
         .finish()
         .unwrap();
@@ -131,7 +129,7 @@ fn every_opcode(addressing: Addressing) {
         .unwrap()
         .rdma(rb + 0x9000, rk)
         .unwrap()
-        .result(la + 0x5008, lk)
+        .result(Sge::new(la + 0x5008, 8, lk))
         .unwrap()
         .finish()
         .unwrap();
@@ -253,7 +251,10 @@ fn wrong_dc_key_fails_at_the_initiator() {
 #[test]
 fn dct_number_exists_only_from_rtr() {
     let (_f, h) = cluster(1, Addressing::Ib, ExecMode::Deterministic);
-    let t = h[0].ctx.create_dct(&h[0].pd, &h[0].cq, &h[0].srq, KEY).unwrap();
+    let t = h[0]
+        .ctx
+        .create_dct(&h[0].pd, &h[0].cq, &h[0].srq, &QpConfig { dc_key: KEY, ..QpConfig::default() })
+        .unwrap();
     assert!(matches!(t.dct_number(), Err(Error::DctNotReady { .. })));
     assert_eq!(t.qpn(), 0, "no number before RTR");
     t.activate(&ConnectParams::default()).unwrap();
@@ -329,7 +330,10 @@ fn receive_too_small_on_the_dct() {
 fn dct_access_rights_are_enforced() {
     let (_f, mut h) = cluster(2, Addressing::Ib, ExecMode::Deterministic);
     let i = dci(&h[0], &ConnectParams::default());
-    let t = h[1].ctx.create_dct(&h[1].pd, &h[1].cq, &h[1].srq, KEY).unwrap();
+    let t = h[1]
+        .ctx
+        .create_dct(&h[1].pd, &h[1].cq, &h[1].srq, &QpConfig { dc_key: KEY, ..QpConfig::default() })
+        .unwrap();
     t.activate(&ConnectParams { access: AccessFlags::REMOTE_READ, ..ConnectParams::default() }).unwrap();
     i.wqe_builder(1)
         .unwrap()

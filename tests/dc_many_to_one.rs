@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use mlx5::model::ExecMode;
-use mlx5::{ConnectParams, RcQpConfig, Sge, Status, WcOpcode, WqeFlags};
+use mlx5::{ConnectParams, QpConfig, Sge, Status, WcOpcode, WqeFlags};
 
 const KEY: u64 = 0xdc;
 const DCIS_PER_HOST: usize = 2;
@@ -15,18 +15,20 @@ const SIZE: usize = 64;
 
 fn run(addressing: Addressing, mode: ExecMode) {
     let (_f, h) = cluster(SENDERS + 1, addressing, mode);
-    let dct = h[0].ctx.create_dct(&h[0].pd, &h[0].cq, &h[0].srq, KEY).unwrap();
+    let dct = h[0]
+        .ctx
+        .create_dct(&h[0].pd, &h[0].cq, &h[0].srq, &QpConfig { dc_key: KEY, ..QpConfig::default() })
+        .unwrap();
     dct.activate(&ConnectParams::default()).unwrap();
     let dctn = dct.dct_number().unwrap();
     let av = h[0].av(0);
-    let cfg = RcQpConfig {
+    let cfg = QpConfig {
         max_send_wr: 128,
         max_recv_wr: 0,
         max_send_sge: 1,
         max_recv_sge: 0,
         max_inline_data: SIZE as u32,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     };
     let dcis: Vec<(usize, mlx5::Dci<_, u64>)> = (1..=SENDERS)
         .flat_map(|host| (0..DCIS_PER_HOST).map(move |_| host))

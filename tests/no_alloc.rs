@@ -11,7 +11,7 @@ mod common;
 use common::*;
 use mlx5::model::ExecMode;
 use mlx5::ring_only::{RingOnly, RingOnlyDevice};
-use mlx5::{AccessFlags, ConnectParams, Device, RcQpConfig, RemoteQpInfo, Sge, WqeFlags};
+use mlx5::{AccessFlags, ConnectParams, Device, QpConfig, RemoteQpInfo, Sge, WqeFlags};
 
 struct Counting;
 
@@ -66,7 +66,7 @@ fn post_and_poll_do_not_allocate() {
             .unwrap()
             .rdma(rb, rkb)
             .unwrap()
-            .sge(la, 64, lka)
+            .sge(Sge::new(la, 64, lka))
             .unwrap()
             .finish()
             .unwrap();
@@ -86,7 +86,7 @@ fn post_and_poll_do_not_allocate() {
             .unwrap()
             .ctrl_send_imm(WqeFlags::SIGNALED, 7)
             .unwrap()
-            .sge(la, 128, lka)
+            .sge(Sge::new(la, 128, lka))
             .unwrap()
             .finish_batch()
             .unwrap();
@@ -113,8 +113,8 @@ fn post_into_ring_only_does_not_allocate() {
     let ctx = Device::<RingOnly>::new(RingOnlyDevice::new(1, 256)).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_mono_cq(64, |_, _: u64| {}).unwrap();
-    let qp = ctx.create_rc_qp(&pd, &cq, &cq, &RcQpConfig::default()).unwrap();
-    qp.connect(&RemoteQpInfo::ib(2, 2), &ConnectParams::default()).unwrap();
+    let qp = ctx.create_rc_qp(&pd, &cq, &cq, &QpConfig::default()).unwrap();
+    qp.activate(&ConnectParams::to(RemoteQpInfo::ib(2, 2))).unwrap();
     let n = counted(|| {
         for i in 0..100 {
             qp.wqe_builder(i)
@@ -123,7 +123,7 @@ fn post_into_ring_only_does_not_allocate() {
                 .unwrap()
                 .rdma(0x1000, 1)
                 .unwrap()
-                .sge(0x2000, 8, 2)
+                .sge(Sge::new(0x2000, 8, 2))
                 .unwrap()
                 .finish()
                 .unwrap();
@@ -137,23 +137,22 @@ fn post_into_ring_only_does_not_allocate() {
 #[test]
 fn ud_dc_and_srq_paths_do_not_allocate() {
     let (_f, h) = cluster(2, Addressing::Roce, ExecMode::Threaded);
-    let cfg = RcQpConfig {
+    let cfg = QpConfig {
         max_send_wr: 64,
         max_recv_wr: 64,
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 64,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     };
     let (a, b) = (&h[0], &h[1]);
     let ua = a.ctx.create_ud_qp(&a.pd, &a.cq, &a.cq, None, &cfg).unwrap();
     let ub = b.ctx.create_ud_qp(&b.pd, &b.cq, &b.cq, Some(&b.srq), &cfg).unwrap();
-    ua.activate(1, 7).unwrap();
-    ub.activate(1, 7).unwrap();
+    ua.activate(&ConnectParams { qkey: 7, ..ConnectParams::default() }).unwrap();
+    ub.activate(&ConnectParams { qkey: 7, ..ConnectParams::default() }).unwrap();
     let dci = a.ctx.create_dci(&a.pd, &a.cq, &cfg).unwrap();
     dci.activate(&ConnectParams::default()).unwrap();
-    let dct = b.ctx.create_dct(&b.pd, &b.cq, &b.srq, 9).unwrap();
+    let dct = b.ctx.create_dct(&b.pd, &b.cq, &b.srq, &QpConfig { dc_key: 9, ..QpConfig::default() }).unwrap();
     dct.activate(&ConnectParams::default()).unwrap();
     let dctn = dct.dct_number().unwrap();
     let av = mlx5::AddressVector::between(&a.port, &b.port, 0);
@@ -177,7 +176,7 @@ fn ud_dc_and_srq_paths_do_not_allocate() {
             .unwrap()
             .av(9, dctn, &av)
             .unwrap()
-            .sge(a.mr.addr(), 64, a.mr.lkey())
+            .sge(Sge::new(a.mr.addr(), 64, a.mr.lkey()))
             .unwrap()
             .finish()
             .unwrap();

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use common::*;
 use mlx5::model::ExecMode;
 use mlx5::sim::Sim;
-use mlx5::{ConnectParams, Dci, Dct, RcQp, RcQpConfig, Sge, Status, UdQp, WcOpcode, WqeFlags};
+use mlx5::{ConnectParams, Dci, Dct, QpConfig, RcQp, Sge, Status, UdQp, WcOpcode, WqeFlags};
 use proptest::prelude::*;
 
 const HOSTS: usize = 4;
@@ -78,14 +78,13 @@ struct Host {
 
 fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let (_f, mut n) = cluster(HOSTS, addressing, ExecMode::Deterministic);
-    let cfg = RcQpConfig {
+    let cfg = QpConfig {
         max_send_wr: 16,
         max_recv_wr: 64,
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 64,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     };
     let p = ConnectParams::default();
     let mut hosts: Vec<Host> = n
@@ -93,10 +92,18 @@ fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
         .enumerate()
         .map(|(i, h)| {
             let ud = h.ctx.create_ud_qp(&h.pd, &h.cq, &h.cq, None, &cfg).unwrap();
-            ud.activate(1, QKEY).unwrap();
+            ud.activate(&ConnectParams { qkey: QKEY, ..ConnectParams::default() }).unwrap();
             let dci = h.ctx.create_dci(&h.pd, &h.cq, &cfg).unwrap();
             dci.activate(&p).unwrap();
-            let dct = h.ctx.create_dct(&h.pd, &h.cq, &h.srq, 0xdc00 + i as u64).unwrap();
+            let dct = h
+                .ctx
+                .create_dct(
+                    &h.pd,
+                    &h.cq,
+                    &h.srq,
+                    &QpConfig { dc_key: 0xdc00 + i as u64, ..QpConfig::default() },
+                )
+                .unwrap();
             dct.activate(&p).unwrap();
             Host { rc: (0..HOSTS).map(|_| None).collect(), ud, dci, dct }
         })
@@ -105,8 +112,8 @@ fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
         for j in i + 1..HOSTS {
             let a = n[i].ctx.create_rc_qp(&n[i].pd, &n[i].cq, &n[i].cq, &cfg).unwrap();
             let b = n[j].ctx.create_rc_qp(&n[j].pd, &n[j].cq, &n[j].cq, &cfg).unwrap();
-            a.connect(&b.local_info(1, 0).unwrap(), &p).unwrap();
-            b.connect(&a.local_info(1, 0).unwrap(), &p).unwrap();
+            a.activate(&ConnectParams { remote: Some(b.local_info().unwrap()), ..p.clone() }).unwrap();
+            b.activate(&ConnectParams { remote: Some(a.local_info().unwrap()), ..p.clone() }).unwrap();
             hosts[i].rc[j] = Some(a);
             hosts[j].rc[i] = Some(b);
         }
@@ -156,7 +163,7 @@ fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         .unwrap()
                         .rdma(ra + dst as u64, rk)
                         .unwrap()
-                        .sge(la + (SRC + op.a) as u64, len as u32, lk)
+                        .sge(Sge::new(la + (SRC + op.a) as u64, len as u32, lk))
                         .unwrap()
                         .finish()
                         .unwrap();
@@ -170,7 +177,7 @@ fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         .unwrap()
                         .rdma(ra + dst as u64, rk)
                         .unwrap()
-                        .sge(la + (SRC + op.a) as u64, len as u32, lk)
+                        .sge(Sge::new(la + (SRC + op.a) as u64, len as u32, lk))
                         .unwrap()
                         .finish()
                         .unwrap();
@@ -189,7 +196,7 @@ fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         .unwrap()
                         .rdma(ra + from as u64, rk)
                         .unwrap()
-                        .sge(la + to as u64, len as u32, lk)
+                        .sge(Sge::new(la + to as u64, len as u32, lk))
                         .unwrap()
                         .finish()
                         .unwrap();
@@ -203,7 +210,7 @@ fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         .unwrap()
                         .rdma(ra + from as u64, rk)
                         .unwrap()
-                        .sge(la + to as u64, len as u32, lk)
+                        .sge(Sge::new(la + to as u64, len as u32, lk))
                         .unwrap()
                         .finish()
                         .unwrap();
@@ -256,7 +263,7 @@ fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
                             .unwrap()
                             .ctrl_send(f)
                             .unwrap()
-                            .sge(src, len as u32, lk)
+                            .sge(Sge::new(src, len as u32, lk))
                             .unwrap()
                             .finish()
                             .unwrap();
@@ -270,7 +277,7 @@ fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
                             .unwrap()
                             .datagram(&av, dq, QKEY)
                             .unwrap()
-                            .sge(src, len as u32, lk)
+                            .sge(Sge::new(src, len as u32, lk))
                             .unwrap()
                             .finish()
                             .unwrap();
@@ -283,7 +290,7 @@ fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
                             .unwrap()
                             .av(dckey, dctn, &av)
                             .unwrap()
-                            .sge(src, len as u32, lk)
+                            .sge(Sge::new(src, len as u32, lk))
                             .unwrap()
                             .finish()
                             .unwrap();
@@ -305,7 +312,7 @@ fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .unwrap()
                     .rdma(ra + at as u64, rk)
                     .unwrap()
-                    .result(la + to as u64, lk)
+                    .result(Sge::new(la + to as u64, 8, lk))
                     .unwrap()
                     .finish()
                     .unwrap();

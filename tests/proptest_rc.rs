@@ -8,7 +8,7 @@
 mod common;
 use common::*;
 use mlx5::model::ExecMode;
-use mlx5::{AccessFlags, ConnectParams, RcQpConfig, Sge, Status, WcOpcode, WqeFlags};
+use mlx5::{AccessFlags, ConnectParams, QpConfig, Sge, Status, WcOpcode, WqeFlags};
 use proptest::prelude::*;
 
 const HALF: usize = MR_LEN / 2; // A: sources below, READ/atomic sinks above. B: targets below, receives above.
@@ -95,14 +95,13 @@ fn split(base: u64, len: usize, n: usize, lkey: u32) -> Vec<Sge> {
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let cfg = RcQpConfig {
+    let cfg = QpConfig {
         max_send_wr: 8,
         max_recv_wr: 64,
         max_send_sge: 3,
         max_recv_sge: 3,
         max_inline_data: INLINE,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     };
     let mut p = pair_with(ExecMode::Deterministic, &cfg, AccessFlags::ALL, &ConnectParams::default());
     fill(&p.a.mr, 0, HALF, 7);
@@ -148,7 +147,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     finish(b, op);
                 } else {
                     for s in split(src, len, op.sges, lka) {
-                        b = b.sge(s.addr, s.len, s.lkey).unwrap();
+                        b = b.sge(Sge::new(s.addr, s.len, s.lkey)).unwrap();
                     }
                     finish(b, op);
                 }
@@ -178,7 +177,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 } else {
                     let mut b = b;
                     for s in split(src, len, op.sges, lka) {
-                        b = b.sge(s.addr, s.len, s.lkey).unwrap();
+                        b = b.sge(Sge::new(s.addr, s.len, s.lkey)).unwrap();
                     }
                     finish(b, op);
                 }
@@ -188,7 +187,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let mut b = b.ctrl_rdma_read(flags).unwrap().rdma(rb + op.dst as u64, rkb).unwrap();
                 let sink = HALF + op.src;
                 for s in split(la + sink as u64, len, op.sges, lka) {
-                    b = b.sge(s.addr, s.len, s.lkey).unwrap();
+                    b = b.sge(Sge::new(s.addr, s.len, s.lkey)).unwrap();
                 }
                 finish(b, op);
                 let data = mb[op.dst..op.dst + len].to_vec();
@@ -206,7 +205,11 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     }
                     _ => unreachable!(),
                 };
-                let b = b.rdma(rb + op.dst as u64, rkb).unwrap().result(la + sink as u64, lka).unwrap();
+                let b = b
+                    .rdma(rb + op.dst as u64, rkb)
+                    .unwrap()
+                    .result(Sge::new(la + sink as u64, 8, lka))
+                    .unwrap();
                 finish(b, op);
                 mb[op.dst..op.dst + 8].copy_from_slice(&new.to_ne_bytes());
                 ma[sink..sink + 8].copy_from_slice(&old.to_ne_bytes());

@@ -17,7 +17,7 @@ fn rdma_write_lands_and_completes() {
         .unwrap()
         .rdma(rb + 100, rk)
         .unwrap()
-        .sge(la, 4096, p.a.mr.lkey())
+        .sge(Sge::new(la, 4096, p.a.mr.lkey()))
         .unwrap()
         .finish()
         .unwrap();
@@ -43,7 +43,7 @@ fn rdma_write_imm_consumes_a_receive() {
         .unwrap()
         .rdma(p.b.mr.addr(), p.b.mr.rkey())
         .unwrap()
-        .sge(p.a.mr.addr(), 64, p.a.mr.lkey())
+        .sge(Sge::new(p.a.mr.addr(), 64, p.a.mr.lkey()))
         .unwrap()
         .finish()
         .unwrap();
@@ -75,7 +75,7 @@ fn send_variants_scatter_into_receive_sges() {
         .unwrap()
         .ctrl_send(WqeFlags::SIGNALED)
         .unwrap()
-        .sge(la, 300, lk_a)
+        .sge(Sge::new(la, 300, lk_a))
         .unwrap()
         .finish()
         .unwrap();
@@ -83,9 +83,9 @@ fn send_variants_scatter_into_receive_sges() {
         .unwrap()
         .ctrl_send_imm(WqeFlags::SIGNALED | WqeFlags::SOLICITED, 0x0102_0304)
         .unwrap()
-        .sge(la, 100, lk_a)
+        .sge(Sge::new(la, 100, lk_a))
         .unwrap()
-        .sge(la + 100, 150, lk_a)
+        .sge(Sge::new(la + 100, 150, lk_a))
         .unwrap()
         .finish()
         .unwrap();
@@ -134,9 +134,9 @@ fn rdma_read_fetches_remote_memory() {
         .unwrap()
         .rdma(p.b.mr.addr() + 0x2000, p.b.mr.rkey())
         .unwrap()
-        .sge(p.a.mr.addr() + 0x100, 200, p.a.mr.lkey())
+        .sge(Sge::new(p.a.mr.addr() + 0x100, 200, p.a.mr.lkey()))
         .unwrap()
-        .sge(p.a.mr.addr() + 0x1000, 312, p.a.mr.lkey())
+        .sge(Sge::new(p.a.mr.addr() + 0x1000, 312, p.a.mr.lkey()))
         .unwrap()
         .finish()
         .unwrap();
@@ -160,7 +160,7 @@ fn atomics_compare_swap_and_fetch_add() {
         .unwrap()
         .rdma(ra, rk)
         .unwrap()
-        .result(la, lk)
+        .result(Sge::new(la, 8, lk))
         .unwrap()
         .finish()
         .unwrap();
@@ -172,7 +172,7 @@ fn atomics_compare_swap_and_fetch_add() {
             .unwrap()
             .rdma(ra, rk)
             .unwrap()
-            .result(la + 8 * (e - 41), lk)
+            .result(Sge::new(la + 8 * (e - 41), 8, lk))
             .unwrap()
             .finish()
             .unwrap();
@@ -230,13 +230,13 @@ fn multi_wqebb_wqes_wrap_the_ring_many_times() {
                 .rdma(rb + e * 16, rk)
                 .unwrap();
         if e % 2 == 0 {
-            b.sge(la, 4, lk)
+            b.sge(Sge::new(la, 4, lk))
                 .unwrap()
-                .sge(la + 4, 4, lk)
+                .sge(Sge::new(la + 4, 4, lk))
                 .unwrap()
-                .sge(la + 8, 4, lk)
+                .sge(Sge::new(la + 8, 4, lk))
                 .unwrap()
-                .sge(la + 12, 4, lk)
+                .sge(Sge::new(la + 12, 4, lk))
                 .unwrap()
                 .finish()
                 .unwrap();

@@ -2,7 +2,7 @@
 
 use mlx5::model::ExecMode;
 use mlx5::sim::two_hosts;
-use mlx5::{AccessFlags, ConnectParams, RcQpConfig, Status, WqeFlags};
+use mlx5::{AccessFlags, ConnectParams, QpConfig, Sge, Status, WqeFlags};
 
 #[test]
 fn readme_example_runs() -> Result<(), Box<dyn std::error::Error>> {
@@ -12,10 +12,10 @@ fn readme_example_runs() -> Result<(), Box<dyn std::error::Error>> {
     let mut done = Vec::new();
     let mut cq_a = a.create_mono_cq(256, |c, entry: u64| done.push((entry, c.status)))?;
     let cq_b = b.create_mono_cq(256, |_, _: u64| {})?;
-    let qp_a = a.create_rc_qp(&pd_a, &cq_a, &cq_a, &RcQpConfig::default())?;
-    let qp_b = b.create_rc_qp(&pd_b, &cq_b, &cq_b, &RcQpConfig::default())?;
-    qp_a.connect(&qp_b.local_info(1, 0)?, &ConnectParams::default())?;
-    qp_b.connect(&qp_a.local_info(1, 0)?, &ConnectParams::default())?;
+    let qp_a = a.create_rc_qp(&pd_a, &cq_a, &cq_a, &QpConfig::default())?;
+    let qp_b = b.create_rc_qp(&pd_b, &cq_b, &cq_b, &QpConfig::default())?;
+    qp_a.activate(&ConnectParams::to(qp_b.local_info()?))?;
+    qp_b.activate(&ConnectParams::to(qp_a.local_info()?))?;
     let local = pd_a.alloc_mr(4096, AccessFlags::ALL)?;
     let remote = pd_b.alloc_mr(4096, AccessFlags::ALL)?;
     // WRITE_IMM consumes a receive at the responder.
@@ -24,7 +24,7 @@ fn readme_example_runs() -> Result<(), Box<dyn std::error::Error>> {
     qp_a.wqe_builder(42)?
         .ctrl_rdma_write_imm(WqeFlags::SIGNALED, 0x1234)?
         .rdma(remote.addr(), remote.rkey())?
-        .sge(local.addr(), 64, local.lkey())?
+        .sge(Sge::new(local.addr(), 64, local.lkey()))?
         .finish_with_blueflame()?;
     assert_eq!(cq_a.poll(16).completions, 1);
     drop(cq_a);

@@ -8,7 +8,7 @@ use mlx5::ring::post::send_flags;
 use mlx5::ring::seg::opcode;
 use mlx5::ring::{send_wqe, HostMmio, SendWr, Sge};
 use mlx5::sim::devices;
-use mlx5::{AccessFlags, ConnectParams, RcQpConfig};
+use mlx5::{AccessFlags, ConnectParams, QpConfig};
 
 #[test]
 fn another_thread_posts_while_the_owner_polls() {
@@ -21,11 +21,11 @@ fn another_thread_posts_while_the_owner_polls() {
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let cqa = a.create_cq(256, |_, _: ()| {}).unwrap();
     let cqb = b.create_cq(256, |_, _: ()| {}).unwrap();
-    let cfg = RcQpConfig { max_send_wr: 64, dedicated_uar: true, ..RcQpConfig::default() };
+    let cfg = QpConfig { max_send_wr: 64, dedicated_uar: true, ..QpConfig::default() };
     let qa = a.create_rc_qp(&pa, &cqa, &cqa, &cfg).unwrap();
-    let qb = b.create_rc_qp(&pb, &cqb, &cqb, &RcQpConfig::default()).unwrap();
-    qa.connect(&qb.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
-    qb.connect(&qa.local_info(1, 0).unwrap(), &ConnectParams::default()).unwrap();
+    let qb = b.create_rc_qp(&pb, &cqb, &cqb, &QpConfig::default()).unwrap();
+    qa.activate(&ConnectParams::to(qb.local_info().unwrap())).unwrap();
+    qb.activate(&ConnectParams::to(qa.local_info().unwrap())).unwrap();
     let la = pa.alloc_mr(8 * N as usize, AccessFlags::ALL).unwrap();
     let rb = pb.alloc_mr(8 * N as usize, AccessFlags::ALL).unwrap();
     for i in 0..N {

@@ -15,7 +15,7 @@
 
 use mlx5::model::{dissect::dissect_send_wqe, QpType};
 use mlx5::ring_only::{RingOnly, RingOnlyDevice};
-use mlx5::{CompletionQueue, ConnectParams, Context, Device, RcQp, RcQpConfig, RemoteQpInfo, WqeFlags};
+use mlx5::{CompletionQueue, ConnectParams, Context, Device, QpConfig, RcQp, RemoteQpInfo, Sge, WqeFlags};
 
 const LKEY: u32 = 0x1234;
 const RKEY: u32 = 0x5678;
@@ -56,17 +56,16 @@ fn fixture(pi: u32) -> Fx {
     let ctx = Device::<RingOnly>::new(dev.clone()).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16, |_, _: u32| {}).unwrap();
-    let cfg = RcQpConfig {
+    let cfg = QpConfig {
         max_send_wr: 4,
         max_recv_wr: 1,
         max_send_sge: 4,
         max_recv_sge: 1,
         max_inline_data: 64,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     };
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).unwrap();
-    qp.connect(&RemoteQpInfo::ib(0x456, 2), &ConnectParams::default()).unwrap();
+    qp.activate(&ConnectParams::to(RemoteQpInfo::ib(0x456, 2))).unwrap();
     // SAFETY: ring-only backend, empty queue.
     unsafe { qp.skip_sq(pi).unwrap() };
     Fx { _ctx: ctx, _cq: cq, qp, dev }
@@ -90,17 +89,17 @@ fn post(qp: &RcQp<RingOnly, u32>, op: Op, shape: Shape) {
         Op::RdmaRead => {
             let mut s = b.ctrl_rdma_read(f).unwrap().rdma(REMOTE, RKEY).unwrap();
             for i in 0..nsge {
-                s = s.sge(LOCAL + 0x1000 * i, 0x200, LKEY).unwrap();
+                s = s.sge(Sge::new(LOCAL + 0x1000 * i, 0x200, LKEY)).unwrap();
             }
             return s.finish().unwrap();
         }
         Op::AtomicCs => {
             let b = b.ctrl_atomic_cs(f, 0xcafe_f00d, 0x1).unwrap().rdma(REMOTE, RKEY).unwrap();
-            return b.result(LOCAL, LKEY).unwrap().finish().unwrap();
+            return b.result(Sge::new(LOCAL, 8, LKEY)).unwrap().finish().unwrap();
         }
         Op::AtomicFa => {
             let b = b.ctrl_atomic_fa(f, 0x10).unwrap().rdma(REMOTE, RKEY).unwrap();
-            return b.result(LOCAL, LKEY).unwrap().finish().unwrap();
+            return b.result(Sge::new(LOCAL, 8, LKEY)).unwrap().finish().unwrap();
         }
         Op::Nop => return b.ctrl_nop(f).unwrap().finish().unwrap(),
     };
@@ -113,7 +112,7 @@ fn post(qp: &RcQp<RingOnly, u32>, op: Op, shape: Shape) {
         _ => {}
     }
     for i in 0..nsge {
-        d = d.sge(LOCAL + 0x1000 * i, 0x40 * (i as u32 + 1), LKEY).unwrap();
+        d = d.sge(Sge::new(LOCAL + 0x1000 * i, 0x40 * (i as u32 + 1), LKEY)).unwrap();
     }
     d.finish().unwrap();
 }

@@ -17,7 +17,7 @@ use mlx5::model::{
 };
 use mlx5::ring_only::{RingOnly, RingOnlyDevice};
 use mlx5::{
-    AddressVector, CompletionQueue, ConnectParams, Context, Device, IbGrh, RcQpConfig, RoceAv, Sge, WqeFlags,
+    AddressVector, CompletionQueue, ConnectParams, Context, Device, IbGrh, QpConfig, RoceAv, Sge, WqeFlags,
 };
 
 const LKEY: u32 = 0x1234;
@@ -40,15 +40,14 @@ enum Av {
 }
 
 fn av(kind: Av) -> AddressVector {
-    let mut gid = [0u8; 16];
-    gid[10..].copy_from_slice(&[0xff, 0xff, 192, 168, 1, 2]);
+    let gid = mlx5::Gid::from_ipv4([192, 168, 1, 2]);
     match kind {
         Av::Ib => AddressVector::ib(0x0011, 1),
         Av::IbGrh => AddressVector::ib_grh(
             0x0011,
             1,
             &IbGrh {
-                dgid: [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x11],
+                dgid: mlx5::Gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x11]),
                 sgid_index: 0,
                 traffic_class: 0x20,
                 hop_limit: 2,
@@ -101,18 +100,17 @@ fn ud_wqe_layouts() {
         for &(a, shape) in &cases {
             let (ctx, cq) = ctx(0x456);
             let pd = ctx.alloc_pd().unwrap();
-            let cfg = RcQpConfig {
+            let cfg = QpConfig {
                 max_send_wr: 4,
                 max_recv_wr: 1,
                 max_send_sge: 3,
                 max_recv_sge: 1,
                 max_inline_data: 32,
-                dedicated_uar: false,
-                scatter_to_cqe: false,
+                ..QpConfig::default()
             };
             let ud = ctx.create_ud_qp(&pd, &cq, &cq, None, &cfg).unwrap();
             assert_eq!(ud.sq_wqebbs(), 8);
-            ud.activate(1, 0x1111_1111).unwrap();
+            ud.activate(&ConnectParams { qkey: 0x1111_1111, ..ConnectParams::default() }).unwrap();
             let pi = if let Shape::Wrap = shape { 0x17 } else { 0x10 };
             // SAFETY: ring-only backend, empty queue.
             unsafe { ud.skip_sq(pi).unwrap() };
@@ -133,7 +131,7 @@ fn ud_wqe_layouts() {
                 b.inline(b"ABCDEFGHIJKLMNOPQRST").unwrap().finish().unwrap();
             } else {
                 for i in 0..n {
-                    b = b.sge(LOCAL + 0x1000 * i, 0x40 * (i as u32 + 1), LKEY).unwrap();
+                    b = b.sge(Sge::new(LOCAL + 0x1000 * i, 0x40 * (i as u32 + 1), LKEY)).unwrap();
                 }
                 b.finish().unwrap();
             }
@@ -183,14 +181,13 @@ fn dc_wqe_layouts() {
         for (a, shape) in cases {
             let (ctx, cq) = ctx(0x789);
             let pd = ctx.alloc_pd().unwrap();
-            let cfg = RcQpConfig {
+            let cfg = QpConfig {
                 max_send_wr: 2,
                 max_recv_wr: 0,
                 max_send_sge: 4,
                 max_recv_sge: 0,
                 max_inline_data: 32,
-                dedicated_uar: false,
-                scatter_to_cqe: false,
+                ..QpConfig::default()
             };
             let dci = ctx.create_dci(&pd, &cq, &cfg).unwrap();
             assert_eq!(dci.sq_wqebbs(), 8);
@@ -231,7 +228,7 @@ fn dc_wqe_layouts() {
                         d.inline(b"ABCDEFGHIJKLMNOPQRST").unwrap().finish().unwrap();
                     } else {
                         for i in 0..n {
-                            d = d.sge(LOCAL + 0x1000 * i, 0x40 * (i as u32 + 1), LKEY).unwrap();
+                            d = d.sge(Sge::new(LOCAL + 0x1000 * i, 0x40 * (i as u32 + 1), LKEY)).unwrap();
                         }
                         d.finish().unwrap();
                     }
@@ -245,7 +242,7 @@ fn dc_wqe_layouts() {
                         .rdma(REMOTE, RKEY)
                         .unwrap();
                     for i in 0..n {
-                        s = s.sge(LOCAL + 0x1000 * i, 0x200, LKEY).unwrap();
+                        s = s.sge(Sge::new(LOCAL + 0x1000 * i, 0x200, LKEY)).unwrap();
                     }
                     s.finish().unwrap();
                 }
@@ -256,7 +253,7 @@ fn dc_wqe_layouts() {
                         b.ctrl_atomic_fa(f, 0x10)
                     };
                     let b = b.unwrap().av(DC_KEY, 0xabcd, &av).unwrap().rdma(REMOTE, RKEY).unwrap();
-                    b.result(LOCAL, LKEY).unwrap().finish().unwrap();
+                    b.result(Sge::new(LOCAL, 8, LKEY)).unwrap().finish().unwrap();
                 }
             }
             let op_name = match op {

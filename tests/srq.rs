@@ -7,25 +7,26 @@ mod common;
 use common::*;
 use mlx5::model::ExecMode;
 use mlx5::sim::Sim;
-use mlx5::{ConnectParams, Error, QpState, RcQp, RcQpConfig, Sge, Status, Syndrome, WcOpcode, WqeFlags};
+use mlx5::{ConnectParams, Error, QpConfig, QpState, RcQp, Sge, Status, Syndrome, WcOpcode, WqeFlags};
 
 /// `n` RC QPs from node 0 to node 1, node 1's side receiving on its SRQ.
 fn rc_pairs(h: &[Node], n: usize, params: &ConnectParams) -> Vec<(RcQp<Sim, u64>, RcQp<Sim, u64>)> {
-    let cfg = RcQpConfig {
+    let cfg = QpConfig {
         max_send_wr: 64,
         max_recv_wr: 16,
         max_send_sge: 2,
         max_recv_sge: 2,
         max_inline_data: 64,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     };
     (0..n)
         .map(|_| {
             let a = h[0].ctx.create_rc_qp(&h[0].pd, &h[0].cq, &h[0].cq, &cfg).unwrap();
             let b = h[1].ctx.create_rc_qp_with_srq(&h[1].pd, &h[1].cq, &h[1].cq, &h[1].srq, &cfg).unwrap();
-            a.connect(&b.local_info(1, 0).unwrap(), params).unwrap();
-            b.connect(&a.local_info(1, 0).unwrap(), params).unwrap();
+            a.activate(&ConnectParams { remote: Some(b.local_info().unwrap()), ..(*params).clone() })
+                .unwrap();
+            b.activate(&ConnectParams { remote: Some(a.local_info().unwrap()), ..(*params).clone() })
+                .unwrap();
             (a, b)
         })
         .collect()
@@ -131,8 +132,10 @@ fn srq_limits_are_typed_errors() {
     }
     assert_eq!(srq.post_recv(9, &[sge]).err().unwrap(), Error::SrqFull { capacity: 3 });
     let qp_on_srq =
-        h[0].ctx.create_rc_qp_with_srq(&h[0].pd, &h[0].cq, &h[0].cq, &srq, &RcQpConfig::default()).unwrap();
-    qp_on_srq.modify_to_init(1, mlx5::AccessFlags::ALL).unwrap();
+        h[0].ctx.create_rc_qp_with_srq(&h[0].pd, &h[0].cq, &h[0].cq, &srq, &QpConfig::default()).unwrap();
+    qp_on_srq
+        .modify_to_init(&ConnectParams { access: mlx5::AccessFlags::ALL, ..ConnectParams::default() })
+        .unwrap();
     assert!(
         matches!(qp_on_srq.post_recv(1, &[sge]), Err(Error::InvalidArgument(_))),
         "post on the SRQ instead"

@@ -7,22 +7,23 @@ mod common;
 use common::*;
 use mlx5::model::ExecMode;
 use mlx5::sim::Sim;
-use mlx5::{AddressVector, IbGrh, RcQpConfig, RoceL3, Sge, Status, Syndrome, UdQp, WcOpcode, WqeFlags};
+use mlx5::{
+    AddressVector, ConnectParams, IbGrh, QpConfig, RoceL3, Sge, Status, Syndrome, UdQp, WcOpcode, WqeFlags,
+};
 
 const QKEY: u32 = 0x1111_1111;
 
 fn ud(n: &Node, srq: bool) -> UdQp<Sim, u64> {
-    let cfg = RcQpConfig {
+    let cfg = QpConfig {
         max_send_wr: 64,
         max_recv_wr: 64,
         max_send_sge: 2,
         max_recv_sge: 2,
         max_inline_data: 64,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     };
     let q = n.ctx.create_ud_qp(&n.pd, &n.cq, &n.cq, srq.then_some(&n.srq), &cfg).unwrap();
-    q.activate(1, QKEY).unwrap();
+    q.activate(&ConnectParams { qkey: QKEY, ..ConnectParams::default() }).unwrap();
     q
 }
 
@@ -37,7 +38,7 @@ fn send(n: &Node, q: &UdQp<Sim, u64>, av: &AddressVector, dqpn: u32, qkey: u32, 
         .unwrap()
         .datagram(av, dqpn, qkey)
         .unwrap()
-        .sge(n.mr.addr(), len, n.mr.lkey())
+        .sge(Sge::new(n.mr.addr(), len, n.mr.lkey()))
         .unwrap()
         .finish()
         .unwrap();
@@ -76,8 +77,8 @@ fn ud_over_infiniband_with_grh() {
     assert_eq!((c.grh, c.sl, c.byte_len), (true, 2, 104));
     let g = bytes(&h[1].mr, 0, 40);
     assert_eq!(g[0] >> 4, 6, "IPv6-shaped GRH");
-    assert_eq!(&g[8..24], &h[0].port.gid, "source GID");
-    assert_eq!(&g[24..40], &h[1].port.gid, "destination GID");
+    assert_eq!(&g[8..24], &h[0].port.gid.0, "source GID");
+    assert_eq!(&g[24..40], &h[1].port.gid.0, "destination GID");
     assert_eq!(bytes(&h[1].mr, 40, 64), bytes(&h[0].mr, 0, 64));
 }
 
@@ -111,7 +112,7 @@ fn ud_message_above_roce_mtu_is_refused_at_build_time() {
         .unwrap()
         .datagram(&h[1].av(0), 5, QKEY)
         .unwrap();
-    let e = b.sge(h[0].mr.addr(), h[0].port.active_mtu + 1, h[0].mr.lkey()).err().unwrap();
+    let e = b.sge(Sge::new(h[0].mr.addr(), h[0].port.active_mtu + 1, h[0].mr.lkey())).err().unwrap();
     assert!(matches!(e, mlx5::Error::MessageTooLong { .. }), "{e:?}");
 }
 

@@ -3,13 +3,14 @@
 //! description.
 
 pub use crate::ring::av::{AddressVector, IbGrh, RoceAv};
+use crate::ring::Gid;
 use crate::types::{LinkLayer, PortInfo};
 
 impl RoceAv {
     /// A RoCE v2 destination reached from `local`: the source GID index is
     /// the local port's (on hardware, its RoCE v2 entry; index 0 is usually
     /// RoCE v1).
-    pub fn from_port(local: &PortInfo, dgid: [u8; 16], dmac: [u8; 6]) -> Self {
+    pub fn from_port(local: &PortInfo, dgid: Gid, dmac: [u8; 6]) -> Self {
         RoceAv { sgid_index: local.sgid_index, ..Self::new(dgid, dmac) }
     }
 }

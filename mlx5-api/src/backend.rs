@@ -9,7 +9,8 @@
 use crate::error::Result;
 use crate::ring::Mmio;
 
-use crate::types::{AccessFlags, DeviceCaps, PortInfo, QpState, RemoteQpInfo};
+use crate::connect::RemoteQpInfo;
+use crate::types::{AccessFlags, DeviceCaps, PortInfo, QpState};
 
 /// Raw CQ resources (`struct mlx5dv_cq`).
 #[derive(Clone, Copy, Debug)]

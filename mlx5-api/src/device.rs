@@ -8,12 +8,13 @@ use std::rc::Rc;
 
 use crate::backend::{Backend, QpCaps, QpCreate, QpKind, SrqCreate};
 use crate::channel::CompChannel;
+use crate::connect::QpConfig;
 use crate::cq::{AsCq, Completion, CompletionQueue, CqShared, MonoCq};
 use crate::cq_config::{CqConfig, CqeSize};
 use crate::ctx::{CtxInner, PdInner};
 use crate::error::{Error, Result};
 use crate::qp::{Dci, Dct, QpParts, QpShared, RcQp, UdQp};
-use crate::ring::{RqDesc, SqDesc, SqKind};
+use crate::ring::{RqDesc, Sge, SqDesc, SqKind};
 use crate::sizing::{qp_geometry, srq_geometry, QpGeometry};
 use crate::srq::{SharedReceiveQueue, SrqShared};
 use crate::types::{AccessFlags, DeviceCaps, PortInfo, QpState};
@@ -126,10 +127,10 @@ impl<B: Backend> Context<B> {
         pd: &ProtectionDomain<B>,
         send_cq: &impl AsCq<B, T>,
         recv_cq: &impl AsCq<B, T>,
-        config: &RcQpConfig,
+        config: &QpConfig,
     ) -> Result<RcQp<B, T>> {
         let shared =
-            self.create_qp(QpKind::Rc, pd, Some(send_cq.shared()), recv_cq.shared(), None, config, 0)?;
+            self.create_qp(QpKind::Rc, pd, Some(send_cq.shared()), recv_cq.shared(), None, config)?;
         Ok(RcQp { shared })
     }
 
@@ -141,7 +142,7 @@ impl<B: Backend> Context<B> {
         send_cq: &impl AsCq<B, T>,
         recv_cq: &impl AsCq<B, T>,
         srq: &SharedReceiveQueue<B, T>,
-        config: &RcQpConfig,
+        config: &QpConfig,
     ) -> Result<RcQp<B, T>> {
         let shared = self.create_qp(
             QpKind::Rc,
@@ -150,7 +151,6 @@ impl<B: Backend> Context<B> {
             recv_cq.shared(),
             Some(&srq.shared),
             config,
-            0,
         )?;
         Ok(RcQp { shared })
     }
@@ -163,11 +163,10 @@ impl<B: Backend> Context<B> {
         send_cq: &impl AsCq<B, T>,
         recv_cq: &impl AsCq<B, T>,
         srq: Option<&SharedReceiveQueue<B, T>>,
-        config: &RcQpConfig,
+        config: &QpConfig,
     ) -> Result<UdQp<B, T>> {
         let srq = srq.map(|s| &s.shared);
-        let shared =
-            self.create_qp(QpKind::Ud, pd, Some(send_cq.shared()), recv_cq.shared(), srq, config, 0)?;
+        let shared = self.create_qp(QpKind::Ud, pd, Some(send_cq.shared()), recv_cq.shared(), srq, config)?;
         Ok(UdQp { shared })
     }
 
@@ -176,34 +175,34 @@ impl<B: Backend> Context<B> {
         &self,
         pd: &ProtectionDomain<B>,
         send_cq: &impl AsCq<B, T>,
-        config: &RcQpConfig,
+        config: &QpConfig,
     ) -> Result<Dci<B, T>> {
-        let config = RcQpConfig { max_recv_wr: 0, max_recv_sge: 0, ..config.clone() };
+        let config = QpConfig { max_recv_wr: 0, max_recv_sge: 0, ..config.clone() };
         let shared =
-            self.create_qp(QpKind::Dci, pd, Some(send_cq.shared()), send_cq.shared(), None, &config, 0)?;
+            self.create_qp(QpKind::Dci, pd, Some(send_cq.shared()), send_cq.shared(), None, &config)?;
         Ok(Dci { shared })
     }
 
     /// A DC target in RESET receiving on `srq`, reporting to `recv_cq`;
-    /// initiators must present `dc_key`.
+    /// initiators must present `config.dc_key` (the queue sizes of
+    /// `config` do not apply: a DCT has no queue of its own).
     pub fn create_dct<T>(
         &self,
         pd: &ProtectionDomain<B>,
         recv_cq: &impl AsCq<B, T>,
         srq: &SharedReceiveQueue<B, T>,
-        dc_key: u64,
+        config: &QpConfig,
     ) -> Result<Dct<B, T>> {
-        let config = RcQpConfig {
+        let config = QpConfig {
             max_send_wr: 0,
             max_recv_wr: 0,
             max_send_sge: 0,
             max_recv_sge: 0,
             max_inline_data: 0,
             dedicated_uar: false,
-            scatter_to_cqe: false,
+            ..config.clone()
         };
-        let shared =
-            self.create_qp(QpKind::Dct, pd, None, recv_cq.shared(), Some(&srq.shared), &config, dc_key)?;
+        let shared = self.create_qp(QpKind::Dct, pd, None, recv_cq.shared(), Some(&srq.shared), &config)?;
         Ok(Dct { shared })
     }
 
@@ -230,11 +229,13 @@ impl<B: Backend> Context<B> {
         send_cq: Option<&Rc<CqShared<B, T>>>,
         recv_cq: &Rc<CqShared<B, T>>,
         srq: Option<&Rc<SrqShared<B, T>>>,
-        config: &RcQpConfig,
-        dc_key: u64,
+        config: &QpConfig,
     ) -> Result<Rc<QpShared<B, T>>> {
         if !Rc::ptr_eq(&pd.inner.ctx, &self.inner) {
             return Err(Error::InvalidArgument("PD belongs to another context".into()));
+        }
+        if config.psn > 0xff_ffff {
+            return Err(Error::InvalidArgument(format!("PSN {:#x} does not fit in 24 bits", config.psn)));
         }
         let caps = QpCaps {
             max_send_wr: config.max_send_wr,
@@ -248,7 +249,7 @@ impl<B: Backend> Context<B> {
         } else {
             qp_geometry(kind, &caps, &self.inner.caps)?
         };
-        let port = B::query_port(&self.inner.raw, 1)?;
+        let port = B::query_port(&self.inner.raw, config.port)?;
         let attr = QpCreate {
             kind,
             caps: caps.clone(),
@@ -256,7 +257,7 @@ impl<B: Backend> Context<B> {
             rq_wqe_cnt: geo.rq_wqe_cnt,
             rq_stride: geo.rq_stride,
             user_index: self.inner.next_user_index(),
-            dc_key,
+            dc_key: config.dc_key,
             dedicated_uar: config.dedicated_uar,
             scatter_to_cqe: config.scatter_to_cqe,
         };
@@ -318,46 +319,12 @@ impl<B: Backend> Context<B> {
             raw,
             wq,
             caps,
+            port: config.port,
+            psn: config.psn,
             send_cq: send_cq.cloned(),
             recv_cq: recv_cq.clone(),
             pd: pd.inner.clone(),
         }))
-    }
-}
-
-/// Creation parameters of an RC QP.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RcQpConfig {
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_send_sge: u32,
-    pub max_recv_sge: u32,
-    pub max_inline_data: u32,
-    /// A doorbell register of its own (rdma-core's thread domain), shared
-    /// with no other QP: for a send queue driven from another thread
-    /// through the ring core. Otherwise QPs of a context may share
-    /// registers (rdma-core does from the 17th QP on).
-    pub dedicated_uar: bool,
-    /// Scatter-to-CQE (spec §5.7): receives of up to 32 bytes (64 with
-    /// 128-byte CQEs; a DCT only with 128-byte CQEs) and, on RC, READ
-    /// responses of that size and atomic results of signaled WQEs arrive
-    /// in the CQE instead of memory. The poller copies them into the posted
-    /// buffers, as rdma-core does, and hands them over in
-    /// [`crate::Completion::scattered`]. Off by default.
-    pub scatter_to_cqe: bool,
-}
-
-impl Default for RcQpConfig {
-    fn default() -> Self {
-        RcQpConfig {
-            max_send_wr: 256,
-            max_recv_wr: 256,
-            max_send_sge: 4,
-            max_recv_sge: 4,
-            max_inline_data: 256,
-            dedicated_uar: false,
-            scatter_to_cqe: false,
-        }
     }
 }
 
@@ -480,6 +447,26 @@ impl<B: Backend> MemoryRegion<B> {
             )));
         }
         Ok(())
+    }
+
+    /// The scatter/gather entry for `len` bytes at `offset` in this region,
+    /// for send WQEs ([`WqeBuilder::sge`](crate::WqeBuilder)) and receives
+    /// alike; a range outside the region is an error, not a WQE the NIC
+    /// would refuse.
+    ///
+    /// ```
+    /// # use mlx5_api::{ring_only::{RingOnly, RingOnlyDevice}, AccessFlags, Device};
+    /// # let ctx = Device::<RingOnly>::new(RingOnlyDevice::new(1, 64)).open()?;
+    /// # let pd = ctx.alloc_pd()?;
+    /// let mr = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE)?;
+    /// let sge = mr.sge(64, 128)?;
+    /// assert_eq!((sge.addr, sge.len, sge.lkey), (mr.addr() + 64, 128, mr.lkey()));
+    /// assert!(mr.sge(4000, 128).is_err());
+    /// # Ok::<(), mlx5_api::Error>(())
+    /// ```
+    pub fn sge(&self, offset: usize, len: u32) -> Result<Sge> {
+        self.check(offset, len as usize)?;
+        Ok(Sge { addr: self.addr() + offset as u64, len, lkey: self.lkey() })
     }
 
     /// Copy `dst.len()` bytes out of the region at `offset`.

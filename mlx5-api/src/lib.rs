@@ -30,6 +30,8 @@ pub mod backend;
 #[cfg(feature = "std")]
 pub mod channel;
 #[cfg(feature = "std")]
+pub mod connect;
+#[cfg(feature = "std")]
 pub mod cq;
 #[cfg(feature = "std")]
 pub mod cq_config;
@@ -66,22 +68,27 @@ pub mod wqe;
 pub use ring::barrier;
 
 #[cfg(feature = "std")]
+#[allow(deprecated)]
+pub use connect::RcQpConfig;
+
+#[cfg(feature = "std")]
 pub use {
     async_event::AsyncEvent,
     av::{AddressVector, IbGrh, RoceAv},
     backend::{Backend, CqCreate, CqResources, QpCaps, QpKind, QpResources, SrqResources},
     channel::{CompChannel, CqEvent},
+    connect::{ConnectParams, QpConfig, RemoteQpInfo, DEFAULT_QKEY},
     cq::{
         AsCq, Completion, CompletionQueue, MonoCq, PollOutcome, RoceL3, Scattered, UnknownCqe, UnknownReason,
         WcOpcode,
     },
     cq_config::{CqConfig, CqeSize, MiniCqeFormat},
-    device::{Context, Device, MemoryRegion, ProtectionDomain, RcQpConfig},
+    device::{Context, Device, MemoryRegion, ProtectionDomain},
     error::{Error, Result},
     qp::{Dci, Dct, RcQp, UdQp},
     ring::cqe::Cqe as CqeFields,
-    ring::{CqeError, Sge, Status, Syndrome},
+    ring::{CqeError, Gid, Sge, Status, Syndrome},
     srq::SharedReceiveQueue,
-    types::{AccessFlags, ConnectParams, DeviceCaps, LinkLayer, PortInfo, QpState, RemoteQpInfo, WqeFlags},
+    types::{AccessFlags, DeviceCaps, LinkLayer, PortInfo, QpState, WqeFlags},
     wqe::WqeBuilder,
 };

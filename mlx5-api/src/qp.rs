@@ -7,11 +7,12 @@
 use std::rc::Rc;
 
 use crate::backend::{Backend, QpCaps, QpKind, QpTransition};
+use crate::connect::{ConnectParams, RemoteQpInfo};
 use crate::cq::CqShared;
 use crate::ctx::PdInner;
 use crate::error::{Error, Result};
 use crate::ring::{RqDesc, Sge, SqDesc};
-use crate::types::{AccessFlags, ConnectParams, LinkLayer, QpState, RemoteQpInfo};
+use crate::types::{AccessFlags, LinkLayer, QpState};
 use crate::wq::{RecvSide, WorkQueues};
 use crate::wqe::state::{DcInit, Init, UdInit};
 use crate::wqe::WqeBuilder;
@@ -23,6 +24,10 @@ pub struct QpShared<B: Backend, T> {
     raw: B::Qp,
     pub(crate) wq: Rc<WorkQueues<B, T>>,
     caps: QpCaps,
+    /// The port from `QpConfig::port`.
+    port: u8,
+    /// The start PSN from `QpConfig::psn`.
+    psn: u32,
     send_cq: Option<Rc<CqShared<B, T>>>,
     recv_cq: Rc<CqShared<B, T>>,
     pd: Rc<PdInner<B>>,
@@ -33,6 +38,8 @@ pub(crate) struct QpParts<B: Backend, T> {
     pub raw: B::Qp,
     pub wq: WorkQueues<B, T>,
     pub caps: QpCaps,
+    pub port: u8,
+    pub psn: u32,
     pub send_cq: Option<Rc<CqShared<B, T>>>,
     pub recv_cq: Rc<CqShared<B, T>>,
     pub pd: Rc<PdInner<B>>,
@@ -44,6 +51,8 @@ impl<B: Backend, T> QpShared<B, T> {
             raw: p.raw,
             wq: Rc::new(p.wq),
             caps: p.caps,
+            port: p.port,
+            psn: p.psn,
             send_cq: p.send_cq,
             recv_cq: p.recv_cq,
             pd: p.pd,
@@ -124,8 +133,51 @@ impl<B: Backend, T> QpShared<B, T> {
         }
     }
 
-    fn port_info(&self, port: u8) -> Result<crate::types::PortInfo> {
-        B::query_port(&self.pd.ctx.raw, port)
+    fn port_info(&self) -> Result<crate::types::PortInfo> {
+        B::query_port(&self.pd.ctx.raw, self.port)
+    }
+
+    /// RESET→INIT on the configured port.
+    fn to_init(&self, access: AccessFlags, qkey: Option<u32>) -> Result<()> {
+        self.transition(QpState::Init, &QpTransition::Init { port: self.port, access, qkey })
+    }
+
+    /// INIT→RTR with `p`'s receive parameters (and peer, RC).
+    fn to_rtr(&self, p: &ConnectParams, remote: Option<RemoteQpInfo>) -> Result<()> {
+        let t = QpTransition::Rtr {
+            remote,
+            path_mtu: p.path_mtu,
+            min_rnr_timer: p.min_rnr_timer,
+            max_dest_rd_atomic: p.max_dest_rd_atomic,
+        };
+        self.transition(QpState::Rtr, &t)
+    }
+
+    /// RTR→RTS (or SQE→RTS) with `p`'s send parameters and the configured PSN.
+    fn to_rts(&self, p: &ConnectParams) -> Result<()> {
+        let t = QpTransition::Rts {
+            timeout: p.timeout,
+            retry_cnt: p.retry_cnt,
+            rnr_retry: p.rnr_retry,
+            sq_psn: self.psn,
+            max_rd_atomic: p.max_rd_atomic,
+        };
+        self.transition(QpState::Rts, &t)
+    }
+
+    /// The peer of an RC QP (required), or none for the other transports
+    /// (refused if given).
+    fn peer(&self, p: &ConnectParams) -> Result<Option<RemoteQpInfo>> {
+        match (self.wq.kind, &p.remote) {
+            (QpKind::Rc, None) => Err(Error::InvalidArgument(
+                "an RC QP connects to a peer: ConnectParams::to(peer.local_info()?)".into(),
+            )),
+            (QpKind::Rc, Some(r)) => Ok(Some(r.clone())),
+            (_, None) => Ok(None),
+            (_, Some(_)) => Err(Error::InvalidArgument(
+                "ConnectParams::remote is for RC QPs; UD and DC address each WQE".into(),
+            )),
+        }
     }
 }
 
@@ -144,10 +196,16 @@ macro_rules! common {
         pub fn caps(&self) -> &QpCaps {
             &self.shared.caps
         }
-        /// What a peer needs to connect to this QP on `port` (LID on InfiniBand;
-        /// GID and MAC on RoCE).
-        pub fn local_info(&self, port: u8, psn: u32) -> Result<RemoteQpInfo> {
-            let p = self.shared.port_info(port)?;
+        /// The port this QP was created on ([`QpConfig::port`](crate::QpConfig::port)).
+        pub fn port(&self) -> u8 {
+            self.shared.port
+        }
+        /// What a peer needs to reach this QP, to send out of band: the QP
+        /// number, the address of its port (LID on InfiniBand; GID and MAC
+        /// on RoCE) and its start PSN ([`QpConfig::psn`](crate::QpConfig::psn)).
+        pub fn local_info(&self) -> Result<RemoteQpInfo> {
+            let p = self.shared.port_info()?;
+            let psn = self.shared.psn;
             Ok(match p.link_layer {
                 LinkLayer::Ethernet => RemoteQpInfo { psn, ..RemoteQpInfo::roce(self.qpn(), p.gid, p.mac) },
                 LinkLayer::InfiniBand => RemoteQpInfo { psn, ..RemoteQpInfo::ib(self.qpn(), p.lid) },
@@ -313,29 +371,35 @@ impl<B: Backend, T> RcQp<B, T> {
     send_queue!();
     recv_queue!();
 
-    /// RESET→INIT with the responder access rights of this QP.
-    pub fn modify_to_init(&self, port: u8, access: AccessFlags) -> Result<()> {
-        self.shared.transition(QpState::Init, &QpTransition::Init { port, access, qkey: None })
+    /// RESET→INIT→RTR→RTS towards `p.remote` (required): the bring-up
+    /// every QP type shares. Our `sq_psn` is [`QpConfig::psn`](crate::QpConfig::psn),
+    /// our expected receive PSN the peer's `psn`.
+    ///
+    /// PSNs must agree: if the peer expects another PSN than ours, our
+    /// requests are never executed; the peer answers a PSN sequence error
+    /// (ahead) or treats them as duplicates (behind), our retries run out,
+    /// and the WQE completes with [`Syndrome::TransportRetryExceeded`](crate::Syndrome)
+    /// (`IBV_WC_RETRY_EXC_ERR`), the QP moves to ERR and later WQEs flush.
+    /// The simulator checks this the same way.
+    pub fn activate(&self, p: &ConnectParams) -> Result<()> {
+        let remote = self.shared.peer(p)?;
+        self.shared.to_init(p.access, None)?;
+        self.shared.to_rtr(p, remote)?;
+        self.shared.to_rts(p)
     }
-    /// INIT→RTR towards `remote`.
-    pub fn modify_to_rtr(&self, remote: &RemoteQpInfo, p: &ConnectParams) -> Result<()> {
-        let t = QpTransition::Rtr {
-            remote: Some(remote.clone()),
-            path_mtu: p.path_mtu,
-            min_rnr_timer: p.min_rnr_timer,
-            max_dest_rd_atomic: p.max_dest_rd_atomic,
-        };
-        self.shared.transition(QpState::Rtr, &t)
+    /// RESET→INIT alone (the first step of [`RcQp::activate`]), for code
+    /// that posts receives before the peer is known.
+    pub fn modify_to_init(&self, p: &ConnectParams) -> Result<()> {
+        self.shared.to_init(p.access, None)
     }
-    /// RTR→RTS.
+    /// INIT→RTR towards `p.remote` (the second step of [`RcQp::activate`]).
+    pub fn modify_to_rtr(&self, p: &ConnectParams) -> Result<()> {
+        let remote = self.shared.peer(p)?;
+        self.shared.to_rtr(p, remote)
+    }
+    /// RTR→RTS (the last step of [`RcQp::activate`]).
     pub fn modify_to_rts(&self, p: &ConnectParams) -> Result<()> {
-        self.shared.transition(QpState::Rts, &rts(p))
-    }
-    /// RESET→INIT→RTR→RTS in one call.
-    pub fn connect(&self, remote: &RemoteQpInfo, p: &ConnectParams) -> Result<()> {
-        self.modify_to_init(p.port, p.access)?;
-        self.modify_to_rtr(remote, p)?;
-        self.modify_to_rts(p)
+        self.shared.to_rts(p)
     }
 
     /// Start a send WQE carrying `entry`, returned with its completion.
@@ -346,36 +410,26 @@ impl<B: Backend, T> RcQp<B, T> {
     }
 }
 
-fn rts(p: &ConnectParams) -> QpTransition {
-    QpTransition::Rts {
-        timeout: p.timeout,
-        retry_cnt: p.retry_cnt,
-        rnr_retry: p.rnr_retry,
-        sq_psn: p.sq_psn,
-        max_rd_atomic: p.max_rd_atomic,
-    }
-}
-
 impl<B: Backend, T> UdQp<B, T> {
     common!();
     send_queue!();
     recv_queue!();
 
-    /// RESET→INIT→RTR→RTS with the Q_Key that incoming datagrams must carry.
-    pub fn activate(&self, port: u8, qkey: u32) -> Result<()> {
-        let s = &self.shared;
-        s.transition(
-            QpState::Init,
-            &QpTransition::Init { port, access: AccessFlags::NONE, qkey: Some(qkey) },
+    /// RESET→INIT→RTR→RTS with `p.qkey`, the Q_Key incoming datagrams
+    /// must carry (`p.remote` must be `None`: each WQE names its destination).
+    pub fn activate(&self, p: &ConnectParams) -> Result<()> {
+        self.shared.peer(p)?;
+        self.shared.to_init(AccessFlags::NONE, Some(p.qkey))?;
+        self.shared.to_rtr(
+            &ConnectParams { path_mtu: 0, min_rnr_timer: 0, max_dest_rd_atomic: 0, ..p.clone() },
+            None,
         )?;
-        let rtr = QpTransition::Rtr { remote: None, path_mtu: 0, min_rnr_timer: 0, max_dest_rd_atomic: 0 };
-        s.transition(QpState::Rtr, &rtr)?;
-        s.transition(QpState::Rts, &rts(&ConnectParams::default()))
+        self.shared.to_rts(p)
     }
 
     /// SQE→RTS after a send error (the receive side kept working).
     pub fn recover(&self) -> Result<()> {
-        self.shared.transition(QpState::Rts, &rts(&ConnectParams::default()))
+        self.shared.to_rts(&ConnectParams::default())
     }
 
     /// Start a UD SEND carrying `entry`: ctrl, then the datagram segment.
@@ -390,21 +444,13 @@ impl<B: Backend, T> Dci<B, T> {
     send_queue!();
 
     /// RESET→INIT→RTR→RTS (spec §7: INIT needs the port, RTR the path MTU,
-    /// RTS the retry parameters). The destination comes with every WQE.
+    /// RTS the retry parameters). The destination comes with every WQE
+    /// (`p.remote` must be `None`).
     pub fn activate(&self, p: &ConnectParams) -> Result<()> {
-        let s = &self.shared;
-        s.transition(
-            QpState::Init,
-            &QpTransition::Init { port: p.port, access: AccessFlags::NONE, qkey: None },
-        )?;
-        let rtr = QpTransition::Rtr {
-            remote: None,
-            path_mtu: p.path_mtu,
-            min_rnr_timer: p.min_rnr_timer,
-            max_dest_rd_atomic: 0,
-        };
-        s.transition(QpState::Rtr, &rtr)?;
-        s.transition(QpState::Rts, &rts(p))
+        self.shared.peer(p)?;
+        self.shared.to_init(AccessFlags::NONE, None)?;
+        self.shared.to_rtr(&ConnectParams { max_dest_rd_atomic: 0, ..p.clone() }, None)?;
+        self.shared.to_rts(p)
     }
 
     /// Start a WQE to some DCT: ctrl, then the address vector.
@@ -418,17 +464,13 @@ impl<B: Backend, T> Dct<B, T> {
     common!();
 
     /// RESET→INIT→RTR (a DCT's final state): the DCT number is assigned
-    /// here and the DCT starts receiving on its SRQ.
+    /// here and the DCT starts receiving on its SRQ, accepting `p.access`
+    /// from initiators that present [`QpConfig::dc_key`](crate::QpConfig::dc_key)
+    /// (`p.remote` must be `None`).
     pub fn activate(&self, p: &ConnectParams) -> Result<()> {
-        let s = &self.shared;
-        s.transition(QpState::Init, &QpTransition::Init { port: p.port, access: p.access, qkey: None })?;
-        let rtr = QpTransition::Rtr {
-            remote: None,
-            path_mtu: p.path_mtu,
-            min_rnr_timer: p.min_rnr_timer,
-            max_dest_rd_atomic: p.max_dest_rd_atomic,
-        };
-        s.transition(QpState::Rtr, &rtr)
+        self.shared.peer(p)?;
+        self.shared.to_init(p.access, None)?;
+        self.shared.to_rtr(p, None)
     }
 
     /// The DCT number initiators address (read live: it exists from RTR on).

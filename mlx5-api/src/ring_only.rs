@@ -134,7 +134,7 @@ impl Backend for RingOnly {
         Ok(PortInfo {
             port_num: port,
             lid: 1,
-            gid: [0; 16],
+            gid: crate::ring::Gid::ZERO,
             sgid_index: 0,
             mac: [0; 6],
             link_layer: LinkLayer::InfiniBand,

@@ -10,6 +10,7 @@ use crate::backend::{
 };
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::ring::Gid;
 use crate::ring::{HostMmio, Mmio};
 use crate::types::{AccessFlags, DeviceCaps, LinkLayer, PortInfo, QpState};
 
@@ -219,7 +220,7 @@ impl Backend for Sim {
         Ok(PortInfo {
             port_num: i.port_num,
             lid: i.lid,
-            gid: i.gid,
+            gid: Gid(i.gid),
             sgid_index: 0,
             mac: i.mac,
             link_layer: match i.link_layer {
@@ -394,7 +395,7 @@ impl Backend for Sim {
                 path: remote.as_ref().map(|r| model::RcPath {
                     dest_qpn: r.qpn,
                     dlid: r.lid,
-                    dgid: r.gid,
+                    dgid: r.gid.map(|g| g.0),
                     dmac: r.mac,
                     sl: 0,
                 }),

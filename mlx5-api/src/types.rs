@@ -1,81 +1,78 @@
 //! Plain values shared by the front-end and the backends: access flags, WQE
 //! flags (spec §2.2), QP states (spec §7), port and capability records.
 
-use std::ops::{BitOr, BitOrAssign};
+use core::fmt;
 
-macro_rules! flag_type {
-    ($(#[$m:meta])* $name:ident : $t:ty { $($(#[$fm:meta])* $f:ident = $v:expr;)* }) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-        pub struct $name($t);
-        impl $name {
-            $($(#[$fm])* pub const $f: Self = Self($v);)*
-            /// No flag set.
-            pub const NONE: Self = Self(0);
-            /// The raw bits.
-            #[inline(always)]
-            pub const fn bits(self) -> $t { self.0 }
-            /// Build from raw bits (unknown bits are kept).
-            #[inline(always)]
-            pub const fn from_bits(bits: $t) -> Self { Self(bits) }
-            /// Whether every bit of `other` is set.
-            #[inline(always)]
-            pub const fn contains(self, other: Self) -> bool { self.0 & other.0 == other.0 }
-        }
-        impl BitOr for $name {
-            type Output = Self;
-            #[inline(always)]
-            fn bitor(self, rhs: Self) -> Self { Self(self.0 | rhs.0) }
-        }
-        impl BitOrAssign for $name {
-            #[inline(always)]
-            fn bitor_assign(&mut self, rhs: Self) { self.0 |= rhs.0 }
-        }
-    };
-}
+use crate::ring::Gid;
 
-flag_type! {
+bitflags::bitflags! {
     /// Memory-region and QP access rights; the values are `ibv_access_flags`.
-    AccessFlags: u32 {
+    /// Prints by name: `AccessFlags(LOCAL_WRITE | REMOTE_READ)`.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+    pub struct AccessFlags: u32 {
         /// The NIC may write the memory locally (receive buffers, READ sinks, atomic results).
-        LOCAL_WRITE = 1;
+        const LOCAL_WRITE = 1;
         /// Remote RDMA WRITE into the memory.
-        REMOTE_WRITE = 2;
+        const REMOTE_WRITE = 2;
         /// Remote RDMA READ of the memory.
-        REMOTE_READ = 4;
+        const REMOTE_READ = 4;
         /// Remote atomics on the memory.
-        REMOTE_ATOMIC = 8;
+        const REMOTE_ATOMIC = 8;
     }
 }
 
 impl AccessFlags {
+    /// No right at all.
+    pub const NONE: Self = Self::empty();
     /// Everything: local write and all remote rights.
-    pub const ALL: Self = Self(1 | 2 | 4 | 8);
+    pub const ALL: Self = Self::all();
 }
 
-flag_type! {
+bitflags::bitflags! {
     /// Per-WQE flags, encoded into the ctrl segment's `fm_ce_se` byte (spec §2.2).
-    WqeFlags: u8 {
+    /// Prints by name: `WqeFlags(SIGNALED | FENCE)`.
+    ///
+    /// ```
+    /// use mlx5_api::WqeFlags;
+    /// let f = WqeFlags::SIGNALED | WqeFlags::FENCE;
+    /// assert_eq!(f.bits(), 0x88); // fm_ce_se: FM = 4 (fence), CE = 2 (CQ update)
+    /// assert_eq!(format!("{f:?}"), "WqeFlags(SIGNALED | FENCE)");
+    /// ```
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct WqeFlags: u8 {
         /// Generate a CQE on success (CE = 2, `MLX5_WQE_CTRL_CQ_UPDATE`).
-        SIGNALED = 0x08;
-        /// Alias of [`WqeFlags::SIGNALED`], the seed library's name.
-        COMPLETION = 0x08;
+        const SIGNALED = 0x08;
         /// Solicited event at the responder (SE).
-        SOLICITED = 0x02;
+        const SOLICITED = 0x02;
         /// Fence: wait for prior READ/atomic WQEs (FM = 4, "small and fence", as rdma-core's `IBV_SEND_FENCE`).
-        FENCE = 0x80;
+        const FENCE = 0x80;
     }
+}
+
+impl WqeFlags {
+    /// No flag: an unsignaled WQE.
+    pub const NONE: Self = Self::empty();
+    /// Alias of [`WqeFlags::SIGNALED`], the seed library's name.
+    pub const COMPLETION: Self = Self::SIGNALED;
 }
 
 /// QP states (spec §7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum QpState {
+    /// Created, or reset: no work is accepted.
     Reset,
+    /// Initialised: receives may be posted.
     Init,
+    /// Ready to receive.
     Rtr,
+    /// Ready to send.
     Rts,
+    /// Send queue drained (not entered by this library).
     Sqd,
+    /// Send queue error (UD): the receive side keeps working.
     Sqe,
+    /// Error: outstanding work completes with flush errors.
     Err,
 }
 
@@ -98,24 +95,42 @@ impl QpState {
     }
 }
 
-/// Link layer of a port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Link layer of a port: the one type the front-end, both backends' port
+/// queries and the tools use. Prints as `ibv_devinfo` does
+/// (`InfiniBand`, `Ethernet`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum LinkLayer {
+    /// InfiniBand: addressed by LID (and GID across subnets).
     InfiniBand,
+    /// Ethernet: RoCE, addressed by GID and MAC.
     Ethernet,
+}
+
+impl fmt::Display for LinkLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LinkLayer::InfiniBand => "InfiniBand",
+            LinkLayer::Ethernet => "Ethernet",
+        })
+    }
 }
 
 /// What `ibv_query_port` / `ibv_query_gid` tell about a port.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PortInfo {
+    /// Port number (1-based).
     pub port_num: u8,
+    /// Base LID (InfiniBand; 0 on RoCE).
     pub lid: u16,
     /// The GID this port sends from (RoCE: the RoCE v2 entry).
-    pub gid: [u8; 16],
+    pub gid: Gid,
     /// The index of `gid` in the port's GID table: what address vectors
     /// built for this port must carry as their source GID index.
     pub sgid_index: u8,
+    /// The port's MAC address (RoCE; 0 on InfiniBand).
     pub mac: [u8; 6],
+    /// InfiniBand or Ethernet.
     pub link_layer: LinkLayer,
     /// Active path MTU in bytes.
     pub active_mtu: u32,
@@ -124,8 +139,11 @@ pub struct PortInfo {
 /// Device limits the front-end checks against.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceCaps {
+    /// Most WQEs per send or receive queue (`max_qp_wr`).
     pub max_qp_wr: u32,
+    /// Most scatter/gather entries per WQE (`max_sge`).
     pub max_sge: u32,
+    /// Most CQEs per CQ (`max_cqe`).
     pub max_cqe: u32,
     /// Maximum send WQE size in bytes (`max_sq_desc_sz`), at most 1008 (63 DS).
     pub max_wqe_sz_sq: u32,
@@ -133,66 +151,6 @@ pub struct DeviceCaps {
     /// (the simulator); 0 when it is per QP or unknown (hardware: each QP's
     /// `QpResources::bf_size` is what the send queue uses).
     pub bf_size: u32,
+    /// Most outstanding RDMA READs / atomics per QP (`max_qp_rd_atom`).
     pub max_rd_atomic: u8,
-}
-
-/// Everything a peer needs to connect an RC QP to ours (exchanged out of band).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RemoteQpInfo {
-    pub qpn: u32,
-    /// Destination LID (InfiniBand).
-    pub lid: u16,
-    /// Destination GID; `Some` selects GRH/RoCE addressing.
-    pub gid: Option<[u8; 16]>,
-    /// Destination MAC (RoCE).
-    pub mac: Option<[u8; 6]>,
-    /// Start packet sequence number of the peer's send queue.
-    pub psn: u32,
-}
-
-impl RemoteQpInfo {
-    /// An InfiniBand peer, addressed by LID.
-    pub fn ib(qpn: u32, lid: u16) -> Self {
-        RemoteQpInfo { qpn, lid, gid: None, mac: None, psn: 0 }
-    }
-    /// A RoCE v2 peer, addressed by GID and MAC.
-    pub fn roce(qpn: u32, gid: [u8; 16], mac: [u8; 6]) -> Self {
-        RemoteQpInfo { qpn, lid: 0, gid: Some(gid), mac: Some(mac), psn: 0 }
-    }
-}
-
-/// Connection parameters for RESET→INIT→RTR→RTS (spec §7 attribute table).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConnectParams {
-    pub port: u8,
-    /// Remote operations this QP accepts as responder.
-    pub access: AccessFlags,
-    /// Path MTU in bytes (256..4096).
-    pub path_mtu: u32,
-    pub min_rnr_timer: u8,
-    /// Local ACK timeout exponent (4.096 µs · 2^timeout).
-    pub timeout: u8,
-    pub retry_cnt: u8,
-    /// RNR retries; 7 means retry forever.
-    pub rnr_retry: u8,
-    pub sq_psn: u32,
-    pub max_rd_atomic: u8,
-    pub max_dest_rd_atomic: u8,
-}
-
-impl Default for ConnectParams {
-    fn default() -> Self {
-        ConnectParams {
-            port: 1,
-            access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
-            path_mtu: 1024,
-            min_rnr_timer: 12,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            sq_psn: 0,
-            max_rd_atomic: 16,
-            max_dest_rd_atomic: 16,
-        }
-    }
 }

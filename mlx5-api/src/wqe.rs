@@ -27,6 +27,7 @@ use crate::ring::seg::{
     self, set_atomic_seg, set_ctrl_seg, set_data_ptr_seg, set_datagram_seg, set_raddr_seg,
 };
 use crate::ring::sq::{copy_in, ds_ptr, over_budget};
+use crate::ring::Sge;
 use crate::types::WqeFlags;
 use crate::wq::SendQueue;
 
@@ -525,10 +526,12 @@ impl<'q, B: Backend, T, N: AfterRaddr> WqeBuilder<'q, B, T, NeedsRaddr<N>> {
 }
 
 impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Data> {
-    /// Gather entry (data pointer segment).
+    /// Gather entry (data pointer segment): the [`Sge`] a memory region
+    /// hands out with [`MemoryRegion::sge`](crate::MemoryRegion::sge), the
+    /// same type receives take.
     #[inline(always)]
-    pub fn sge(mut self, addr: u64, len: u32, lkey: u32) -> Result<Self> {
-        self.push_sge(addr, len, lkey)?;
+    pub fn sge(mut self, sge: Sge) -> Result<Self> {
+        self.push_sge(sge.addr, sge.len, sge.lkey)?;
         Ok(self)
     }
 
@@ -567,17 +570,21 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Data> {
 impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Scatter> {
     /// Local scatter entry of an RDMA READ (needs LOCAL_WRITE on the MR).
     #[inline(always)]
-    pub fn sge(mut self, addr: u64, len: u32, lkey: u32) -> Result<Self> {
-        self.push_sge(addr, len, lkey)?;
+    pub fn sge(mut self, sge: Sge) -> Result<Self> {
+        self.push_sge(sge.addr, sge.len, sge.lkey)?;
         Ok(self)
     }
 }
 
 impl<'q, B: Backend, T> WqeBuilder<'q, B, T, NeedsResult> {
-    /// The 8-byte local buffer that receives the original remote value.
+    /// The 8-byte local buffer that receives the original remote value
+    /// (`sge.len` must be 8, as for `ibv_post_send` atomics).
     #[inline(always)]
-    pub fn result(mut self, addr: u64, lkey: u32) -> Result<WqeBuilder<'q, B, T, Complete>> {
-        self.push_sge(addr, 8, lkey)?;
+    pub fn result(mut self, sge: Sge) -> Result<WqeBuilder<'q, B, T, Complete>> {
+        if sge.len != 8 {
+            return Err(Error::InvalidArgument(format!("an atomic result takes 8 bytes, not {}", sge.len)));
+        }
+        self.push_sge(sge.addr, 8, sge.lkey)?;
         Ok(self.to(Complete))
     }
 }

@@ -4,7 +4,7 @@
 
 use mlx5_api::ring_only::{RingOnly, RingOnlyDevice};
 use mlx5_api::{
-    ConnectParams, Context, CqeFields, Device, MemoryRegion, RcQp, RcQpConfig, RemoteQpInfo, Syndrome,
+    ConnectParams, Context, CqeFields, Device, MemoryRegion, QpConfig, RcQp, RemoteQpInfo, Sge, Syndrome,
     WqeFlags,
 };
 
@@ -32,19 +32,18 @@ fn qp_at(pi: u32) -> Fixture {
     let ctx = Device::<RingOnly>::new(dev.clone()).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16, |_, _: u64| {}).unwrap();
-    let cfg = RcQpConfig {
+    let cfg = QpConfig {
         max_send_wr: 4,
         max_recv_wr: 4,
         max_send_sge: 4,
         max_recv_sge: 1,
         max_inline_data: 32,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     };
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).unwrap();
     assert_eq!(qp.qpn(), 0x123);
     assert_eq!(qp.sq_wqebbs(), 8, "the goldens use a ring of 8 WQEBBs");
-    qp.connect(&RemoteQpInfo::ib(0x456, 2), &ConnectParams::default()).unwrap();
+    qp.activate(&ConnectParams::to(RemoteQpInfo::ib(0x456, 2))).unwrap();
     // SAFETY: ring-only backend, empty send queue.
     unsafe { qp.skip_sq(pi).unwrap() };
     Fixture { dev, _ctx: ctx, qp, _keep: vec![], _cq: cq }
@@ -76,7 +75,7 @@ fn w1_rc_rdma_write_1_sge() {
         .unwrap()
         .rdma(REMOTE, RKEY)
         .unwrap()
-        .sge(LOCAL, 0x1000, LKEY)
+        .sge(Sge::new(LOCAL, 0x1000, LKEY))
         .unwrap()
         .finish()
         .unwrap();
@@ -126,7 +125,7 @@ fn w3_rc_rdma_read_512b() {
         .unwrap()
         .rdma(0x0000_5555_0000_3000, RKEY)
         .unwrap()
-        .sge(LOCAL + 0x1000, 0x200, LKEY)
+        .sge(Sge::new(LOCAL + 0x1000, 0x200, LKEY))
         .unwrap()
         .finish()
         .unwrap();
@@ -150,7 +149,7 @@ fn w4_rc_atomic_fetch_add_fenced() {
         .unwrap()
         .rdma(0x0000_5555_0000_4000, RKEY)
         .unwrap()
-        .result(LOCAL + 0x2000, LKEY)
+        .result(Sge::new(LOCAL + 0x2000, 8, LKEY))
         .unwrap()
         .finish()
         .unwrap();
@@ -175,7 +174,7 @@ fn w5_rc_atomic_cmp_swap() {
         .unwrap()
         .rdma(0x0000_5555_0000_4008, RKEY)
         .unwrap()
-        .result(LOCAL + 0x2008, LKEY)
+        .result(Sge::new(LOCAL + 0x2008, 8, LKEY))
         .unwrap()
         .finish()
         .unwrap();
@@ -198,11 +197,11 @@ fn w6_rc_send_3_sges_unsignaled() {
         .unwrap()
         .ctrl_send(WqeFlags::NONE)
         .unwrap()
-        .sge(LOCAL + 0x3000, 0x40, LKEY)
+        .sge(Sge::new(LOCAL + 0x3000, 0x40, LKEY))
         .unwrap()
-        .sge(LOCAL + 0x4000, 0x80, LKEY)
+        .sge(Sge::new(LOCAL + 0x4000, 0x80, LKEY))
         .unwrap()
-        .sge(LOCAL + 0x5000, 0x100, 0x1235)
+        .sge(Sge::new(LOCAL + 0x5000, 0x100, 0x1235))
         .unwrap()
         .finish()
         .unwrap();
@@ -223,7 +222,7 @@ fn w7_rc_send_4_sges_wraps_ring_end() {
     let f = qp_at(0x17);
     let mut b = f.qp.wqe_builder(7).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
     for (i, len) in [0x40u32, 0x80, 0xc0, 0x100].into_iter().enumerate() {
-        b = b.sge(0x0000_7f12_3457_0000 + 0x1000 * i as u64, len, LKEY).unwrap();
+        b = b.sge(Sge::new(0x0000_7f12_3457_0000 + 0x1000 * i as u64, len, LKEY)).unwrap();
     }
     b.finish().unwrap();
     check(
@@ -379,22 +378,21 @@ fn w8_ud_send_roce_v2() {
     let ctx = Device::<RingOnly>::new(dev.clone()).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16, |_, _: u64| {}).unwrap();
-    let cfg = RcQpConfig {
+    let cfg = QpConfig {
         max_send_wr: 4,
         max_recv_wr: 4,
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 0,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     };
     let ud = ctx.create_ud_qp(&pd, &cq, &cq, None, &cfg).unwrap();
     assert_eq!((ud.qpn(), ud.sq_wqebbs()), (0x456, 8));
-    ud.activate(1, 0x1111_1111).unwrap();
+    ud.activate(&ConnectParams { qkey: 0x1111_1111, ..ConnectParams::default() }).unwrap();
     // SAFETY: ring-only backend, empty send queue.
     unsafe { ud.skip_sq(0x42).unwrap() };
-    let mut dgid = [0u8; 16];
-    dgid[10..].copy_from_slice(&[0xff, 0xff, 192, 168, 1, 2]);
+    let mut dgid = mlx5_api::Gid::ZERO;
+    dgid.0[10..].copy_from_slice(&[0xff, 0xff, 192, 168, 1, 2]);
     let av = AddressVector::roce_v2(&RoceAv {
         dgid,
         dmac: [2, 0, 0, 0, 0, 2],
@@ -411,7 +409,7 @@ fn w8_ud_send_roce_v2() {
         .unwrap()
         .datagram(&av, 0xabc, 0x1111_1111)
         .unwrap()
-        .sge(LOCAL + 0x8000, 0x100, LKEY)
+        .sge(Sge::new(LOCAL + 0x8000, 0x100, LKEY))
         .unwrap()
         .finish()
         .unwrap();
@@ -436,14 +434,13 @@ fn w9_dci_rdma_write_ib() {
     let ctx = Device::<RingOnly>::new(dev.clone()).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16, |_, _: u64| {}).unwrap();
-    let cfg = RcQpConfig {
+    let cfg = QpConfig {
         max_send_wr: 4,
         max_recv_wr: 0,
         max_send_sge: 1,
         max_recv_sge: 0,
         max_inline_data: 0,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     };
     let dci = ctx.create_dci(&pd, &cq, &cfg).unwrap();
     assert_eq!((dci.qpn(), dci.sq_wqebbs()), (0x789, 8));
@@ -458,7 +455,7 @@ fn w9_dci_rdma_write_ib() {
         .unwrap()
         .rdma(0x0000_5555_0000_a000, RKEY)
         .unwrap()
-        .sge(LOCAL + 0x9000, 0x40, LKEY)
+        .sge(Sge::new(LOCAL + 0x9000, 0x40, LKEY))
         .unwrap()
         .finish()
         .unwrap();
@@ -485,7 +482,7 @@ fn av_ib_shorthand_matches_the_general_form() {
         let ctx = Device::<RingOnly>::new(dev).open().unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(16, |_, _: u64| {}).unwrap();
-        let dci = ctx.create_dci(&pd, &cq, &RcQpConfig::default()).unwrap();
+        let dci = ctx.create_dci(&pd, &cq, &QpConfig::default()).unwrap();
         dci.activate(&ConnectParams::default()).unwrap();
         let b = dci.wqe_builder(1).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
         let b = if short { b.av_ib(7, 0x42, 0x11) } else { b.av(7, 0x42, &AddressVector::ib(0x11, 0)) };
@@ -502,12 +499,12 @@ fn ud_message_above_mtu_is_refused() {
     let ctx = Device::<RingOnly>::new(RingOnlyDevice::new(0x10, 0)).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16, |_, _: u64| {}).unwrap();
-    let ud = ctx.create_ud_qp(&pd, &cq, &cq, None, &RcQpConfig::default()).unwrap();
-    ud.activate(1, 7).unwrap();
+    let ud = ctx.create_ud_qp(&pd, &cq, &cq, None, &QpConfig::default()).unwrap();
+    ud.activate(&ConnectParams { qkey: 7, ..ConnectParams::default() }).unwrap();
     assert_eq!(ud.max_message(), 4096);
     let av = AddressVector::ib(2, 0);
     let b = ud.wqe_builder(1).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap().datagram(&av, 5, 7).unwrap();
-    let b = b.sge(0x1000, 4000, 1).unwrap();
-    assert_eq!(b.sge(0x2000, 97, 1).err().unwrap(), Error::MessageTooLong { len: 4097, max: 4096 });
+    let b = b.sge(Sge::new(0x1000, 4000, 1)).unwrap();
+    assert_eq!(b.sge(Sge::new(0x2000, 97, 1)).err().unwrap(), Error::MessageTooLong { len: 4097, max: 4096 });
     assert_eq!(ud.sq_dbrec(), 0, "nothing published");
 }

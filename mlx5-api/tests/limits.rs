@@ -4,7 +4,7 @@
 
 use mlx5_api::ring_only::{RingOnly, RingOnlyDevice};
 use mlx5_api::{
-    CompletionQueue, ConnectParams, Context, Device, Error, QpState, RcQp, RcQpConfig, RemoteQpInfo, Sge,
+    CompletionQueue, ConnectParams, Context, Device, Error, QpConfig, QpState, RcQp, RemoteQpInfo, Sge,
     WqeFlags,
 };
 
@@ -15,27 +15,26 @@ struct Fx {
     qp: RcQp<RingOnly, u32>,
 }
 
-fn fixture(cfg: RcQpConfig, connect: bool) -> Fx {
+fn fixture(cfg: QpConfig, connect: bool) -> Fx {
     let dev = RingOnlyDevice::new(0x10, 256);
     let ctx = Device::<RingOnly>::new(dev.clone()).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64, |_, _: u32| {}).unwrap();
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).unwrap();
     if connect {
-        qp.connect(&RemoteQpInfo::ib(1, 1), &ConnectParams::default()).unwrap();
+        qp.activate(&ConnectParams::to(RemoteQpInfo::ib(1, 1))).unwrap();
     }
     Fx { dev, _ctx: ctx, _cq: cq, qp }
 }
 
-fn small() -> RcQpConfig {
-    RcQpConfig {
+fn small() -> QpConfig {
+    QpConfig {
         max_send_wr: 4,
         max_recv_wr: 2,
         max_send_sge: 4,
         max_recv_sge: 2,
         max_inline_data: 32,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     }
 }
 
@@ -69,8 +68,14 @@ fn sq_full_when_a_multi_wqebb_wqe_does_not_fit() {
     }
     // ctrl + 3 SGEs = 1 WQEBB fits; the 4th SGE needs a second WQEBB.
     let b = f.qp.wqe_builder(7).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
-    let b = b.sge(0x1000, 8, 1).unwrap().sge(0x2000, 8, 1).unwrap().sge(0x3000, 8, 1).unwrap();
-    let err = b.sge(0x4000, 8, 1).err().unwrap();
+    let b = b
+        .sge(Sge::new(0x1000, 8, 1))
+        .unwrap()
+        .sge(Sge::new(0x2000, 8, 1))
+        .unwrap()
+        .sge(Sge::new(0x3000, 8, 1))
+        .unwrap();
+    let err = b.sge(Sge::new(0x4000, 8, 1)).err().unwrap();
     assert_eq!(err, Error::SqFull { needed: 2, free: 1 });
     assert_unpublished(&f, n - 1, (n - 1) as u64);
 }
@@ -80,9 +85,9 @@ fn too_many_sges() {
     let f = fixture(small(), true);
     let mut b = f.qp.wqe_builder(1).unwrap().ctrl_rdma_write(WqeFlags::SIGNALED).unwrap().rdma(0, 1).unwrap();
     for i in 0..4 {
-        b = b.sge(0x1000 * i, 16, 1).unwrap();
+        b = b.sge(Sge::new(0x1000 * i, 16, 1)).unwrap();
     }
-    assert_eq!(b.sge(0x9000, 16, 1).err().unwrap(), Error::TooManySge { count: 5, max: 4 });
+    assert_eq!(b.sge(Sge::new(0x9000, 16, 1)).err().unwrap(), Error::TooManySge { count: 5, max: 4 });
     assert_unpublished(&f, 0, 0);
     // The slot is reused by the next WQE.
     f.qp.wqe_builder(2).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();
@@ -95,9 +100,9 @@ fn zero_length_sges_are_skipped() {
     let f = fixture(small(), true);
     let mut b = f.qp.wqe_builder(1).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
     for _ in 0..10 {
-        b = b.sge(0x1000, 0, 1).unwrap();
+        b = b.sge(Sge::new(0x1000, 0, 1)).unwrap();
     }
-    b.sge(0x2000, 4, 1).unwrap().finish().unwrap();
+    b.sge(Sge::new(0x2000, 4, 1)).unwrap().finish().unwrap();
     let ring = f.qp.sq_ring_bytes();
     assert_eq!(ring[7] & 0x3f, 2, "ctrl + one data segment");
 }
@@ -113,14 +118,13 @@ fn inline_too_large() {
 #[test]
 fn wqe_above_the_maximum_size() {
     // A SEND with 988 inline bytes is exactly 63 DS; a WRITE adds a raddr segment.
-    let cfg = RcQpConfig {
+    let cfg = QpConfig {
         max_send_wr: 2,
         max_recv_wr: 1,
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 988,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     };
     let f = fixture(cfg, true);
     let data = vec![0xabu8; 988];
@@ -145,9 +149,9 @@ fn oversized_inline_capacity_is_refused_at_creation() {
     let ctx = Device::<RingOnly>::new(dev).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(4, |_, _: u32| {}).unwrap();
-    let cfg = RcQpConfig { max_inline_data: 989, ..small() };
+    let cfg = QpConfig { max_inline_data: 989, ..small() };
     assert!(matches!(ctx.create_rc_qp(&pd, &cq, &cq, &cfg), Err(Error::InvalidArgument(_))));
-    let cfg = RcQpConfig { max_send_sge: 31, ..small() };
+    let cfg = QpConfig { max_send_sge: 31, ..small() };
     assert!(matches!(ctx.create_rc_qp(&pd, &cq, &cq, &cfg), Err(Error::InvalidArgument(_))));
 }
 
@@ -155,7 +159,7 @@ fn oversized_inline_capacity_is_refused_at_creation() {
 fn sge_longer_than_31_bits() {
     let f = fixture(small(), true);
     let b = f.qp.wqe_builder(1).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
-    assert_eq!(b.sge(0, 0x8000_0000, 1).err().unwrap(), Error::SgeTooLong { len: 0x8000_0000 });
+    assert_eq!(b.sge(Sge::new(0, 0x8000_0000, 1)).err().unwrap(), Error::SgeTooLong { len: 0x8000_0000 });
 }
 
 #[test]
@@ -164,7 +168,8 @@ fn posting_needs_rts() {
     let e = f.qp.wqe_builder(1).err().unwrap();
     assert_eq!(e, Error::QpState { qpn: f.qp.qpn(), state: QpState::Reset, needed: QpState::Rts });
     assert!(matches!(f.qp.post_recv(1, &[]), Err(Error::QpState { state: QpState::Reset, .. })));
-    f.qp.modify_to_init(1, mlx5_api::AccessFlags::ALL).unwrap();
+    f.qp.modify_to_init(&ConnectParams { access: mlx5_api::AccessFlags::ALL, ..ConnectParams::default() })
+        .unwrap();
     assert!(matches!(f.qp.wqe_builder(1).err().unwrap(), Error::QpState { state: QpState::Init, .. }));
     f.qp.post_recv(1, &[Sge { addr: 0x1000, len: 8, lkey: 1 }]).unwrap();
     f.qp.modify_to_error().unwrap();
@@ -178,7 +183,7 @@ fn invalid_transitions_are_refused() {
     let p = ConnectParams::default();
     let e = f.qp.modify_to_rts(&p).err().unwrap();
     assert_eq!(e, Error::InvalidTransition { from: QpState::Reset, to: QpState::Rts });
-    f.qp.modify_to_init(1, p.access).unwrap();
+    f.qp.modify_to_init(&ConnectParams { access: p.access, ..ConnectParams::default() }).unwrap();
     assert!(f.qp.modify_to_rts(&p).is_err());
 }
 

@@ -514,6 +514,15 @@ typedef struct {
    DCT: the DC access key initiators must present.
    */
   uint64_t dc_key;
+  /*
+   The port (1-based); 0 means port 1.
+   */
+  uint32_t port;
+  /*
+   The QP's start PSN (24 bits): its send PSN, reported to the peer by
+   `mlx5r_qp_local` in `mlx5r_remote.psn`.
+   */
+  uint32_t psn;
 } mlx5r_qp_attr;
 
 /*
@@ -726,6 +735,10 @@ typedef struct {
    Reserved, 0.
    */
   uint8_t reserved2[2];
+  /*
+   The QP's start PSN: what the connecting side's receive queue expects.
+   */
+  uint32_t psn;
 } mlx5r_remote;
 
 /*
@@ -1195,7 +1208,8 @@ int32_t mlx5r_qp_raw_get(mlx5r_qp *qp, mlx5r_qp_raw *out);
 uint32_t mlx5r_qp_qpn(mlx5r_qp *qp);
 
 /*
- What a peer needs to reach this QP on port 1 (QPN, LID; GID and MAC on RoCE).
+ What a peer needs to reach this QP on its port (QPN, LID; GID and MAC
+ on RoCE; its start PSN).
 
  # Safety
  `qp` is live; `out` is writable.
@@ -1204,9 +1218,9 @@ int32_t mlx5r_qp_local(mlx5r_qp *qp, mlx5r_remote *out);
 
 /*
  RC: RESET→INIT→RTR→RTS towards `remote` (all remote access rights,
- path MTU 1024, retry 7, RNR retry 7). UD: RESET→RTS with Q_Key
- `qkey` (`remote` ignored). DCI: RESET→RTS. DCT: RESET→RTR (its number
- is assigned now).
+ path MTU 1024, retry 7, RNR retry 7; the receive side expects
+ `remote->psn`). UD: RESET→RTS with Q_Key `qkey` (`remote` ignored).
+ DCI: RESET→RTS. DCT: RESET→RTR (its number is assigned now).
 
  # Safety
  `qp` is live; `remote` is readable for RC.

@@ -17,8 +17,8 @@ use std::ptr;
 use mlx5_api::ring::{CqDesc, RqDesc, SqDesc, SrqDesc};
 use mlx5_api::sim::{devices, Sim};
 use mlx5_api::{
-    AccessFlags, CompletionQueue, ConnectParams, Context, Dci, Dct, Error, MemoryRegion, ProtectionDomain,
-    RcQp, RcQpConfig, RemoteQpInfo, SharedReceiveQueue, UdQp,
+    AccessFlags, CompletionQueue, ConnectParams, Context, Dci, Dct, Error, Gid, MemoryRegion,
+    ProtectionDomain, QpConfig, RcQp, RemoteQpInfo, SharedReceiveQueue, UdQp,
 };
 use mlx5_hw::Hw;
 use mlx5_sim::{ExecMode, Fabric, FabricConfig, HostConfig};
@@ -110,6 +110,11 @@ pub struct mlx5r_qp_attr {
     pub scatter_to_cqe: u32,
     /// DCT: the DC access key initiators must present.
     pub dc_key: u64,
+    /// The port (1-based); 0 means port 1.
+    pub port: u32,
+    /// The QP's start PSN (24 bits): its send PSN, reported to the peer by
+    /// `mlx5r_qp_local` in `mlx5r_remote.psn`.
+    pub psn: u32,
 }
 
 /// What a peer needs to reach a QP (exchanged out of band).
@@ -130,6 +135,8 @@ pub struct mlx5r_remote {
     pub mac: [u8; 6],
     /// Reserved, 0.
     pub reserved2: [u8; 2],
+    /// The QP's start PSN: what the connecting side's receive queue expects.
+    pub psn: u32,
 }
 
 /// A QP's raw resources, as `struct mlx5dv_qp` gives them.
@@ -354,7 +361,7 @@ pub unsafe extern "C" fn mlx5r_mr_reg(
     out: *mut *mut MrObj,
 ) -> i32 {
     check_null!(pd, addr, out);
-    let access = AccessFlags::from_bits(access);
+    let access = AccessFlags::from_bits_retain(access);
     // SAFETY: caller contract (the memory outlives the MR).
     let r = unsafe {
         match &(*pd).0 {
@@ -522,8 +529,11 @@ pub unsafe extern "C" fn mlx5r_srq_destroy(srq: *mut SrqObj) {
     unsafe { free(srq) }
 }
 
-fn config(a: &mlx5r_qp_attr) -> RcQpConfig {
-    RcQpConfig {
+fn config(a: &mlx5r_qp_attr) -> QpConfig {
+    QpConfig {
+        port: if a.port == 0 { 1 } else { u8::try_from(a.port).unwrap_or(u8::MAX) },
+        psn: a.psn,
+        dc_key: a.dc_key,
         max_send_wr: a.max_send_wr,
         max_recv_wr: a.max_recv_wr,
         max_send_sge: a.max_send_sge,
@@ -548,7 +558,7 @@ fn create_qp<B: mlx5_api::Backend>(
         (MLX5R_QPT_RC, Some(s)) => ctx.create_rc_qp_with_srq(pd, scq, rcq, s, &cfg).map(AnyQp::Rc),
         (MLX5R_QPT_UD, s) => ctx.create_ud_qp(pd, scq, rcq, s, &cfg).map(AnyQp::Ud),
         (MLX5R_QPT_DCI, _) => ctx.create_dci(pd, scq, &cfg).map(AnyQp::Dci),
-        (MLX5R_QPT_DCT, Some(s)) => ctx.create_dct(pd, rcq, s, a.dc_key).map(AnyQp::Dct),
+        (MLX5R_QPT_DCT, Some(s)) => ctx.create_dct(pd, rcq, s, &cfg).map(AnyQp::Dct),
         _ => return Err(MLX5R_ERR_INVALID),
     };
     r.map_err(|e| err(&e))
@@ -717,13 +727,15 @@ fn remote_of(i: &RemoteQpInfo) -> mlx5r_remote {
         qpn: i.qpn,
         lid: i.lid,
         has_gid: i.gid.is_some() as u8,
-        gid: i.gid.unwrap_or_default(),
+        gid: i.gid.unwrap_or_default().0,
         mac: i.mac.unwrap_or_default(),
+        psn: i.psn,
         ..Default::default()
     }
 }
 
-/// What a peer needs to reach this QP on port 1 (QPN, LID; GID and MAC on RoCE).
+/// What a peer needs to reach this QP on its port (QPN, LID; GID and MAC
+/// on RoCE; its start PSN).
 ///
 /// # Safety
 /// `qp` is live; `out` is writable.
@@ -732,10 +744,10 @@ pub unsafe extern "C" fn mlx5r_qp_local(qp: *mut QpObj, out: *mut mlx5r_remote) 
     check_null!(qp, out);
     // SAFETY: caller contract.
     let r = with_qp!(unsafe { &(*qp).0 }, q => match q {
-        AnyQp::Rc(q) => q.local_info(1, 0),
-        AnyQp::Ud(q) => q.local_info(1, 0),
-        AnyQp::Dci(q) => q.local_info(1, 0),
-        AnyQp::Dct(q) => q.local_info(1, 0),
+        AnyQp::Rc(q) => q.local_info(),
+        AnyQp::Ud(q) => q.local_info(),
+        AnyQp::Dci(q) => q.local_info(),
+        AnyQp::Dct(q) => q.local_info(),
     });
     match r {
         Ok(i) => {
@@ -748,9 +760,9 @@ pub unsafe extern "C" fn mlx5r_qp_local(qp: *mut QpObj, out: *mut mlx5r_remote) 
 }
 
 /// RC: RESET→INIT→RTR→RTS towards `remote` (all remote access rights,
-/// path MTU 1024, retry 7, RNR retry 7). UD: RESET→RTS with Q_Key
-/// `qkey` (`remote` ignored). DCI: RESET→RTS. DCT: RESET→RTR (its number
-/// is assigned now).
+/// path MTU 1024, retry 7, RNR retry 7; the receive side expects
+/// `remote->psn`). UD: RESET→RTS with Q_Key `qkey` (`remote` ignored).
+/// DCI: RESET→RTS. DCT: RESET→RTR (its number is assigned now).
 ///
 /// # Safety
 /// `qp` is live; `remote` is readable for RC.
@@ -767,13 +779,13 @@ pub unsafe extern "C" fn mlx5r_qp_connect(qp: *mut QpObj, remote: *const mlx5r_r
             // SAFETY: caller contract.
             let r = unsafe { &*remote };
             let info = if r.has_gid != 0 {
-                RemoteQpInfo { psn: 0, ..RemoteQpInfo::roce(r.qpn, r.gid, r.mac) }
+                RemoteQpInfo { psn: r.psn, ..RemoteQpInfo::roce(r.qpn, Gid(r.gid), r.mac) }
             } else {
-                RemoteQpInfo::ib(r.qpn, r.lid)
+                RemoteQpInfo { psn: r.psn, ..RemoteQpInfo::ib(r.qpn, r.lid) }
             };
-            q.connect(&info, &p)
+            q.activate(&ConnectParams::to(info))
         }
-        AnyQp::Ud(q) => q.activate(1, qkey),
+        AnyQp::Ud(q) => q.activate(&ConnectParams { qkey, ..p }),
         AnyQp::Dci(q) => q.activate(&p),
         AnyQp::Dct(q) => q.activate(&p),
     });

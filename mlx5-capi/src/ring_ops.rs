@@ -364,7 +364,7 @@ pub unsafe extern "C" fn mlx5r_av_ib_grh(
     }
     // SAFETY: caller contract.
     let dgid = unsafe { *(dgid as *const [u8; 16]) };
-    let grh = IbGrh { dgid, sgid_index, traffic_class: 0, hop_limit: 64, flow_label: 0 };
+    let grh = IbGrh { dgid: mlx5_api::Gid(dgid), sgid_index, traffic_class: 0, hop_limit: 64, flow_label: 0 };
     // SAFETY: caller contract.
     unsafe { *out = AddressVector::ib_grh(dlid, sl, &grh) };
     MLX5R_OK
@@ -389,7 +389,7 @@ pub unsafe extern "C" fn mlx5r_av_roce_v2(
     }
     // SAFETY: caller contract.
     let (dgid, dmac) = unsafe { (*(dgid as *const [u8; 16]), *(dmac as *const [u8; 6])) };
-    let r = RoceAv { sgid_index, priority, udp_sport, ..RoceAv::new(dgid, dmac) };
+    let r = RoceAv { sgid_index, priority, udp_sport, ..RoceAv::new(mlx5_api::Gid(dgid), dmac) };
     // SAFETY: caller contract.
     unsafe { *out = AddressVector::roce_v2(&r) };
     MLX5R_OK

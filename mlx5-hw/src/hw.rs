@@ -906,7 +906,7 @@ impl Backend for Hw {
         Ok(PortInfo {
             port_num: port,
             lid: d.lid,
-            gid: d.sgid,
+            gid: mlx5_api::Gid(d.sgid),
             sgid_index: d.sgid_index,
             mac: d.mac,
             link_layer,

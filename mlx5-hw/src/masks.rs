@@ -131,7 +131,7 @@ pub fn modify_attr(
                     match (path.link, r.gid) {
                         (_, Some(dgid)) => {
                             a.ah_attr.is_global = 1;
-                            a.ah_attr.grh.dgid = ibv_gid { raw: dgid };
+                            a.ah_attr.grh.dgid = ibv_gid { raw: dgid.0 };
                             a.ah_attr.grh.sgid_index = path.sgid_index;
                             a.ah_attr.grh.hop_limit = HOP_LIMIT;
                         }
@@ -323,7 +323,7 @@ mod tests {
     #[test]
     fn rc_rtr_over_roce_uses_the_gid_and_the_roce_v2_index() {
         let dgid = [0xaa; 16];
-        let remote = RemoteQpInfo::roce(0x99, dgid, [2, 0, 0, 0, 0, 1]);
+        let remote = RemoteQpInfo::roce(0x99, mlx5_api::Gid(dgid), [2, 0, 0, 0, 0, 1]);
         let (a, _) = ok(QpKind::Rc, IBV_QPS_INIT, &rtr(Some(remote)), &ROCE);
         assert_eq!(a.ah_attr.is_global, 1);
         assert_eq!(a.ah_attr.grh.dgid.raw, dgid);
@@ -334,7 +334,7 @@ mod tests {
         let e = modify_attr(QpKind::Rc, IBV_QPS_INIT, &rtr(Some(RemoteQpInfo::ib(1, 2))), &ROCE);
         assert!(matches!(e, Err(Error::InvalidArgument(_))), "{e:?}");
         // A GID on InfiniBand selects a GRH.
-        let remote = RemoteQpInfo { gid: Some(dgid), ..RemoteQpInfo::ib(1, 2) };
+        let remote = RemoteQpInfo { gid: Some(mlx5_api::Gid(dgid)), ..RemoteQpInfo::ib(1, 2) };
         let (a, _) = ok(QpKind::Rc, IBV_QPS_INIT, &rtr(Some(remote)), &IB);
         assert_eq!((a.ah_attr.is_global, a.ah_attr.dlid), (1, 2));
     }

@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use mlx5_api::{AccessFlags, ConnectParams, RcQpConfig, Status, WqeFlags};
+use mlx5_api::{AccessFlags, ConnectParams, QpConfig, Sge, Status, WqeFlags};
 
 #[test]
 #[ignore = "needs an mlx5 device: set MLX5_TEST_DEVICE=mlx5_0"]
@@ -27,7 +27,7 @@ fn rc_loopback_rdma_write_on_hardware() -> Result<(), Box<dyn std::error::Error>
     let pd = ctx.alloc_pd()?;
     let mut done = Vec::new();
     let mut cq = ctx.create_mono_cq(64, |c, entry: u64| done.push((entry, c.status)))?;
-    let config = RcQpConfig { max_send_wr: 16, max_recv_wr: 16, ..RcQpConfig::default() };
+    let config = QpConfig { max_send_wr: 16, max_recv_wr: 16, ..QpConfig::default() };
     let a = ctx.create_rc_qp(&pd, &cq, &cq, &config)?;
     let b = ctx.create_rc_qp(&pd, &cq, &cq, &config)?;
     let rd = ctx.caps().max_rd_atomic.max(1);
@@ -37,8 +37,8 @@ fn rc_loopback_rdma_write_on_hardware() -> Result<(), Box<dyn std::error::Error>
         max_dest_rd_atomic: rd,
         ..ConnectParams::default()
     };
-    a.connect(&b.local_info(1, 0)?, &params)?;
-    b.connect(&a.local_info(1, 0)?, &params)?;
+    a.activate(&ConnectParams { remote: Some(b.local_info()?), ..params.clone() })?;
+    b.activate(&ConnectParams { remote: Some(a.local_info()?), ..params.clone() })?;
 
     let src = pd.alloc_mr(4096, AccessFlags::ALL)?;
     let dst = pd.alloc_mr(4096, AccessFlags::ALL)?;
@@ -47,7 +47,7 @@ fn rc_loopback_rdma_write_on_hardware() -> Result<(), Box<dyn std::error::Error>
     a.wqe_builder(7)?
         .ctrl_rdma_write(WqeFlags::SIGNALED)?
         .rdma(dst.addr(), dst.rkey())?
-        .sge(src.addr(), 64, src.lkey())?
+        .sge(Sge::new(src.addr(), 64, src.lkey()))?
         .finish_with_blueflame()?;
 
     let deadline = Instant::now() + Duration::from_secs(2);

@@ -757,6 +757,16 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
             {
                 return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
             }
+            // PSNs (IB spec 9.7): the responder executes only the PSN it expects. Ahead of
+            // it, it answers a PSN sequence error NAK naming a PSN the requester never
+            // sent; behind it, the request is a duplicate it does not execute again.
+            // Either way nothing the requester can retransmit fixes it: its retries run
+            // out [model: at once, as for an unreachable peer; step 7 models the retries
+            // on a clock].
+            if r.attrs.rq_psn != me.attrs.sq_psn {
+                st.hosts[rh].stats.psn_errors += 1;
+                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+            }
             Target::of(rh, r, r.qpn)
         }
         // DCI: host by the AV, DCT by its number; a wrong DC key is dropped by the DCT
@@ -783,7 +793,39 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
         }
         QpType::Dct => return fail(syndrome::LOCAL_QP_OP_ERR),
     };
-    respond(st, tgt, w, srcs, &sink, qpn, src_lid, req_scatter)
+    let (rh, rqpn, mtu) = (tgt.h, tgt.qpn, path_mtu_of(st, h, qpn));
+    let out = respond(st, tgt, w, srcs, &sink, qpn, src_lid, req_scatter);
+    if qtype == QpType::Rc {
+        if let Outcome::Done { byte_cnt } | Outcome::DoneInline { byte_cnt, .. } = out {
+            advance_psns(st, (h, qpn), (rh, rqpn), packets(op, byte_cnt, mtu));
+        }
+    }
+    out
+}
+
+fn path_mtu_of(st: &FabricState, h: usize, qpn: u32) -> u32 {
+    st.hosts[h].qps.get(&qpn).map_or(4096, |q| q.attrs.path_mtu.max(256))
+}
+
+/// PSNs an RC message takes (IB spec 9.7.1): one per packet of the request (SEND,
+/// WRITE: `ceil(len / MTU)`, at least one), or of the response (READ: the same for the
+/// bytes read; atomic: one).
+fn packets(op: u8, byte_cnt: u32, mtu: u32) -> u32 {
+    match op {
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA => 1,
+        _ => byte_cnt.div_ceil(mtu).max(1),
+    }
+}
+
+/// Moves the requester's next send PSN and the responder's expected PSN on by `n`
+/// (24-bit arithmetic).
+fn advance_psns(st: &mut FabricState, req: (usize, u32), resp: (usize, u32), n: u32) {
+    if let Some(q) = st.hosts[req.0].qps.get_mut(&req.1) {
+        q.attrs.sq_psn = q.attrs.sq_psn.wrapping_add(n) & 0xff_ffff;
+    }
+    if let Some(q) = st.hosts[resp.0].qps.get_mut(&resp.1) {
+        q.attrs.rq_psn = q.attrs.rq_psn.wrapping_add(n) & 0xff_ffff;
+    }
 }
 
 /// Most bytes scatter-to-CQE puts into a CQE of CQ `cqn`: 32 with 64-byte CQEs, 64 with

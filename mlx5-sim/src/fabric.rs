@@ -722,6 +722,18 @@ impl Nic {
         st.hosts[self.host].qps.get(&qpn).map(|q| q.state).ok_or(SimError::NoSuchQp(qpn))
     }
 
+    /// A QP's current `(sq_psn, rq_psn)`: the PSN its next request will
+    /// carry and the PSN its responder expects next (what `ibv_query_qp`
+    /// reports as `sq_psn` / `rq_psn`).
+    pub fn qp_psns(&self, qpn: u32) -> Result<(u32, u32), SimError> {
+        let st = self.state();
+        st.hosts[self.host]
+            .qps
+            .get(&qpn)
+            .map(|q| (q.attrs.sq_psn, q.attrs.rq_psn))
+            .ok_or(SimError::NoSuchQp(qpn))
+    }
+
     /// Destroys a QP (any state) and frees its memory.
     pub fn destroy_qp(&self, qpn: u32) -> Result<(), SimError> {
         let mut st = self.state();

@@ -460,6 +460,9 @@ pub struct NicStats {
     pub ud_dropped: u64,
     /// DCI requests refused by a DCT of this NIC because of a wrong DC access key.
     pub dc_key_violations: u64,
+    /// RC requests refused by a responder QP of this NIC because their PSN
+    /// was not the one it expected (PSN sequence error or duplicate).
+    pub psn_errors: u64,
 }
 
 /// Control-path errors (what `ibv_*` calls would return as errno).

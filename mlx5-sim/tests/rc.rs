@@ -447,3 +447,59 @@ fn roce_path_with_dmac_must_name_the_destination_mac() {
         }
     }
 }
+
+/// PSN accounting (IB spec 9.7.1): a request takes one PSN per packet at the path MTU
+/// (4096 here), at least one; a READ takes one per response packet; an atomic one. The
+/// requester's `sq_psn` and the responder's `rq_psn` move together.
+#[test]
+fn psns_advance_by_packets_per_message() {
+    let mut p = Pair::new();
+    let src = Buf::new(&p.a, p.pda, 3 * 4096, ALL_ACCESS);
+    let dst = Buf::new(&p.b, p.pdb, 3 * 4096, ALL_ACCESS);
+    let write = |p: &mut Pair, len: u32| {
+        p.qa.post(
+            op::RDMA_WRITE,
+            SIGNALED,
+            [0; 4],
+            &[
+                Seg::Raddr { raddr: dst.addr(), rkey: dst.keys.rkey },
+                Seg::Data { addr: src.addr(), len, lkey: src.keys.lkey },
+            ],
+        );
+        assert_eq!(p.scq_a.expect_one().opcode(), cqe_opcode::REQ);
+    };
+    let psns = |p: &Pair| (p.a.qp_psns(p.qa.qpn()).unwrap().0, p.b.qp_psns(p.qb.qpn()).unwrap().1);
+    assert_eq!(psns(&p), (0, 0));
+    write(&mut p, 4096); // one full packet
+    assert_eq!(psns(&p), (1, 1));
+    write(&mut p, 4097); // first + last
+    assert_eq!(psns(&p), (3, 3));
+    write(&mut p, 0); // a zero-length WRITE is one packet
+    assert_eq!(psns(&p), (4, 4));
+    p.qa.post(
+        op::RDMA_READ,
+        SIGNALED,
+        [0; 4],
+        &[
+            Seg::Raddr { raddr: dst.addr(), rkey: dst.keys.rkey },
+            Seg::Data { addr: src.addr(), len: 2 * 4096 + 1, lkey: src.keys.lkey },
+        ],
+    );
+    p.scq_a.expect_one();
+    assert_eq!(psns(&p), (7, 7), "three READ response packets");
+    let mut atom = Buf::new(&p.b, p.pdb, 8, ALL_ACCESS);
+    atom.fill(|_| 0);
+    p.qa.post(
+        op::ATOMIC_FA,
+        SIGNALED,
+        [0; 4],
+        &[
+            Seg::Raddr { raddr: atom.addr(), rkey: atom.keys.rkey },
+            Seg::Atomic { swap_add: 1, compare: 0 },
+            Seg::Data { addr: src.addr(), len: 8, lkey: src.keys.lkey },
+        ],
+    );
+    p.scq_a.expect_one();
+    assert_eq!(psns(&p), (8, 8));
+    assert_eq!(p.b.stats().psn_errors, 0);
+}

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use mlx5_api::{
-    AccessFlags, Backend, CompletionQueue, Context, Device, MemoryRegion, PortInfo, ProtectionDomain, RcQp,
-    RcQpConfig, RemoteQpInfo, Sge, Status, WqeFlags,
+    AccessFlags, Backend, CompletionQueue, ConnectParams, Context, Device, MemoryRegion, PortInfo,
+    ProtectionDomain, QpConfig, RcQp, RemoteQpInfo, Sge, Status, WqeFlags,
 };
 
 use crate::opts::{AtomicType, Config, Verb};
@@ -40,6 +40,16 @@ fn e<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
     move |err| format!("{what}: {err}")
 }
 
+/// A start PSN for QP `i`: 24 random-looking bits, as perftest draws them
+/// (`lrand48() & 0xffffff`), from the time and the process id.
+fn start_psn(i: u32) -> u32 {
+    let t =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let x = (u64::from(t) ^ u64::from(std::process::id()) << 20 ^ u64::from(i))
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (x >> 40) as u32 & 0xff_ffff
+}
+
 impl<B: Backend> End<B> {
     pub fn new(dev: &Device<B>, c: &Config) -> RunResult<Self> {
         let ctx = dev.open().map_err(e("open device"))?;
@@ -48,16 +58,18 @@ impl<B: Backend> End<B> {
         let want = (c.tx_depth * c.qps + c.rx_depth + 64).next_power_of_two();
         let cqe = want.min(ctx.caps().max_cqe.max(64));
         let cq = ctx.create_cq(cqe, |_, _: u64| {}).map_err(e("create CQ"))?;
-        let cfg = RcQpConfig {
+        let cfg = QpConfig {
             max_send_wr: c.tx_depth.max(2),
             max_recv_wr: if c.verb == Verb::Send { c.rx_depth } else { 1 },
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: c.inline_size,
-            ..RcQpConfig::default()
+            port: c.opts.ib_port,
+            ..QpConfig::default()
         };
         let mut qps = Vec::new();
-        for _ in 0..c.qps {
+        for i in 0..c.qps {
+            let cfg = QpConfig { psn: start_psn(i), ..cfg.clone() };
             qps.push(ctx.create_rc_qp(&pd, &cq, &cq, &cfg).map_err(e("create QP"))?);
         }
         let mr = pd.alloc_mr(2 * half(c) as usize, AccessFlags::ALL).map_err(e("register memory"))?;
@@ -66,27 +78,27 @@ impl<B: Backend> End<B> {
         Ok(End { qps, cq, mr, port, _pd: pd, ctx })
     }
 
-    pub fn infos(&self, port: u8) -> RunResult<Vec<RemoteQpInfo>> {
-        self.qps.iter().map(|q| q.local_info(port, q.qpn() & 0xff_ffff).map_err(e("QP info"))).collect()
+    pub fn infos(&self) -> RunResult<Vec<RemoteQpInfo>> {
+        self.qps.iter().map(|q| q.local_info().map_err(e("QP info"))).collect()
     }
 
     pub fn connect(&self, peers: &[RemoteQpInfo]) -> RunResult<()> {
         for (q, p) in self.qps.iter().zip(peers) {
-            q.connect(p, &Default::default()).map_err(e("connect"))?;
+            q.activate(&ConnectParams::to(p.clone())).map_err(e("connect"))?;
         }
         Ok(())
     }
 
     /// The connection line of QP 0 (perftest shows the first QP).
-    pub fn dest(&self, port: u8) -> RunResult<crate::report::Dest> {
-        let i = self.qps[0].local_info(port, self.qps[0].qpn() & 0xff_ffff).map_err(e("QP info"))?;
+    pub fn dest(&self) -> RunResult<crate::report::Dest> {
+        let i = self.qps[0].local_info().map_err(e("QP info"))?;
         Ok(crate::report::Dest {
             lid: i.lid,
             qpn: i.qpn,
             psn: i.psn,
             rkey: self.mr.rkey(),
             vaddr: self.mr.addr(),
-            gid: self.port.gid,
+            gid: self.port.gid.0,
         })
     }
 
@@ -164,7 +176,7 @@ impl<B: Backend> End<B> {
                 if inline {
                     fin!(b.inline(&buf[..size as usize]).map_err(e("post"))?)
                 } else {
-                    fin!(b.sge(la, size as u32, lk).map_err(e("post"))?)
+                    fin!(b.sge(Sge::new(la, size as u32, lk)).map_err(e("post"))?)
                 }
             }
             Verb::Send => {
@@ -172,13 +184,13 @@ impl<B: Backend> End<B> {
                 if inline {
                     fin!(b.inline(&buf[..size as usize]).map_err(e("post"))?)
                 } else {
-                    fin!(b.sge(la, size as u32, lk).map_err(e("post"))?)
+                    fin!(b.sge(Sge::new(la, size as u32, lk)).map_err(e("post"))?)
                 }
             }
             Verb::Read => {
                 let b =
                     b.ctrl_rdma_read(flags).and_then(|b| b.rdma(peer.addr, peer.rkey)).map_err(e("post"))?;
-                fin!(b.sge(la + h, size as u32, lk).map_err(e("post"))?)
+                fin!(b.sge(Sge::new(la + h, size as u32, lk)).map_err(e("post"))?)
             }
             Verb::Atomic => {
                 let b = match c.opts.atomic_type {
@@ -186,7 +198,7 @@ impl<B: Backend> End<B> {
                     AtomicType::CmpAndSwap => b.ctrl_atomic_cs(flags, entry + 1, entry),
                 };
                 let b = b.and_then(|b| b.rdma(peer.addr + h, peer.rkey)).map_err(e("post"))?;
-                fin!(b.result(la + h + 8, lk).map_err(e("post"))?)
+                fin!(b.result(Sge::new(la + h + 8, 8, lk)).map_err(e("post"))?)
             }
         }
     }

@@ -6,7 +6,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 
-use mlx5_api::RemoteQpInfo;
+use mlx5_api::{Gid, RemoteQpInfo};
 
 use crate::engine::Remote;
 
@@ -34,7 +34,7 @@ pub fn encode(i: &RemoteQpInfo, r: Remote) -> String {
         "{} {} {} {} {} {} {}\n",
         i.qpn,
         i.lid,
-        i.gid.map_or("-".into(), |g| hex(&g)),
+        i.gid.map_or("-".into(), |g| hex(&g.0)),
         i.mac.map_or("-".into(), |m| hex(&m)),
         i.psn,
         r.addr,
@@ -52,7 +52,7 @@ pub fn decode(line: &str) -> Result<(RemoteQpInfo, Remote), String> {
     let info = RemoteQpInfo {
         qpn: num(f[0])? as u32,
         lid: num(f[1])? as u16,
-        gid: unhex::<16>(f[2])?,
+        gid: unhex::<16>(f[2])?.map(Gid),
         mac: unhex::<6>(f[3])?,
         psn: num(f[4])? as u32,
     };
@@ -101,7 +101,7 @@ mod tests {
 
     #[test]
     fn lines_round_trip() {
-        let i = RemoteQpInfo { qpn: 0x108, lid: 3, gid: Some([0xfe; 16]), mac: None, psn: 77 };
+        let i = RemoteQpInfo { qpn: 0x108, lid: 3, gid: Some(Gid([0xfe; 16])), mac: None, psn: 77 };
         let r = Remote { addr: 0x7f00_0000_1000, rkey: 0x1234 };
         let (j, s) = decode(&encode(&i, r)).unwrap();
         assert_eq!((j.qpn, j.lid, j.gid, j.mac, j.psn), (i.qpn, i.lid, i.gid, i.mac, i.psn));

@@ -147,11 +147,11 @@ fn run_sim(c: &Config) -> RunResult<()> {
     let (da, db) = (&devs[d], &devs[1 - d]);
     let mut a = End::new(da, c)?;
     let mut b = End::new(db, c)?;
-    a.connect(&b.infos(c.opts.ib_port)?)?;
-    b.connect(&a.infos(c.opts.ib_port)?)?;
+    a.connect(&b.infos()?)?;
+    b.connect(&a.infos()?)?;
     let (ra, rb) = (a.remote(), b.remote());
     let (link, mtu) = (link_name(a.port.link_layer), a.port.active_mtu);
-    print_header(c, &dev, link, mtu, &a.dest(c.opts.ib_port)?, &b.dest(c.opts.ib_port)?);
+    print_header(c, &dev, link, mtu, &a.dest()?, &b.dest()?);
     let mut out = Out { json: None };
     for &size in &c.sizes {
         match c.test {
@@ -209,7 +209,7 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
     }
     let mut me = End::new(dev, c)?;
     let mut ch = exchange::Channel::open(c.opts.server.as_deref(), c.opts.port)?;
-    let infos = me.infos(c.opts.ib_port)?;
+    let infos = me.infos()?;
     for i in &infos {
         ch.send(&exchange::encode(i, me.remote()))?;
     }
@@ -230,9 +230,9 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
         psn: peers[0].psn,
         rkey: peer_mem.rkey,
         vaddr: peer_mem.addr,
-        gid: peers[0].gid.unwrap_or([0; 16]),
+        gid: peers[0].gid.unwrap_or_default().0,
     };
-    print_header(c, &name, link, mtu, &me.dest(c.opts.ib_port)?, &pd);
+    print_header(c, &name, link, mtu, &me.dest()?, &pd);
     let client = c.is_client();
     let mut out = Out { json: None };
     for &size in &c.sizes {

@@ -6,7 +6,7 @@ use mlx5::model::{ExecMode, Fabric};
 use mlx5::sim::{two_hosts, Sim};
 use mlx5::{
     AccessFlags, Completion, CompletionQueue, ConnectParams, Context, Device, MemoryRegion, ProtectionDomain,
-    RcQp, RcQpConfig,
+    QpConfig, RcQp,
 };
 
 pub const MR_LEN: usize = 1 << 20;
@@ -20,7 +20,7 @@ pub struct Side {
 }
 
 impl Side {
-    pub fn new(dev: &Device<Sim>, cfg: &RcQpConfig, mr_access: AccessFlags) -> Side {
+    pub fn new(dev: &Device<Sim>, cfg: &QpConfig, mr_access: AccessFlags) -> Side {
         let ctx = dev.open().unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(1024, |_, _: u64| {}).unwrap();
@@ -55,27 +55,27 @@ pub struct Pair {
     pub fabric: Fabric,
 }
 
-pub fn small_cfg() -> RcQpConfig {
-    RcQpConfig {
+pub fn small_cfg() -> QpConfig {
+    QpConfig {
         max_send_wr: 64,
         max_recv_wr: 64,
         max_send_sge: 4,
         max_recv_sge: 4,
         max_inline_data: 128,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     }
 }
 
 /// Two connected RC QPs; `access` is B's responder access (A gets ALL).
-pub fn pair_with(mode: ExecMode, cfg: &RcQpConfig, b_access: AccessFlags, params: &ConnectParams) -> Pair {
+pub fn pair_with(mode: ExecMode, cfg: &QpConfig, b_access: AccessFlags, params: &ConnectParams) -> Pair {
     let (fabric, da, db) = two_hosts(mode);
     let a = Side::new(&da, cfg, AccessFlags::ALL);
     let b = Side::new(&db, cfg, AccessFlags::ALL);
-    let ia = a.qp.local_info(1, 0).unwrap();
-    let ib = b.qp.local_info(1, 0).unwrap();
-    a.qp.connect(&ib, &ConnectParams { access: AccessFlags::ALL, ..params.clone() }).unwrap();
-    b.qp.connect(&ia, &ConnectParams { access: b_access, ..params.clone() }).unwrap();
+    let ia = a.qp.local_info().unwrap();
+    let ib = b.qp.local_info().unwrap();
+    a.qp.activate(&ConnectParams { remote: Some(ib.clone()), access: AccessFlags::ALL, ..params.clone() })
+        .unwrap();
+    b.qp.activate(&ConnectParams { remote: Some(ia.clone()), access: b_access, ..params.clone() }).unwrap();
     Pair { a, b, fabric }
 }
 

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use mlx5::{
     AccessFlags, AddressVector, AsCq, AsyncEvent, Backend, Completion, CompletionQueue, ConnectParams,
-    Context, CqConfig, CqeSize, Error, MemoryRegion, MiniCqeFormat, PortInfo, ProtectionDomain, RcQp,
-    RcQpConfig, Sge, SharedReceiveQueue, Status, Syndrome, WcOpcode, WqeFlags,
+    Context, CqConfig, CqeSize, Error, MemoryRegion, MiniCqeFormat, PortInfo, ProtectionDomain, QpConfig,
+    RcQp, Sge, SharedReceiveQueue, Status, Syndrome, WcOpcode, WqeFlags,
 };
 
 pub const MR_LEN: usize = 1 << 20;
@@ -76,14 +76,13 @@ impl<B: Backend> Bed<B> {
 
     /// A connected RC pair (b's side on its SRQ when `srq`).
     pub fn rc(&self, srq: bool) -> (RcQp<B, u64>, RcQp<B, u64>) {
-        let cfg = RcQpConfig {
+        let cfg = QpConfig {
             max_send_wr: 64,
             max_recv_wr: 64,
             max_send_sge: 2,
             max_recv_sge: 2,
             max_inline_data: 64,
-            dedicated_uar: false,
-            scatter_to_cqe: false,
+            ..QpConfig::default()
         };
         let qa = self.a.ctx.create_rc_qp(&self.a.pd, &self.a.cq, &self.a.cq, &cfg).unwrap();
         let qb = if srq {
@@ -92,8 +91,8 @@ impl<B: Backend> Bed<B> {
             self.b.ctx.create_rc_qp(&self.b.pd, &self.b.cq, &self.b.cq, &cfg).unwrap()
         };
         let p = ConnectParams::default();
-        qa.connect(&qb.local_info(1, 0).unwrap(), &p).unwrap();
-        qb.connect(&qa.local_info(1, 0).unwrap(), &p).unwrap();
+        qa.activate(&ConnectParams { remote: Some(qb.local_info().unwrap()), ..p.clone() }).unwrap();
+        qb.activate(&ConnectParams { remote: Some(qa.local_info().unwrap()), ..p.clone() }).unwrap();
         (qa, qb)
     }
 }
@@ -109,7 +108,7 @@ pub fn rc_write_and_read<B: Backend>(mut t: Bed<B>) {
         .unwrap()
         .rdma(rb, rk)
         .unwrap()
-        .sge(la, 8192, lk)
+        .sge(Sge::new(la, 8192, lk))
         .unwrap()
         .finish()
         .unwrap();
@@ -119,7 +118,7 @@ pub fn rc_write_and_read<B: Backend>(mut t: Bed<B>) {
         .unwrap()
         .rdma(rb + 0x10000, rk)
         .unwrap()
-        .sge(la + 0x20000, 4096, lk)
+        .sge(Sge::new(la + 0x20000, 4096, lk))
         .unwrap()
         .finish()
         .unwrap();
@@ -143,7 +142,7 @@ pub fn rc_send_and_write_with_immediate<B: Backend>(mut t: Bed<B>) {
         .unwrap()
         .ctrl_send_imm(WqeFlags::SIGNALED, 0xabcd)
         .unwrap()
-        .sge(la, 300, lk)
+        .sge(Sge::new(la, 300, lk))
         .unwrap()
         .finish()
         .unwrap();
@@ -178,7 +177,7 @@ pub fn rc_atomics<B: Backend>(mut t: Bed<B>) {
         .unwrap()
         .rdma(ra, rk)
         .unwrap()
-        .result(la, lk)
+        .result(Sge::new(la, 8, lk))
         .unwrap()
         .finish()
         .unwrap();
@@ -188,7 +187,7 @@ pub fn rc_atomics<B: Backend>(mut t: Bed<B>) {
         .unwrap()
         .rdma(ra, rk)
         .unwrap()
-        .result(la + 8, lk)
+        .result(Sge::new(la + 8, 8, lk))
         .unwrap()
         .finish()
         .unwrap();
@@ -220,19 +219,18 @@ pub fn rc_remote_access_error_then_flush<B: Backend>(mut t: Bed<B>) {
 }
 
 pub fn ud_send_recv<B: Backend>(mut t: Bed<B>) {
-    let cfg = RcQpConfig {
+    let cfg = QpConfig {
         max_send_wr: 16,
         max_recv_wr: 16,
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 64,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     };
     let ua = t.a.ctx.create_ud_qp(&t.a.pd, &t.a.cq, &t.a.cq, None, &cfg).unwrap();
     let ub = t.b.ctx.create_ud_qp(&t.b.pd, &t.b.cq, &t.b.cq, None, &cfg).unwrap();
-    ua.activate(1, 0x1111_1111).unwrap();
-    ub.activate(1, 0x1111_1111).unwrap();
+    ua.activate(&ConnectParams { qkey: 0x1111_1111, ..ConnectParams::default() }).unwrap();
+    ub.activate(&ConnectParams { qkey: 0x1111_1111, ..ConnectParams::default() }).unwrap();
     ub.post_recv(5, &[Sge { addr: t.b.mr.addr(), len: 4096, lkey: t.b.mr.lkey() }]).unwrap();
     let data = t.a.fill(0, 256, 9);
     let av = t.av_a_to_b();
@@ -242,7 +240,7 @@ pub fn ud_send_recv<B: Backend>(mut t: Bed<B>) {
         .unwrap()
         .datagram(&av, ub.qpn(), 0x1111_1111)
         .unwrap()
-        .sge(t.a.mr.addr(), 256, t.a.mr.lkey())
+        .sge(Sge::new(t.a.mr.addr(), 256, t.a.mr.lkey()))
         .unwrap()
         .finish()
         .unwrap();
@@ -253,18 +251,20 @@ pub fn ud_send_recv<B: Backend>(mut t: Bed<B>) {
 }
 
 pub fn dc_write_and_send_through_srq<B: Backend>(mut t: Bed<B>) {
-    let cfg = RcQpConfig {
+    let cfg = QpConfig {
         max_send_wr: 16,
         max_recv_wr: 0,
         max_send_sge: 1,
         max_recv_sge: 0,
         max_inline_data: 64,
-        dedicated_uar: false,
-        scatter_to_cqe: false,
+        ..QpConfig::default()
     };
     let dci = t.a.ctx.create_dci(&t.a.pd, &t.a.cq, &cfg).unwrap();
     dci.activate(&ConnectParams::default()).unwrap();
-    let dct = t.b.ctx.create_dct(&t.b.pd, &t.b.cq, &t.b.srq, 0xdc).unwrap();
+    let dct =
+        t.b.ctx
+            .create_dct(&t.b.pd, &t.b.cq, &t.b.srq, &QpConfig { dc_key: 0xdc, ..QpConfig::default() })
+            .unwrap();
     dct.activate(&ConnectParams::default()).unwrap();
     let n = dct.dct_number().unwrap();
     t.b.srq.post_recv(7, &[Sge { addr: t.b.mr.addr() + 0x8000, len: 1024, lkey: t.b.mr.lkey() }]).unwrap();
@@ -278,7 +278,7 @@ pub fn dc_write_and_send_through_srq<B: Backend>(mut t: Bed<B>) {
         .unwrap()
         .rdma(t.b.mr.addr(), t.b.mr.rkey())
         .unwrap()
-        .sge(t.a.mr.addr(), 512, t.a.mr.lkey())
+        .sge(Sge::new(t.a.mr.addr(), 512, t.a.mr.lkey()))
         .unwrap()
         .finish()
         .unwrap();
@@ -288,7 +288,7 @@ pub fn dc_write_and_send_through_srq<B: Backend>(mut t: Bed<B>) {
         .unwrap()
         .av(0xdc, n, &av)
         .unwrap()
-        .sge(t.a.mr.addr(), 100, t.a.mr.lkey())
+        .sge(Sge::new(t.a.mr.addr(), 100, t.a.mr.lkey()))
         .unwrap()
         .finish()
         .unwrap();
@@ -344,12 +344,12 @@ pub fn srq_shared_by_two_rc_qps<B: Backend>(mut t: Bed<B>) {
 pub fn cq_events_scatter_and_poll_into<B: Backend>(t: Bed<B>) {
     let ch = t.b.ctx.create_comp_channel().unwrap();
     let mut cq = t.b.ctx.create_cq(mlx5::CqConfig::new(64).channel(&ch), |_, _: u64| {}).unwrap();
-    let cfg = RcQpConfig { max_send_wr: 16, max_recv_wr: 16, scatter_to_cqe: true, ..RcQpConfig::default() };
+    let cfg = QpConfig { max_send_wr: 16, max_recv_wr: 16, scatter_to_cqe: true, ..QpConfig::default() };
     let qa = t.a.ctx.create_rc_qp(&t.a.pd, &t.a.cq, &t.a.cq, &cfg).unwrap();
     let qb = t.b.ctx.create_rc_qp(&t.b.pd, &cq, &cq, &cfg).unwrap();
     let p = ConnectParams::default();
-    qa.connect(&qb.local_info(1, 0).unwrap(), &p).unwrap();
-    qb.connect(&qa.local_info(1, 0).unwrap(), &p).unwrap();
+    qa.activate(&ConnectParams { remote: Some(qb.local_info().unwrap()), ..p.clone() }).unwrap();
+    qb.activate(&ConnectParams { remote: Some(qa.local_info().unwrap()), ..p.clone() }).unwrap();
     let msg = t.a.fill(0, 20, 3);
     qb.post_recv(7, &[Sge { addr: t.b.mr.addr() + 4096, len: 64, lkey: t.b.mr.lkey() }]).unwrap();
     cq.arm(false);
@@ -357,7 +357,7 @@ pub fn cq_events_scatter_and_poll_into<B: Backend>(t: Bed<B>) {
         .unwrap()
         .ctrl_send(WqeFlags::SIGNALED)
         .unwrap()
-        .sge(t.a.mr.addr(), 20, t.a.mr.lkey())
+        .sge(Sge::new(t.a.mr.addr(), 20, t.a.mr.lkey()))
         .unwrap()
         .finish()
         .unwrap();
@@ -393,13 +393,13 @@ impl<B: Backend> Bed<B> {
         &self,
         acq: &impl AsCq<B, u64>,
         bcq: &impl AsCq<B, u64>,
-        cfg: &RcQpConfig,
+        cfg: &QpConfig,
     ) -> (RcQp<B, u64>, RcQp<B, u64>) {
         let qa = self.a.ctx.create_rc_qp(&self.a.pd, acq, acq, cfg).unwrap();
         let qb = self.b.ctx.create_rc_qp(&self.b.pd, bcq, bcq, cfg).unwrap();
         let p = ConnectParams::default();
-        qa.connect(&qb.local_info(1, 0).unwrap(), &p).unwrap();
-        qb.connect(&qa.local_info(1, 0).unwrap(), &p).unwrap();
+        qa.activate(&ConnectParams { remote: Some(qb.local_info().unwrap()), ..p.clone() }).unwrap();
+        qb.activate(&ConnectParams { remote: Some(qa.local_info().unwrap()), ..p.clone() }).unwrap();
         (qa, qb)
     }
 }
@@ -414,7 +414,7 @@ pub fn cq_compression_and_128_byte_cqes<B: Backend>(t: Bed<B>) {
         t.a.ctx.create_cq(CqConfig::new(256).compressed(MiniCqeFormat::Hash), |_, _: u64| {}).unwrap();
     let mut bcq =
         t.b.ctx.create_cq(CqConfig::new(256).compressed(MiniCqeFormat::Hash), |_, _: u64| {}).unwrap();
-    let cfg = RcQpConfig { max_send_wr: 64, max_recv_wr: 64, ..RcQpConfig::default() };
+    let cfg = QpConfig { max_send_wr: 64, max_recv_wr: 64, ..QpConfig::default() };
     let (qa, qb) = t.rc_on(&acq, &bcq, &cfg);
     t.a.fill(0, 4096, 9);
     for i in 0..N {
@@ -424,7 +424,7 @@ pub fn cq_compression_and_128_byte_cqes<B: Backend>(t: Bed<B>) {
     for i in 0..N {
         let len = 1 + 5 * i as u32;
         let b = qa.wqe_builder(i).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
-        b.sge(t.a.mr.addr() + i * 64, len, t.a.mr.lkey()).unwrap().finish().unwrap();
+        b.sge(Sge::new(t.a.mr.addr() + i * 64, len, t.a.mr.lkey())).unwrap().finish().unwrap();
     }
     let sent: Vec<_> = drain(&mut acq, N as usize).iter().map(|(c, e)| (*e, c.opcode, c.status)).collect();
     assert_eq!(sent, (0..N).map(|i| (i, WcOpcode::Send, Status::Success)).collect::<Vec<_>>());
@@ -439,12 +439,12 @@ pub fn cq_compression_and_128_byte_cqes<B: Backend>(t: Bed<B>) {
     drop((qa, qb));
 
     let mut big = t.b.ctx.create_cq(CqConfig::new(16).cqe_size(CqeSize::B128), |_, _: u64| {}).unwrap();
-    let cfg = RcQpConfig { max_send_wr: 16, max_recv_wr: 16, scatter_to_cqe: true, ..RcQpConfig::default() };
+    let cfg = QpConfig { max_send_wr: 16, max_recv_wr: 16, scatter_to_cqe: true, ..QpConfig::default() };
     let (qa, qb) = t.rc_on(&t.a.cq, &big, &cfg);
     let msg = t.a.fill(0x8000, 60, 1);
     qb.post_recv(5, &[Sge { addr: t.b.mr.addr() + 0x8000, len: 64, lkey: t.b.mr.lkey() }]).unwrap();
     let b = qa.wqe_builder(6).unwrap().ctrl_send(WqeFlags::NONE).unwrap();
-    b.sge(t.a.mr.addr() + 0x8000, 60, t.a.mr.lkey()).unwrap().finish().unwrap();
+    b.sge(Sge::new(t.a.mr.addr() + 0x8000, 60, t.a.mr.lkey())).unwrap().finish().unwrap();
     let r = drain(&mut big, 1);
     assert_eq!(
         (r[0].1, r[0].0.opcode, r[0].0.byte_len, r[0].0.status),
@@ -464,7 +464,7 @@ pub fn cq_compression_and_128_byte_cqes<B: Backend>(t: Bed<B>) {
 pub fn cq_overrun_is_reported<B: Backend>(t: Bed<B>) {
     let mut cq = t.a.ctx.create_cq(3, |_, _: u64| {}).unwrap();
     let slots = u64::from(cq.capacity());
-    let cfg = RcQpConfig { max_send_wr: 64, max_recv_wr: 16, ..RcQpConfig::default() };
+    let cfg = QpConfig { max_send_wr: 64, max_recv_wr: 16, ..QpConfig::default() };
     let (qa, _qb) = t.rc_on(&cq, &t.b.cq, &cfg);
     for e in 0..slots + 2 {
         qa.wqe_builder(e).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();

@@ -1,9 +1,9 @@
 // A SEND has no remote address segment.
 use mlx5::ring_only::RingOnly;
-use mlx5::{RcQp, WqeFlags};
+use mlx5::{RcQp, WqeFlags, Sge};
 
 fn post(qp: &RcQp<RingOnly, u32>) -> mlx5::Result<()> {
-    qp.wqe_builder(1)?.ctrl_send(WqeFlags::SIGNALED)?.rdma(0x1000, 2)?.sge(0x1000, 8, 1)?.finish()
+    qp.wqe_builder(1)?.ctrl_send(WqeFlags::SIGNALED)?.rdma(0x1000, 2)?.sge(Sge::new(0x1000, 8, 1))?.finish()
 }
 
 fn main() {}

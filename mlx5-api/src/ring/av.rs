@@ -2,6 +2,8 @@
 //! WQEs. An [`AddressVector`] is encoded once (like rdma-core's address
 //! handle); each WQE then copies it behind the per-WQE key and destination.
 
+use super::Gid;
+
 /// `grh_gid_fl` bit 30: GRH present (InfiniBand only; implicit on RoCE).
 const GRH_PRESENT: u32 = 1 << 30;
 
@@ -9,7 +11,7 @@ const GRH_PRESENT: u32 = 1 << 30;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct IbGrh {
-    pub dgid: [u8; 16],
+    pub dgid: Gid,
     pub sgid_index: u8,
     pub traffic_class: u8,
     pub hop_limit: u8,
@@ -22,7 +24,7 @@ pub struct IbGrh {
 #[repr(C)]
 pub struct RoceAv {
     /// Destination GID (`::ffff:a.b.c.d` for IPv4).
-    pub dgid: [u8; 16],
+    pub dgid: Gid,
     pub dmac: [u8; 6],
     pub sgid_index: u8,
     /// IPv6 traffic class / IPv4 DSCP+ECN.
@@ -41,7 +43,7 @@ impl RoceAv {
     /// A RoCE v2 destination with the usual defaults: sgid index 0, traffic
     /// class 0, hop limit 64, priority 0, UDP source port 0xc000. On
     /// hardware prefer [`RoceAv::from_port`].
-    pub fn new(dgid: [u8; 16], dmac: [u8; 6]) -> Self {
+    pub fn new(dgid: Gid, dmac: [u8; 6]) -> Self {
         RoceAv {
             dgid,
             dmac,
@@ -80,7 +82,7 @@ impl AddressVector {
         b[27] = grh.hop_limit;
         let fl = GRH_PRESENT | ((grh.sgid_index as u32) << 20) | (grh.flow_label & 0xf_ffff);
         b[28..32].copy_from_slice(&fl.to_be_bytes());
-        b[32..48].copy_from_slice(&grh.dgid);
+        b[32..48].copy_from_slice(&grh.dgid.0);
         av
     }
 
@@ -95,7 +97,7 @@ impl AddressVector {
         b[27] = r.hop_limit;
         let fl = ((r.sgid_index as u32) << 20) | (r.flow_label & 0xf_ffff);
         b[28..32].copy_from_slice(&fl.to_be_bytes());
-        b[32..48].copy_from_slice(&r.dgid);
+        b[32..48].copy_from_slice(&r.dgid.0);
         AddressVector { bytes: b }
     }
 

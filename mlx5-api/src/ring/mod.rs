@@ -9,6 +9,7 @@
 //! | Module | What (spec section) |
 //! |---|---|
 //! | [`seg`] | pure segment writers named after rdma-core: `set_ctrl_seg`, `set_raddr_seg`, `set_data_ptr_seg` (the one data-segment encoder of SQ, RQ and SRQ), `set_atomic_seg`, `set_datagram_seg`, `set_srq_next_seg` (§2–§4) |
+//! | [`gid`] | [`Gid`]: 16 bytes in network order, printed as IPv6 |
 //! | [`av`] | pre-encoded address vectors for UD and DCI (§3.6) |
 //! | [`sq`] | [`SqDesc`]: the send ring, its counters and the doorbell sequence (§1) |
 //! | [`post`] | [`send_wqe`]: one flat call that builds any RC/UD/DCI send WQE (§3.8) |
@@ -23,6 +24,7 @@ pub mod barrier;
 pub mod cq;
 pub mod cqe;
 pub mod error;
+pub mod gid;
 pub mod mmio;
 pub mod post;
 pub mod rq;
@@ -35,6 +37,7 @@ pub use av::{AddressVector, IbGrh, RoceAv};
 pub use cq::{mini_format, CqDesc};
 pub use cqe::{Cqe, CqeError, CqeFormat, CqeView, Status, Syndrome};
 pub use error::PostError;
+pub use gid::Gid;
 pub use mmio::{BfReg, HostMmio, Mmio};
 pub use post::{send_wqe, SendWr};
 pub use rq::RqDesc;

@@ -65,6 +65,15 @@ pub struct Sge {
     pub lkey: u32,
 }
 
+impl Sge {
+    /// An entry of `len` bytes at `addr` in the memory region of `lkey`
+    /// (prefer `MemoryRegion::sge`, which checks the bounds).
+    #[inline(always)]
+    pub const fn new(addr: u64, len: u32, lkey: u32) -> Sge {
+        Sge { addr, len, lkey }
+    }
+}
+
 /// Control segment (spec §2.1, `mlx5dv_set_ctrl_seg`): `pi` is masked to the
 /// 16-bit `wqe_index`, `qpn` to 24 bits, `ds` to 6 bits; `imm` is stored
 /// verbatim (wire byte order); signature and DCI stream id are 0.
@@ -261,7 +270,7 @@ pub(crate) mod tests {
             sgid_index: 3,
             priority: 3,
             udp_sport: 0xd001,
-            ..RoceAv::new(dgid, [2, 0, 0, 0, 0, 2])
+            ..RoceAv::new(super::super::Gid(dgid), [2, 0, 0, 0, 0, 2])
         });
         let mut s = [0u8; 48];
         set_datagram_seg(&mut s, 0x1111_1111u64 << 32, 0xabc, &av);
