@@ -21,6 +21,12 @@ pub struct CompChannel<B: Backend> {
     pub(crate) inner: Rc<ChannelInner<B>>,
 }
 
+impl<B: Backend> std::fmt::Debug for CompChannel<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompChannel").field("fd", &B::channel_fd(&self.inner.raw)).finish()
+    }
+}
+
 /// One completion event: the CQ that had an armed completion. Events are
 /// acknowledged when taken; poll the CQ, then arm it again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

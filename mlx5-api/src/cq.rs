@@ -214,6 +214,12 @@ pub struct CqShared<B: Backend, T> {
     pub(crate) _ctx: Rc<CtxInner<B>>,
 }
 
+impl<B: Backend, T> std::fmt::Debug for CqShared<B, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CqShared").finish_non_exhaustive()
+    }
+}
+
 impl<B: Backend, T> CqShared<B, T> {
     pub(crate) fn new(
         raw: B::Cq,
@@ -505,6 +511,29 @@ pub struct CompletionQueue<B: Backend, T> {
 pub struct MonoCq<B: Backend, T, F: FnMut(Completion, T)> {
     shared: Rc<CqShared<B, T>>,
     callback: F,
+}
+
+impl<B: Backend, T> std::fmt::Debug for CompletionQueue<B, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.shared.debug("CompletionQueue", f)
+    }
+}
+
+impl<B: Backend, T, F: FnMut(Completion, T)> std::fmt::Debug for MonoCq<B, T, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.shared.debug("MonoCq", f)
+    }
+}
+
+impl<B: Backend, T> CqShared<B, T> {
+    fn debug(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(name)
+            .field("cqn", &format_args!("{:#x}", self.desc.cqn))
+            .field("capacity", &self.desc.cqe_cnt)
+            .field("cqe_size", &self.desc.cqe_size)
+            .field("channel", &self.channel.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 macro_rules! cq_common {

@@ -50,6 +50,7 @@ impl MiniCqeFormat {
 /// CQ creation parameters: `CqConfig::new(256).cqe_size(CqeSize::B128)`.
 /// A bare entry count converts into the defaults (64-byte CQEs, no
 /// compression, no channel).
+#[derive(Debug)]
 pub struct CqConfig<'a, B: Backend> {
     /// Entries wanted (rounded up to a power of two above it, as rdma-core does).
     pub cqe: u32,

@@ -20,6 +20,12 @@ pub struct CtxInner<B: Backend> {
     regs: RefCell<Vec<Rc<UarReg<B>>>>,
 }
 
+impl<B: Backend> std::fmt::Debug for CtxInner<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CtxInner").finish_non_exhaustive()
+    }
+}
+
 impl<B: Backend> CtxInner<B> {
     pub(crate) fn new(raw: B::Context, caps: DeviceCaps) -> Self {
         CtxInner { raw, caps, next_uidx: Cell::new(1), regs: RefCell::new(Vec::new()) }
@@ -54,6 +60,12 @@ pub struct UarReg<B: Backend> {
     pub(crate) mmio: B::Uar,
 }
 
+impl<B: Backend> std::fmt::Debug for UarReg<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UarReg").finish_non_exhaustive()
+    }
+}
+
 impl<B: Backend> UarReg<B> {
     /// The register view (for the ring core's `SqDesc::bf`).
     pub fn bf(&self) -> &BfReg {
@@ -66,4 +78,10 @@ impl<B: Backend> UarReg<B> {
 pub struct PdInner<B: Backend> {
     pub(crate) raw: B::Pd,
     pub(crate) ctx: Rc<CtxInner<B>>,
+}
+
+impl<B: Backend> std::fmt::Debug for PdInner<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PdInner").finish_non_exhaustive()
+    }
 }

@@ -39,9 +39,21 @@ impl<B: Backend> Device<B> {
     }
 }
 
+impl<B: Backend> std::fmt::Debug for Device<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device").field("name", &self.name()).finish()
+    }
+}
+
 /// An opened device.
 pub struct Context<B: Backend> {
     inner: Rc<CtxInner<B>>,
+}
+
+impl<B: Backend> std::fmt::Debug for Context<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("caps", &self.inner.caps).finish_non_exhaustive()
+    }
 }
 
 impl<B: Backend> Clone for Context<B> {
@@ -333,6 +345,12 @@ pub struct ProtectionDomain<B: Backend> {
     inner: Rc<PdInner<B>>,
 }
 
+impl<B: Backend> std::fmt::Debug for ProtectionDomain<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProtectionDomain").finish_non_exhaustive()
+    }
+}
+
 impl<B: Backend> Clone for ProtectionDomain<B> {
     fn clone(&self) -> Self {
         ProtectionDomain { inner: self.inner.clone() }
@@ -413,6 +431,18 @@ pub struct MemoryRegion<B: Backend> {
     access: AccessFlags,
     _buf: Option<PageBuf>,
     _pd: Rc<PdInner<B>>,
+}
+
+impl<B: Backend> std::fmt::Debug for MemoryRegion<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len)
+            .field("lkey", &format_args!("{:#x}", self.lkey))
+            .field("rkey", &format_args!("{:#x}", self.rkey))
+            .field("access", &self.access)
+            .finish()
+    }
 }
 
 impl<B: Backend> MemoryRegion<B> {

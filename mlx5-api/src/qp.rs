@@ -33,6 +33,12 @@ pub struct QpShared<B: Backend, T> {
     pd: Rc<PdInner<B>>,
 }
 
+impl<B: Backend, T> std::fmt::Debug for QpShared<B, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QpShared").finish_non_exhaustive()
+    }
+}
+
 /// Everything `QpShared::new` needs.
 pub(crate) struct QpParts<B: Backend, T> {
     pub raw: B::Qp,
@@ -338,6 +344,18 @@ macro_rules! handle {
         $(#[$m])*
         pub struct $name<B: Backend, T> {
             pub(crate) shared: Rc<QpShared<B, T>>,
+        }
+        impl<B: Backend, T> std::fmt::Debug for $name<B, T> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let s = &self.shared;
+                f.debug_struct(stringify!($name))
+                    .field("qpn", &format_args!("{:#x}", s.wq.qpn.get()))
+                    .field("state", &s.wq.state.get())
+                    .field("port", &s.port)
+                    .field("psn", &format_args!("{:#x}", s.psn))
+                    .field("caps", &s.caps)
+                    .finish()
+            }
         }
         impl<B: Backend, T> Drop for $name<B, T> {
             fn drop(&mut self) {

@@ -16,9 +16,11 @@ use crate::ring::Mmio;
 use crate::types::{AccessFlags, DeviceCaps, LinkLayer, PortInfo};
 
 /// The ring-only backend marker.
+#[derive(Debug)]
 pub struct RingOnly;
 
 /// What the doorbell register saw.
+#[derive(Debug)]
 pub struct DoorbellLog {
     pub doorbells: Cell<u64>,
     pub blueflames: Cell<u64>,
@@ -40,7 +42,7 @@ impl Default for DoorbellLog {
 }
 
 /// Device and context of the ring-only backend.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct RingOnlyDevice {
     next_qpn: Rc<Cell<u32>>,
     next_key: Rc<Cell<u32>>,
@@ -65,6 +67,7 @@ impl RingOnlyDevice {
 }
 
 /// Zeroed, 4096-aligned memory owned by a ring-only object.
+#[derive(Debug)]
 pub struct Region {
     ptr: *mut u8,
     layout: Layout,
@@ -89,12 +92,14 @@ impl Drop for Region {
 }
 
 /// A ring-only CQ: its buffer is initialised like rdma-core's and never written.
+#[derive(Debug)]
 pub struct RoCq {
     _buf: Region,
     _dbrec: Region,
     uar: RoUar,
 }
 /// A ring-only QP: RQ, SQ, doorbell record and register memory.
+#[derive(Debug)]
 pub struct RoQp {
     _buf: Region,
     _dbrec: Region,
@@ -103,11 +108,13 @@ pub struct RoQp {
     qpn: u32,
 }
 /// A ring-only SRQ: its WQE buffer and doorbell record.
+#[derive(Debug)]
 pub struct RoSrq {
     _buf: Region,
     _dbrec: Region,
 }
 /// The doorbell register: records into the device's log.
+#[derive(Debug)]
 pub struct RoUar {
     log: Rc<DoorbellLog>,
 }

@@ -17,10 +17,11 @@ use crate::types::{AccessFlags, DeviceCaps, LinkLayer, PortInfo, QpState};
 pub use mlx5_sim::{AtomicEndianness, FabricConfig, HostConfig};
 
 /// The simulator backend marker.
+#[derive(Debug)]
 pub struct Sim;
 
 /// A simulated device: one NIC of a [`Fabric`].
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct SimDevice {
     nic: Nic,
     mode: ExecMode,
@@ -28,6 +29,7 @@ pub struct SimDevice {
 
 /// An opened simulated device: a device context of the model (its own 16
 /// doorbell registers), closed on drop.
+#[derive(Debug)]
 pub struct SimContext {
     dev: SimDevice,
     id: u32,
@@ -75,6 +77,7 @@ fn sim_err(op: &'static str) -> impl FnOnce(model::SimError) -> Error {
     move |e| Error::Backend { op, reason: e.to_string() }
 }
 
+#[derive(Debug)]
 pub struct SimPd {
     nic: Nic,
     pdn: u32,
@@ -84,6 +87,7 @@ impl Drop for SimPd {
         let _ = self.nic.dealloc_pd(self.pdn);
     }
 }
+#[derive(Debug)]
 pub struct SimMr {
     nic: Nic,
     lkey: u32,
@@ -93,6 +97,7 @@ impl Drop for SimMr {
         let _ = self.nic.dereg_mr(self.lkey);
     }
 }
+#[derive(Debug)]
 pub struct SimCq {
     nic: Nic,
     cqn: u32,
@@ -101,6 +106,7 @@ pub struct SimCq {
 }
 
 /// A completion channel of the model; destroyed on drop.
+#[derive(Debug)]
 pub struct SimChannel {
     nic: Nic,
     id: u32,
@@ -117,6 +123,7 @@ impl Drop for SimCq {
         let _ = self.nic.destroy_cq(self.cqn);
     }
 }
+#[derive(Debug)]
 pub struct SimQp {
     nic: Nic,
     qpn: u32,
@@ -131,6 +138,7 @@ impl Drop for SimQp {
         let _ = self.nic.destroy_qp(self.qpn);
     }
 }
+#[derive(Debug)]
 pub struct SimSrq {
     nic: Nic,
     srqn: u32,
@@ -144,6 +152,7 @@ impl Drop for SimSrq {
 /// deliver each write as a bus write (`uar_write64` / `uar_write_bf`);
 /// watch mode stores into the register's memory, as a foreign executor
 /// would, and wakes the NIC's thread.
+#[derive(Debug)]
 pub struct SimUar {
     nic: Nic,
     index: u32,
@@ -223,10 +232,7 @@ impl Backend for Sim {
             gid: Gid(i.gid),
             sgid_index: 0,
             mac: i.mac,
-            link_layer: match i.link_layer {
-                model::LinkLayer::InfiniBand => LinkLayer::InfiniBand,
-                model::LinkLayer::Ethernet => LinkLayer::Ethernet,
-            },
+            link_layer: i.link_layer.into(),
             active_mtu: i.active_mtu,
         })
     }
@@ -427,6 +433,26 @@ impl Backend for Sim {
     fn cq_idle(cq: &SimCq) {
         if cq.mode == ExecMode::Deterministic {
             cq.nic.tick();
+        }
+    }
+}
+
+/// The device model's link layer as the front-end's one type.
+impl From<model::LinkLayer> for LinkLayer {
+    fn from(l: model::LinkLayer) -> LinkLayer {
+        match l {
+            model::LinkLayer::InfiniBand => LinkLayer::InfiniBand,
+            model::LinkLayer::Ethernet => LinkLayer::Ethernet,
+        }
+    }
+}
+
+/// The front-end's link layer as the device model's (for `HostConfig`).
+impl From<LinkLayer> for model::LinkLayer {
+    fn from(l: LinkLayer) -> model::LinkLayer {
+        match l {
+            LinkLayer::InfiniBand => model::LinkLayer::InfiniBand,
+            LinkLayer::Ethernet => model::LinkLayer::Ethernet,
         }
     }
 }

@@ -24,6 +24,12 @@ pub struct SrqShared<B: Backend, T> {
     _pd: Rc<PdInner<B>>,
 }
 
+impl<B: Backend, T> std::fmt::Debug for SrqShared<B, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SrqShared").finish_non_exhaustive()
+    }
+}
+
 impl<B: Backend, T> SrqShared<B, T> {
     pub(crate) fn new(raw: B::Srq, res: SrqResources, max_sge: u32, pd: Rc<PdInner<B>>) -> Self {
         let mut desc = SrqDesc::new(res.buf, res.wqe_cnt, res.stride, res.dbrec, max_sge);
@@ -93,6 +99,16 @@ impl<B: Backend, T> SrqShared<B, T> {
 /// A shared receive queue: receive WQEs usable by RC and UD QPs and DCTs.
 pub struct SharedReceiveQueue<B: Backend, T> {
     pub(crate) shared: Rc<SrqShared<B, T>>,
+}
+
+impl<B: Backend, T> std::fmt::Debug for SharedReceiveQueue<B, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedReceiveQueue")
+            .field("srqn", &format_args!("{:#x}", self.srqn()))
+            .field("capacity", &self.capacity())
+            .field("outstanding", &self.outstanding())
+            .finish()
+    }
 }
 
 impl<B: Backend, T> SharedReceiveQueue<B, T> {

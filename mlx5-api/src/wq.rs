@@ -109,6 +109,12 @@ pub struct WorkQueues<B: Backend, T> {
     pub(crate) recv: RecvSide<B, T>,
 }
 
+impl<B: Backend, T> std::fmt::Debug for WorkQueues<B, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkQueues").finish_non_exhaustive()
+    }
+}
+
 impl<B: Backend, T> WorkQueues<B, T> {
     /// An error CQE moved the QP to ERR (spec §6.1); a UD send error to SQE.
     #[inline]

@@ -36,32 +36,54 @@ pub use crate::ring::seg::opcode;
 /// Builder states (zero-sized unless they carry operands).
 pub mod state {
     /// RC: nothing written yet; choose the opcode.
+    #[derive(Debug)]
     pub struct Init;
     /// DCI: nothing written yet; every opcode but NOP is followed by an AV.
+    #[derive(Debug)]
     pub struct DcInit;
     /// UD: nothing written yet; SEND or SEND_IMM, then the datagram segment.
+    #[derive(Debug)]
     pub struct UdInit;
     /// DCI: the address vector comes next; `N` is the state after it.
+    #[derive(Debug)]
     pub struct NeedsAv<N>(pub(crate) N);
     /// UD: the datagram segment comes next; `N` is the state after it.
+    #[derive(Debug)]
     pub struct NeedsDatagram<N>(pub(crate) N);
     /// The remote address segment comes next; `N` is the state after it.
+    #[derive(Debug)]
     pub struct NeedsRaddr<N>(pub(crate) N);
     /// Gather list (SGEs) or one inline segment may follow; complete as is.
+    #[derive(Debug)]
     pub struct Data;
     /// Local scatter list of an RDMA READ; complete as is.
+    #[derive(Debug)]
     pub struct Scatter;
     /// Operands of an atomic, written with the raddr segment.
+    #[derive(Debug)]
     pub struct AtomicArgs {
         pub(crate) swap: u64,
         pub(crate) compare_add: u64,
     }
     /// An atomic needs its 8-byte local result buffer.
+    #[derive(Debug)]
     pub struct NeedsResult;
     /// The WQE is complete; only `finish` remains.
+    #[derive(Debug)]
     pub struct Complete;
 }
 use state::*;
+
+impl<B: Backend, T, S> std::fmt::Debug for WqeBuilder<'_, B, T, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WqeBuilder")
+            .field("qpn", &format_args!("{:#x}", self.sq.desc.qpn))
+            .field("wqe_index", &(self.start & 0xffff))
+            .field("ds", &self.ds)
+            .field("state", &std::any::type_name::<S>().replace("mlx5_api::wqe::state::", ""))
+            .finish()
+    }
+}
 
 /// A WQE being written into the send queue of a QP.
 #[must_use = "a WQE is posted only by finish()"]

@@ -16,6 +16,7 @@ use crate::codes::*;
 use crate::objects::{check_null, err, free, put, Back, CqObj, CtxObj};
 
 /// A completion channel (`mlx5r_channel`).
+#[derive(Debug)]
 pub struct ChannelObj(Back<CompChannel<Sim>, CompChannel<Hw>>);
 
 /// `mlx5r_cq_attr.compression`: no CQE compression.

@@ -26,6 +26,7 @@ use mlx5_sim::{ExecMode, Fabric, FabricConfig, HostConfig};
 use crate::codes::*;
 
 /// One object of either backend.
+#[derive(Debug)]
 pub enum Back<S, H> {
     /// On the simulator.
     Sim(S),
@@ -34,6 +35,7 @@ pub enum Back<S, H> {
 }
 
 /// A simulated fabric (`mlx5r_fabric`) and its devices.
+#[derive(Debug)]
 pub struct FabricObj {
     fabric: Fabric,
 }
@@ -45,19 +47,26 @@ impl FabricObj {
     }
 }
 /// An opened device (`mlx5r_context`).
+#[derive(Debug)]
 pub struct CtxObj(pub(crate) Back<Context<Sim>, Context<Hw>>);
 /// A protection domain (`mlx5r_pd`).
+#[derive(Debug)]
 pub struct PdObj(Back<ProtectionDomain<Sim>, ProtectionDomain<Hw>>);
 /// A memory region (`mlx5r_mr`).
+#[derive(Debug)]
 pub struct MrObj(Back<MemoryRegion<Sim>, MemoryRegion<Hw>>);
 /// A completion queue object (`mlx5r_cq_obj`); poll it through its descriptor.
+#[derive(Debug)]
 pub struct CqObj(pub(crate) Back<CompletionQueue<Sim, ()>, CompletionQueue<Hw, ()>>);
 /// A shared receive queue object (`mlx5r_srq_obj`).
+#[derive(Debug)]
 pub struct SrqObj(Back<SharedReceiveQueue<Sim, ()>, SharedReceiveQueue<Hw, ()>>);
 /// A queue pair of any transport (`mlx5r_qp`).
+#[derive(Debug)]
 pub struct QpObj(Back<AnyQp<Sim>, AnyQp<Hw>>);
 
 /// The transports.
+#[derive(Debug)]
 pub enum AnyQp<B: mlx5_api::Backend> {
     /// Reliable connected.
     Rc(RcQp<B, ()>),

@@ -44,7 +44,9 @@ impl PortState {
     }
 }
 
-/// `ibv_port_attr.link_layer`.
+/// `ibv_port_attr.link_layer` as the kernel reported it (including values
+/// the front-end has no name for); [`LinkLayerRaw::to_api`] gives the one
+/// link-layer type of the API, `mlx5_api::LinkLayer`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LinkLayerRaw {
     /// `IBV_LINK_LAYER_UNSPECIFIED`: kernels that predate the field; it

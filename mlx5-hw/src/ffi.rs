@@ -23,12 +23,14 @@ use std::os::raw::{c_char, c_int, c_uint, c_void};
 
 /// `struct ibv_device` (opaque: its name is read with `ibv_get_device_name`).
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_device {
     _opaque: [u8; 0],
 }
 
 /// `struct ibv_comp_channel`.
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_comp_channel {
     pub context: *mut ibv_context,
     pub fd: c_int,
@@ -37,7 +39,7 @@ pub struct ibv_comp_channel {
 
 /// `struct ibv_cq_init_attr_ex` (rdma-core v44).
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct ibv_cq_init_attr_ex {
     pub cqe: u32,
     pub cq_context: *mut c_void,
@@ -70,6 +72,7 @@ pub const MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE: u32 = 1 << 4;
 /// CQ by pointer; its `cq_context` points at our CQN). Everything else
 /// comes from `mlx5dv_init_obj`; never allocate or copy one.
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_cq {
     pub context: *mut ibv_context,
     pub channel: *mut ibv_comp_channel,
@@ -80,7 +83,7 @@ pub struct ibv_cq {
 
 /// `struct ibv_async_event`: the element union, then the event type.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct ibv_async_event {
     pub element: ibv_async_event_element,
     /// `enum ibv_event_type`.
@@ -124,6 +127,7 @@ pub const IBV_EVENT_WQ_FATAL: u32 = 19;
 /// SRQ by pointer; its `srq_context` points at our SRQN). Never allocate or
 /// copy one.
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_srq {
     pub context: *mut ibv_context,
     pub srq_context: *mut c_void,
@@ -133,10 +137,12 @@ pub struct ibv_srq {
 
 /// `struct ibv_xrcd`, `struct ibv_rwq_ind_table`: only pointed to (NULL).
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_xrcd {
     _opaque: [u8; 0],
 }
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_rwq_ind_table {
     _opaque: [u8; 0],
 }
@@ -145,6 +151,7 @@ pub struct ibv_rwq_ind_table {
 /// `async_fd` are read. The real struct continues with a mutex; never
 /// allocate or copy one.
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_context {
     pub device: *mut ibv_device,
     /// `struct ibv_context_ops`: 32 function pointers, never called.
@@ -156,7 +163,7 @@ pub struct ibv_context {
 
 /// `struct ibv_device_attr`.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct ibv_device_attr {
     pub fw_ver: [c_char; 64],
     /// `__be64`.
@@ -207,7 +214,7 @@ pub struct ibv_device_attr {
 /// `ibv_query_port` symbol fills the `_compat_ibv_port_attr` prefix (up to
 /// and including `flags`); the rest stays zero.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct ibv_port_attr {
     /// `enum ibv_port_state`.
     pub state: u32,
@@ -245,6 +252,7 @@ pub struct ibv_gid {
 
 /// `struct ibv_pd`.
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_pd {
     pub context: *mut ibv_context,
     pub handle: u32,
@@ -252,6 +260,7 @@ pub struct ibv_pd {
 
 /// `struct ibv_mr`.
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_mr {
     pub context: *mut ibv_context,
     pub pd: *mut ibv_pd,
@@ -264,7 +273,7 @@ pub struct ibv_mr {
 
 /// `struct ibv_srq_attr`.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct ibv_srq_attr {
     pub max_wr: u32,
     pub max_sge: u32,
@@ -273,6 +282,7 @@ pub struct ibv_srq_attr {
 
 /// `struct ibv_srq_init_attr`.
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_srq_init_attr {
     pub srq_context: *mut c_void,
     pub attr: ibv_srq_attr,
@@ -293,6 +303,7 @@ pub struct ibv_qp_cap {
 /// documented prefix of `ibv_qp_init_attr_ex`; QPs are created with
 /// `mlx5dv_create_qp`, which takes the `_ex` form).
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_qp_init_attr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,
@@ -306,6 +317,7 @@ pub struct ibv_qp_init_attr {
 
 /// `struct ibv_rx_hash_conf` (part of `ibv_qp_init_attr_ex`; unused, zero).
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_rx_hash_conf {
     pub rx_hash_function: u8,
     pub rx_hash_key_len: u8,
@@ -315,6 +327,7 @@ pub struct ibv_rx_hash_conf {
 
 /// `struct ibv_qp_init_attr_ex`.
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_qp_init_attr_ex {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,
@@ -398,6 +411,7 @@ pub struct ibv_qp_attr {
 /// Prefix of `struct ibv_qp`, up to `qp_type` (a mutex and a condition
 /// variable follow). `qp_num` of a DCT is written by libmlx5 at INIT→RTR.
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_qp {
     pub context: *mut ibv_context,
     pub qp_context: *mut c_void,
@@ -543,7 +557,7 @@ pub struct mlx5dv_srq {
 
 /// One `{ in, out }` pair of `struct mlx5dv_obj`.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct mlx5dv_obj_pair<I, O> {
     pub r#in: *mut I,
     pub out: *mut O,
@@ -552,6 +566,7 @@ pub struct mlx5dv_obj_pair<I, O> {
 /// `struct mlx5dv_obj` (every member, so that its size matches; only the
 /// QP, CQ and SRQ pairs are ever filled).
 #[repr(C)]
+#[derive(Debug)]
 pub struct mlx5dv_obj {
     pub qp: mlx5dv_obj_pair<ibv_qp, mlx5dv_qp>,
     pub cq: mlx5dv_obj_pair<ibv_cq, mlx5dv_cq>,
@@ -803,3 +818,9 @@ pub type Mlx5dvCreateQpFn = unsafe extern "C" fn(
     qp_attr: *mut ibv_qp_init_attr_ex,
     mlx5_qp_attr: *mut mlx5dv_qp_init_attr,
 ) -> *mut ibv_qp;
+
+impl core::fmt::Debug for ibv_async_event_element {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ibv_async_event_element").finish_non_exhaustive()
+    }
+}

@@ -29,6 +29,7 @@ use crate::loader::Rdma;
 use crate::masks::{self, LocalPath};
 
 /// The hardware backend marker.
+#[derive(Debug)]
 pub struct Hw;
 
 /// sysfs roots (`ibv_get_device_name` names the directory under the first).
@@ -60,6 +61,12 @@ struct DeviceList {
     list: *mut *mut ibv_device,
 }
 
+impl std::fmt::Debug for DeviceList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceList").finish_non_exhaustive()
+    }
+}
+
 impl Drop for DeviceList {
     fn drop(&mut self) {
         // SAFETY: returned by ibv_get_device_list of this library, freed once.
@@ -68,6 +75,7 @@ impl Drop for DeviceList {
 }
 
 /// A device of the list (`struct ibv_device *`), not opened yet.
+#[derive(Debug)]
 pub struct HwDevice {
     list: Rc<DeviceList>,
     dev: *mut ibv_device,
@@ -245,6 +253,12 @@ pub(crate) struct CtxInner {
     cq_errors: std::cell::RefCell<Vec<u32>>,
 }
 
+impl std::fmt::Debug for CtxInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CtxInner").finish_non_exhaustive()
+    }
+}
+
 /// Undelivered async events kept per context; beyond this the oldest are
 /// dropped (CQ errors are also remembered in `cq_errors`).
 const MAX_PENDING_ASYNC: usize = 4096;
@@ -258,22 +272,26 @@ impl Drop for CtxInner {
 }
 
 /// An opened mlx5 device: `Backend::Context` of [`Hw`].
+#[derive(Debug)]
 pub struct HwContext {
     inner: Rc<CtxInner>,
 }
 
 /// A protection domain.
+#[derive(Debug)]
 pub struct HwPd {
     ctx: Rc<CtxInner>,
     pd: *mut ibv_pd,
 }
 /// A registered memory region.
+#[derive(Debug)]
 pub struct HwMr {
     ctx: Rc<CtxInner>,
     mr: *mut ibv_mr,
 }
 /// A completion queue (DV-owned after `mlx5dv_init_obj`: rdma-core no
 /// longer touches its CQEs).
+#[derive(Debug)]
 pub struct HwCq {
     ctx: Rc<CtxInner>,
     cq: *mut ibv_cq,
@@ -284,6 +302,7 @@ pub struct HwCq {
 }
 
 /// A completion channel (`ibv_comp_channel`), its descriptor non-blocking.
+#[derive(Debug)]
 pub struct HwChannel {
     ctx: Rc<CtxInner>,
     ch: *mut ibv_comp_channel,
@@ -297,6 +316,7 @@ impl Drop for HwChannel {
     }
 }
 /// A shared receive queue.
+#[derive(Debug)]
 pub struct HwSrq {
     ctx: Rc<CtxInner>,
     srq: *mut ibv_srq,
@@ -305,6 +325,7 @@ pub struct HwSrq {
     _srqn: Box<u32>,
 }
 /// A queue pair (RC, UD, DCI or DCT).
+#[derive(Debug)]
 pub struct HwQp {
     ctx: Rc<CtxInner>,
     qp: *mut ibv_qp,

@@ -8,7 +8,7 @@
 //! Simplification: both sides of an RC operation are executed by the requester's NIC,
 //! under the fabric lock, when the requester's WQE is processed (see README.md).
 
-#![warn(missing_docs)]
+#![deny(missing_docs, missing_debug_implementations)]
 
 mod cq;
 pub mod dissect;
@@ -61,7 +61,9 @@ pub struct FabricConfig {
     pub atomic_endianness: AtomicEndianness,
 }
 
-/// Link layer of a port.
+/// Link layer of a simulated port: the device model's own copy (the model
+/// imports nothing from the front-end). Front-end users meet
+/// `mlx5::LinkLayer`, which converts to and from this one with `From`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkLayer {
     /// InfiniBand: RC paths are resolved by DLID.

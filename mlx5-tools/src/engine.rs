@@ -20,6 +20,7 @@ pub fn half(c: &Config) -> u64 {
 }
 
 /// One side of a test.
+#[derive(Debug)]
 pub struct End<B: Backend> {
     pub qps: Vec<RcQp<B, u64>>,
     pub cq: CompletionQueue<B, u64>,

@@ -60,6 +60,7 @@ pub fn decode(line: &str) -> Result<(RemoteQpInfo, Remote), String> {
 }
 
 /// A connected control channel.
+#[derive(Debug)]
 pub struct Channel {
     r: BufReader<TcpStream>,
     w: TcpStream,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use mlx5::{
     AccessFlags, AddressVector, AsCq, AsyncEvent, Backend, Completion, CompletionQueue, ConnectParams,
     Context, CqConfig, CqeSize, Error, MemoryRegion, MiniCqeFormat, PortInfo, ProtectionDomain, QpConfig,
-    RcQp, Sge, SharedReceiveQueue, Status, Syndrome, WcOpcode, WqeFlags,
+    RcQp, RemoteQpInfo, Sge, SharedReceiveQueue, Status, Syndrome, WcOpcode, WqeFlags,
 };
 
 pub const MR_LEN: usize = 1 << 20;
@@ -216,6 +216,40 @@ pub fn rc_remote_access_error_then_flush<B: Backend>(mut t: Bed<B>) {
     let got: Vec<_> = c.iter().map(|(c, e)| (*e, c.status.syndrome())).collect();
     assert_eq!(got, vec![(1, Some(Syndrome::RemoteAccess)), (2, Some(Syndrome::WrFlush))]);
     assert_eq!(qa.state(), mlx5::QpState::Err);
+}
+
+/// The PSN is given once (`QpConfig::psn`, reported by `local_info`); a
+/// responder told another PSN never executes the requests, and the
+/// requester's retries run out (hardware: after `retry_cnt` local ACK
+/// timeouts, short ones here).
+pub fn rc_psn_mismatch_is_retry_exceeded<B: Backend>(mut t: Bed<B>) {
+    let cfg = |psn| QpConfig { psn, max_send_wr: 16, max_recv_wr: 16, ..QpConfig::default() };
+    let qa = t.a.ctx.create_rc_qp(&t.a.pd, &t.a.cq, &t.a.cq, &cfg(0x10)).unwrap();
+    let qb = t.b.ctx.create_rc_qp(&t.b.pd, &t.b.cq, &t.b.cq, &cfg(0x20)).unwrap();
+    let p = ConnectParams { timeout: 8, retry_cnt: 1, ..ConnectParams::default() };
+    let ia = qa.local_info().unwrap();
+    assert_eq!(ia.psn, 0x10);
+    qa.activate(&ConnectParams { remote: Some(qb.local_info().unwrap()), ..p.clone() }).unwrap();
+    // b is told a's PSN is 0x1000: a's requests are 0xff0 behind it.
+    qb.activate(&ConnectParams { remote: Some(RemoteQpInfo { psn: 0x1000, ..ia }), ..p }).unwrap();
+    t.a.fill(0, 64, 4);
+    for e in [1, 2] {
+        qa.wqe_builder(e)
+            .unwrap()
+            .ctrl_rdma_write(WqeFlags::SIGNALED)
+            .unwrap()
+            .rdma(t.b.mr.addr(), t.b.mr.rkey())
+            .unwrap()
+            .sge(t.a.mr.sge(0, 64).unwrap())
+            .unwrap()
+            .finish()
+            .unwrap();
+    }
+    let c = t.a.wait(2);
+    let got: Vec<_> = c.iter().map(|(c, e)| (*e, c.status.syndrome())).collect();
+    assert_eq!(got, vec![(1, Some(Syndrome::TransportRetryExceeded)), (2, Some(Syndrome::WrFlush))]);
+    assert_eq!(qa.state(), mlx5::QpState::Err);
+    assert_eq!(t.b.bytes(0, 64), vec![0; 64], "the responder executed nothing");
 }
 
 pub fn ud_send_recv<B: Backend>(mut t: Bed<B>) {
@@ -505,6 +539,7 @@ macro_rules! conformance_suite {
             $(#[$attr])* #[test] fn rc_send_and_write_with_immediate() { scenarios::rc_send_and_write_with_immediate($bed) }
             $(#[$attr])* #[test] fn rc_atomics() { scenarios::rc_atomics($bed) }
             $(#[$attr])* #[test] fn rc_remote_access_error_then_flush() { scenarios::rc_remote_access_error_then_flush($bed) }
+            $(#[$attr])* #[test] fn rc_psn_mismatch_is_retry_exceeded() { scenarios::rc_psn_mismatch_is_retry_exceeded($bed) }
             $(#[$attr])* #[test] fn ud_send_recv() { scenarios::ud_send_recv($bed) }
             $(#[$attr])* #[test] fn dc_write_and_send_through_srq() { scenarios::dc_write_and_send_through_srq($bed) }
             $(#[$attr])* #[test] fn srq_shared_by_two_rc_qps() { scenarios::srq_shared_by_two_rc_qps($bed) }
