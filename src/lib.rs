@@ -9,7 +9,7 @@
 //! This facade re-exports the front-end (`mlx5-api`), the device model
 //! (`mlx5::model`, the `mlx5-sim` crate) and the hardware backend.
 
-#![deny(missing_debug_implementations)]
+#![deny(missing_docs, missing_debug_implementations)]
 pub use mlx5_api::*;
 /// The hardware backend (feature `hw`).
 #[cfg(feature = "hw")]

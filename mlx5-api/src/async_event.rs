@@ -14,46 +14,103 @@
 pub enum AsyncEvent {
     /// `IBV_EVENT_CQ_ERR`: the CQ overran (a CQE had no free slot) or its
     /// access failed; the CQ and the QPs using it are in error.
-    CqError { cqn: u32 },
+    CqError {
+        /// The CQ number.
+        cqn: u32,
+    },
     /// `IBV_EVENT_QP_FATAL`: the QP failed with an error no CQE reports.
-    QpFatal { qpn: u32 },
+    QpFatal {
+        /// The QP number.
+        qpn: u32,
+    },
     /// `IBV_EVENT_QP_REQ_ERR`: an invalid request was received by the QP.
-    QpRequestError { qpn: u32 },
+    QpRequestError {
+        /// The QP number.
+        qpn: u32,
+    },
     /// `IBV_EVENT_QP_ACCESS_ERR`: a remote access violation on the QP.
-    QpAccessError { qpn: u32 },
+    QpAccessError {
+        /// The QP number.
+        qpn: u32,
+    },
     /// `IBV_EVENT_COMM_EST`: the first packet arrived on a QP in RTR.
-    CommEstablished { qpn: u32 },
+    CommEstablished {
+        /// The QP number.
+        qpn: u32,
+    },
     /// `IBV_EVENT_SQ_DRAINED`: a QP in SQD has no outstanding send.
-    SqDrained { qpn: u32 },
+    SqDrained {
+        /// The QP number.
+        qpn: u32,
+    },
     /// `IBV_EVENT_PATH_MIG`: the QP migrated to its alternate path.
-    PathMigrated { qpn: u32 },
+    PathMigrated {
+        /// The QP number.
+        qpn: u32,
+    },
     /// `IBV_EVENT_PATH_MIG_ERR`: path migration failed.
-    PathMigrationError { qpn: u32 },
+    PathMigrationError {
+        /// The QP number.
+        qpn: u32,
+    },
     /// `IBV_EVENT_QP_LAST_WQE_REACHED`: a QP on an SRQ left the SRQ for good.
-    QpLastWqeReached { qpn: u32 },
+    QpLastWqeReached {
+        /// The QP number.
+        qpn: u32,
+    },
     /// `IBV_EVENT_SRQ_ERR`: the SRQ failed; its QPs are in error.
-    SrqError { srqn: u32 },
+    SrqError {
+        /// The SRQ number.
+        srqn: u32,
+    },
     /// `IBV_EVENT_SRQ_LIMIT_REACHED`: the SRQ fell below its armed limit.
-    SrqLimitReached { srqn: u32 },
+    SrqLimitReached {
+        /// The SRQ number.
+        srqn: u32,
+    },
     /// `IBV_EVENT_DEVICE_FATAL`: the device is unusable; close everything.
     DeviceFatal,
     /// `IBV_EVENT_PORT_ACTIVE`: the port came up.
-    PortActive { port: u8 },
+    PortActive {
+        /// The port number.
+        port: u8,
+    },
     /// `IBV_EVENT_PORT_ERR`: the port went down.
-    PortError { port: u8 },
+    PortError {
+        /// The port number.
+        port: u8,
+    },
     /// `IBV_EVENT_LID_CHANGE`.
-    LidChange { port: u8 },
+    LidChange {
+        /// The port number.
+        port: u8,
+    },
     /// `IBV_EVENT_PKEY_CHANGE`.
-    PkeyChange { port: u8 },
+    PkeyChange {
+        /// The port number.
+        port: u8,
+    },
     /// `IBV_EVENT_SM_CHANGE`.
-    SmChange { port: u8 },
+    SmChange {
+        /// The port number.
+        port: u8,
+    },
     /// `IBV_EVENT_CLIENT_REREGISTER`.
-    ClientReregister { port: u8 },
+    ClientReregister {
+        /// The port number.
+        port: u8,
+    },
     /// `IBV_EVENT_GID_CHANGE`.
-    GidChange { port: u8 },
+    GidChange {
+        /// The port number.
+        port: u8,
+    },
     /// An event type this library does not know (`IBV_EVENT_WQ_FATAL` and
     /// later additions), with its raw `enum ibv_event_type` value.
-    Other { event_type: u32 },
+    Other {
+        /// The raw `enum ibv_event_type` value.
+        event_type: u32,
+    },
 }
 
 impl AsyncEvent {

@@ -23,6 +23,7 @@ pub struct CqResources {
     pub cqe_size: u32,
     /// CQ doorbell record: word 0 set_ci, word 1 arm (BE32 each).
     pub dbrec: *mut u32,
+    /// The CQ number.
     pub cqn: u32,
     /// The UAR page whose offset 0x20 takes the arm doorbell (`cq_uar`).
     pub cq_uar: *mut u8,
@@ -43,6 +44,7 @@ pub struct CqCreate {
 /// Raw QP resources (`struct mlx5dv_qp`).
 #[derive(Debug)]
 pub struct QpResources<U> {
+    /// The QP number.
     pub qpn: u32,
     /// SQ ring: `sq_wqe_cnt` WQEBBs of 64 bytes.
     pub sq_buf: *mut u8,
@@ -50,7 +52,9 @@ pub struct QpResources<U> {
     pub sq_wqe_cnt: u32,
     /// RQ ring: `rq_wqe_cnt` WQEs of `rq_stride` bytes (may be empty).
     pub rq_buf: *mut u8,
+    /// Receive queue WQEs (a power of two; 0: none).
     pub rq_wqe_cnt: u32,
+    /// Bytes per receive WQE (a power of two).
     pub rq_stride: u32,
     /// QP doorbell record: word 0 RQ counter, word 1 SQ counter (BE32).
     pub dbrec: *mut u32,
@@ -66,10 +70,15 @@ pub struct QpResources<U> {
 /// Queue sizes requested at QP creation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QpCaps {
+    /// Send queue entries.
     pub max_send_wr: u32,
+    /// Receive queue entries.
     pub max_recv_wr: u32,
+    /// SGEs per send WQE.
     pub max_send_sge: u32,
+    /// SGEs per receive WQE.
     pub max_recv_sge: u32,
+    /// Inline bytes per send WQE.
     pub max_inline_data: u32,
 }
 
@@ -90,11 +99,14 @@ pub enum QpKind {
 /// Raw SRQ resources (`struct mlx5dv_srq`).
 #[derive(Clone, Copy, Debug)]
 pub struct SrqResources {
+    /// The SRQ number.
     pub srqn: u32,
     /// `wqe_cnt` WQEs of `stride` bytes; the front-end initialises the
     /// next-WQE-index list (spec §4.3).
     pub buf: *mut u8,
+    /// WQEs in the ring (a power of two).
     pub wqe_cnt: u32,
+    /// Bytes per WQE (a power of two).
     pub stride: u32,
     /// Word 0: BE count of WQEs posted.
     pub dbrec: *mut u32,
@@ -107,19 +119,24 @@ pub struct SrqCreate {
     pub wqe_cnt: u32,
     /// Bytes per WQE (power of two, >= 32).
     pub stride: u32,
+    /// SGEs per WQE.
     pub max_sge: u32,
+    /// CQE version 1 user index (reported in each CQE).
     pub user_index: u32,
 }
 
 /// Creation attributes handed to the backend.
 #[derive(Clone, Debug)]
 pub struct QpCreate {
+    /// The transport.
     pub kind: QpKind,
+    /// The queue sizes asked for.
     pub caps: QpCaps,
     /// SQ size in WQEBBs (power of two), computed by [`crate::sizing`].
     pub sq_wqe_cnt: u32,
     /// RQ WQE count (power of two) and stride, computed by [`crate::sizing`].
     pub rq_wqe_cnt: u32,
+    /// Bytes per receive WQE (a power of two).
     pub rq_stride: u32,
     /// CQE version 1 user index (reported in every CQE's `srqn_uidx`).
     pub user_index: u32,
@@ -139,11 +156,38 @@ pub struct QpCreate {
 pub enum QpTransition {
     /// RESET→INIT: port, P_Key index 0, responder access rights (RC, DCT),
     /// Q_Key (UD).
-    Init { port: u8, access: AccessFlags, qkey: Option<u32> },
+    Init {
+        /// The port number.
+        port: u8,
+        /// Responder access rights (RC, DCT).
+        access: AccessFlags,
+        /// The Q_Key (UD).
+        qkey: Option<u32>,
+    },
     /// INIT→RTR: remote path (RC only) and receive parameters.
-    Rtr { remote: Option<RemoteQpInfo>, path_mtu: u32, min_rnr_timer: u8, max_dest_rd_atomic: u8 },
+    Rtr {
+        /// The peer (RC only).
+        remote: Option<RemoteQpInfo>,
+        /// Path MTU in bytes.
+        path_mtu: u32,
+        /// Responder RNR NAK timer code.
+        min_rnr_timer: u8,
+        /// Outstanding READs / atomics as responder.
+        max_dest_rd_atomic: u8,
+    },
     /// RTR→RTS: send parameters.
-    Rts { timeout: u8, retry_cnt: u8, rnr_retry: u8, sq_psn: u32, max_rd_atomic: u8 },
+    Rts {
+        /// Local ACK timeout exponent.
+        timeout: u8,
+        /// Transport retries.
+        retry_cnt: u8,
+        /// RNR retries (7: forever).
+        rnr_retry: u8,
+        /// Start PSN of the send queue.
+        sq_psn: u32,
+        /// Outstanding READs / atomics as requester.
+        max_rd_atomic: u8,
+    },
     /// Any→ERR or Any→RESET.
     To(QpState),
 }
@@ -158,10 +202,15 @@ pub trait Backend: Sized + 'static {
     type Device;
     /// An opened device (`ibv_context`).
     type Context;
+    /// A protection domain (`ibv_pd`).
     type Pd;
+    /// A memory registration (`ibv_mr`).
     type Mr;
+    /// A completion queue (`ibv_cq`).
     type Cq;
+    /// A queue pair (`ibv_qp`, or a DCT).
     type Qp;
+    /// A shared receive queue (`ibv_srq`).
     type Srq;
     /// How doorbell and BlueFlame writes reach a QP's register (real MMIO
     /// on hardware; the simulator's register otherwise).
@@ -169,11 +218,16 @@ pub trait Backend: Sized + 'static {
     /// A completion channel (`ibv_comp_channel`).
     type Channel;
 
+    /// The device's name (`mlx5_0`, `sim0`).
     fn device_name(dev: &Self::Device) -> String;
+    /// Open the device (`ibv_open_device`).
     fn open(dev: &Self::Device) -> Result<Self::Context>;
+    /// A port's addressing and MTU (`ibv_query_port`, `ibv_query_gid`).
     fn query_port(ctx: &Self::Context, port: u8) -> Result<PortInfo>;
+    /// The device's limits (`ibv_query_device`).
     fn device_caps(ctx: &Self::Context) -> DeviceCaps;
 
+    /// Allocate a protection domain (`ibv_alloc_pd`).
     fn alloc_pd(ctx: &Self::Context) -> Result<Self::Pd>;
     /// Register `[addr, addr+len)`; returns the object and (lkey, rkey).
     ///
@@ -224,6 +278,7 @@ pub trait Backend: Sized + 'static {
     fn channel_progress(_ch: &Self::Channel) -> bool {
         false
     }
+    /// Create an SRQ of `attr.wqe_cnt` WQEs (`mlx5dv_init_obj` gives its ring).
     fn create_srq(ctx: &Self::Context, pd: &Self::Pd, attr: &SrqCreate) -> Result<(Self::Srq, SrqResources)>;
     /// Create a QP. `send_cq` is `None` for a DCT; `srq` replaces the own
     /// receive queue (required for a DCT).
@@ -235,6 +290,7 @@ pub trait Backend: Sized + 'static {
         srq: Option<&Self::Srq>,
         attr: &QpCreate,
     ) -> Result<(Self::Qp, QpResources<Self::Uar>)>;
+    /// Move a QP one step through the state machine (`ibv_modify_qp`).
     fn modify_qp(ctx: &Self::Context, qp: &Self::Qp, t: &QpTransition) -> Result<()>;
     /// The DCT number of a DCT, assigned by the device at INIT→RTR (read
     /// live: it does not exist before).

@@ -31,6 +31,7 @@ impl<B: Backend> std::fmt::Debug for CompChannel<B> {
 /// acknowledged when taken; poll the CQ, then arm it again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CqEvent {
+    /// The CQ number.
     pub cqn: u32,
 }
 

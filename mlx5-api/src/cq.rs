@@ -27,14 +27,23 @@ use crate::wq::WorkQueues;
 /// What completed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WcOpcode {
+    /// A SEND (requester side).
     Send,
+    /// A SEND with immediate (requester side).
     SendImm,
+    /// A SEND with invalidate.
     SendInv,
+    /// An RDMA WRITE.
     RdmaWrite,
+    /// An RDMA WRITE with immediate (requester side).
     RdmaWriteImm,
+    /// An RDMA READ.
     RdmaRead,
+    /// An atomic compare-and-swap.
     AtomicCs,
+    /// An atomic fetch-and-add.
     AtomicFa,
+    /// A NOP.
     Nop,
     /// A send opcode this library does not name.
     OtherSend(u8),
@@ -75,8 +84,11 @@ impl WcOpcode {
 /// A decoded completion, handed to the callback with the user's entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Completion {
+    /// Success, or the error with its syndrome.
     pub status: Status,
+    /// What completed.
     pub opcode: WcOpcode,
+    /// The QP number.
     pub qpn: u32,
     /// `wqe_counter`: the send WQE's index, or the receive counter.
     pub wqe_counter: u16,
@@ -88,6 +100,7 @@ pub struct Completion {
     pub invalidated_rkey: Option<u32>,
     /// Source QPN (`flags_rqpn[23:0]`) of a receive.
     pub src_qpn: u32,
+    /// Source LID of a received message (InfiniBand).
     pub slid: u16,
     /// Whether the sender asked for a solicited event.
     pub solicited: bool,
@@ -98,6 +111,7 @@ pub struct Completion {
     pub sl: u8,
     /// Receives over RoCE: which network header sits in the GRH slot.
     pub network: Option<RoceL3>,
+    /// The CQE timestamp (device clock ticks).
     pub timestamp: u64,
     /// CQE version 1 user index (`srqn_uidx[23:0]`): the simulator reports
     /// the index the front-end chose; on hardware rdma-core assigns its own.
@@ -168,18 +182,26 @@ pub enum RoceL3 {
 /// decode, a QPN with no live QP, or a `wqe_counter` matching nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnknownCqe {
+    /// The CQE's `op_own` byte (opcode, format, owner).
     pub op_own: u8,
+    /// The QP number.
     pub qpn: u32,
+    /// The CQE's `wqe_counter`.
     pub wqe_counter: u16,
+    /// Why it failed.
     pub reason: UnknownReason,
 }
 
 /// Why a CQE could not be attributed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnknownReason {
+    /// An opcode that is not a completion opcode.
     Opcode,
+    /// A CQE format this poller does not read (e.g. scatter-to-CQE on a CQ without it).
     Format,
+    /// It names a QP that does not report to this CQ.
     NoSuchQp,
+    /// It names a WQE counter with nothing outstanding there.
     NoSuchWqe,
 }
 

@@ -54,6 +54,7 @@ impl MiniCqeFormat {
 pub struct CqConfig<'a, B: Backend> {
     /// Entries wanted (rounded up to a power of two above it, as rdma-core does).
     pub cqe: u32,
+    /// 64- or 128-byte CQEs.
     pub cqe_size: CqeSize,
     /// CQE compression (64-byte CQEs only) with this responder layout.
     pub compression: Option<MiniCqeFormat>,

@@ -26,12 +26,15 @@ pub struct Device<B: Backend> {
 }
 
 impl<B: Backend> Device<B> {
+    /// Wrap a backend's device (see `mlx5::sim::devices`, `mlx5::hw::device`).
     pub fn new(raw: B::Device) -> Self {
         Device { raw }
     }
+    /// The device's name (`mlx5_0`, `sim0`).
     pub fn name(&self) -> String {
         B::device_name(&self.raw)
     }
+    /// Open the device.
     pub fn open(&self) -> Result<Context<B>> {
         let raw = B::open(&self.raw)?;
         let caps = B::device_caps(&raw);
@@ -63,9 +66,11 @@ impl<B: Backend> Clone for Context<B> {
 }
 
 impl<B: Backend> Context<B> {
+    /// The device's limits.
     pub fn caps(&self) -> &DeviceCaps {
         &self.inner.caps
     }
+    /// A port's addressing, link layer and MTU.
     pub fn query_port(&self, port: u8) -> Result<PortInfo> {
         B::query_port(&self.inner.raw, port)
     }
@@ -80,6 +85,7 @@ impl<B: Backend> Context<B> {
         B::async_event(&self.inner.raw)
     }
 
+    /// Allocate a protection domain.
     pub fn alloc_pd(&self) -> Result<ProtectionDomain<B>> {
         let raw = B::alloc_pd(&self.inner.raw)?;
         Ok(ProtectionDomain { inner: Rc::new(PdInner { raw, ctx: self.inner.clone() }) })
@@ -446,9 +452,11 @@ impl<B: Backend> std::fmt::Debug for MemoryRegion<B> {
 }
 
 impl<B: Backend> MemoryRegion<B> {
+    /// The local key SGEs carry.
     pub fn lkey(&self) -> u32 {
         self.lkey
     }
+    /// The remote key peers use in RDMA and atomic WQEs.
     pub fn rkey(&self) -> u32 {
         self.rkey
     }
@@ -456,15 +464,19 @@ impl<B: Backend> MemoryRegion<B> {
     pub fn addr(&self) -> u64 {
         self.addr as u64
     }
+    /// The first byte (for copies the caller makes; the NIC writes here too).
     pub fn as_ptr(&self) -> *mut u8 {
         self.addr
     }
+    /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Whether the region has no byte.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    /// The access rights the region was registered with.
     pub fn access(&self) -> AccessFlags {
         self.access
     }

@@ -10,43 +10,97 @@ use crate::types::QpState;
 pub enum Error {
     /// The send queue has not enough free WQEBBs for the WQE being built.
     #[error("send queue full: WQE needs {needed} WQEBB(s), {free} free")]
-    SqFull { needed: u32, free: u32 },
+    SqFull {
+        /// WQEBBs the WQE needs.
+        needed: u32,
+        /// WQEBBs free.
+        free: u32,
+    },
     /// The receive queue has no free slot.
     #[error("receive queue full ({capacity} WQEs outstanding)")]
-    RqFull { capacity: u32 },
+    RqFull {
+        /// How many the queue holds.
+        capacity: u32,
+    },
     /// More scatter/gather entries than the queue was created for.
     #[error("too many SGEs: {count} > max {max}")]
-    TooManySge { count: u32, max: u32 },
+    TooManySge {
+        /// How many were given.
+        count: u32,
+        /// The most allowed.
+        max: u32,
+    },
     /// Inline payload larger than the QP's `max_inline_data`.
     #[error("inline data of {len} bytes exceeds max_inline_data {max}")]
-    InlineTooLarge { len: usize, max: usize },
+    InlineTooLarge {
+        /// The length in bytes.
+        len: usize,
+        /// The most allowed.
+        max: usize,
+    },
     /// The WQE would exceed the maximum WQE size (in 16-byte DS units).
     #[error("WQE of {ds} DS exceeds the maximum of {max} DS")]
-    WqeTooLarge { ds: u32, max: u32 },
+    WqeTooLarge {
+        /// The size in 16-byte DS units.
+        ds: u32,
+        /// The most allowed.
+        max: u32,
+    },
     /// The message exceeds what the QP can carry (UD: the path MTU).
     #[error("message of {len} bytes exceeds the limit of {max} bytes")]
-    MessageTooLong { len: u64, max: u32 },
+    MessageTooLong {
+        /// The length in bytes.
+        len: u64,
+        /// The most allowed.
+        max: u32,
+    },
     /// The shared receive queue has no free WQE.
     #[error("shared receive queue full ({capacity} WQEs outstanding)")]
-    SrqFull { capacity: u32 },
+    SrqFull {
+        /// How many the queue holds.
+        capacity: u32,
+    },
     /// The DCT has no number yet: it is assigned at INIT→RTR.
     #[error("DCT has no number before RTR (state {state:?})")]
-    DctNotReady { state: QpState },
+    DctNotReady {
+        /// The current state.
+        state: QpState,
+    },
     /// An SGE length that does not fit the 31-bit byte_count field.
     #[error("SGE length {len} exceeds 2^31-1")]
-    SgeTooLong { len: u64 },
+    SgeTooLong {
+        /// The length in bytes.
+        len: u64,
+    },
     /// Posting requires a state the QP is not in.
     #[error("QP 0x{qpn:x} is in state {state:?}, posting needs {needed:?}")]
-    QpState { qpn: u32, state: QpState, needed: QpState },
+    QpState {
+        /// The QP number.
+        qpn: u32,
+        /// The QP's state.
+        state: QpState,
+        /// The state posting needs.
+        needed: QpState,
+    },
     /// A state transition that the QP state machine (spec §7) does not allow.
     #[error("invalid QP transition {from:?} -> {to:?}")]
-    InvalidTransition { from: QpState, to: QpState },
+    InvalidTransition {
+        /// The state before.
+        from: QpState,
+        /// The state asked for.
+        to: QpState,
+    },
     /// A configuration value out of range (queue sizes, CQE size, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// The backend (simulator or hardware) refused a control-path request.
     #[error("{op} failed: {reason}")]
-    Backend { op: &'static str, reason: String },
+    Backend {
+        /// The operation (the verbs call or step).
+        op: &'static str,
+        /// Why it failed.
+        reason: String,
+    },
     /// The device or this library cannot do what was asked (e.g. CQE
     /// compression with 128-byte CQEs, a format the device's caps lack).
     #[error("unsupported: {0}")]
@@ -55,13 +109,23 @@ pub enum Error {
     /// stopped polling), completions were lost and the QPs using it moved to
     /// ERR. Recreate the CQ and its QPs.
     #[error("CQ 0x{cqn:x} is in error (overrun: completions were lost)")]
-    CqOverrun { cqn: u32 },
+    CqOverrun {
+        /// The CQ number.
+        cqn: u32,
+    },
     /// A wait ran out of time.
     #[error("timed out")]
     Timeout,
     /// An errno-carrying verbs failure (hardware backend).
     #[error("{op} failed: errno {errno} ({msg})")]
-    Verbs { op: &'static str, errno: i32, msg: String },
+    Verbs {
+        /// The operation (the verbs call or step).
+        op: &'static str,
+        /// The errno the call returned.
+        errno: i32,
+        /// The errno's text (`strerror`).
+        msg: String,
+    },
 }
 
 /// Result alias of the front-end.

@@ -17,7 +17,7 @@
 //! nothing, take no lock and make no dynamic call (except
 //! `CompletionQueue`'s boxed callback, which `MonoCq` avoids).
 
-#![deny(missing_debug_implementations)]
+#![deny(missing_docs, missing_debug_implementations)]
 #![cfg_attr(not(feature = "std"), no_std)]
 
 pub mod ring;

@@ -22,7 +22,9 @@ pub struct RingOnly;
 /// What the doorbell register saw.
 #[derive(Debug)]
 pub struct DoorbellLog {
+    /// Doorbells rung (8-byte writes to the register).
     pub doorbells: Cell<u64>,
+    /// BlueFlame writes (whole WQEs copied to the register).
     pub blueflames: Cell<u64>,
     /// Offset and value of the last 8-byte doorbell.
     pub last_doorbell: Cell<(u32, [u8; 8])>,

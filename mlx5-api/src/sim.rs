@@ -78,6 +78,7 @@ fn sim_err(op: &'static str) -> impl FnOnce(model::SimError) -> Error {
 }
 
 #[derive(Debug)]
+/// A simulated protection domain.
 pub struct SimPd {
     nic: Nic,
     pdn: u32,
@@ -88,6 +89,7 @@ impl Drop for SimPd {
     }
 }
 #[derive(Debug)]
+/// A simulated memory registration.
 pub struct SimMr {
     nic: Nic,
     lkey: u32,
@@ -98,6 +100,7 @@ impl Drop for SimMr {
     }
 }
 #[derive(Debug)]
+/// A simulated CQ.
 pub struct SimCq {
     nic: Nic,
     cqn: u32,
@@ -124,11 +127,13 @@ impl Drop for SimCq {
     }
 }
 #[derive(Debug)]
+/// A simulated QP (or DCT).
 pub struct SimQp {
     nic: Nic,
     qpn: u32,
 }
 impl SimQp {
+    /// The QP number the model assigned.
     pub fn qpn(&self) -> u32 {
         self.qpn
     }
@@ -139,6 +144,7 @@ impl Drop for SimQp {
     }
 }
 #[derive(Debug)]
+/// A simulated SRQ.
 pub struct SimSrq {
     nic: Nic,
     srqn: u32,

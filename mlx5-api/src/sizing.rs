@@ -16,7 +16,9 @@ pub struct QpGeometry {
     pub sq_wqe_cnt: u32,
     /// Largest WQE this QP may build, in DS units.
     pub max_wqe_ds: u32,
+    /// Receive queue WQEs (a power of two; 0: none).
     pub rq_wqe_cnt: u32,
+    /// Bytes per receive WQE (a power of two).
     pub rq_stride: u32,
 }
 

@@ -505,6 +505,7 @@ impl<'q, B: Backend, T, S: Finishable> WqeBuilder<'q, B, T, S> {
 
 /// What the raddr segment leads to; atomics write their operands with it.
 pub trait AfterRaddr: Sized {
+    /// The state after the remote address segment.
     type Next;
     #[doc(hidden)]
     fn after_raddr<B: Backend, T>(self, b: &mut WqeBuilder<'_, B, T, ()>) -> Result<Self::Next>;

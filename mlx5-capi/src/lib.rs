@@ -19,7 +19,7 @@
 //! `MLX5R_ERR_*` code on error, and writes nothing on error. Null pointers
 //! are refused with `MLX5R_ERR_INVALID`, never dereferenced.
 
-#![deny(missing_debug_implementations)]
+#![deny(missing_docs, missing_debug_implementations)]
 pub mod codes;
 pub mod completion;
 pub mod objects;

@@ -9,16 +9,24 @@ use crate::ffi::*;
 /// `enum ibv_port_state`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PortState {
+    /// `IBV_PORT_NOP`.
     Nop,
+    /// `IBV_PORT_DOWN`.
     Down,
+    /// `IBV_PORT_INIT`.
     Init,
+    /// `IBV_PORT_ARMED`.
     Armed,
+    /// `IBV_PORT_ACTIVE`.
     Active,
+    /// `IBV_PORT_ACTIVE_DEFER`.
     ActiveDefer,
+    /// A value this header version did not know.
     Unknown(u32),
 }
 
 impl PortState {
+    /// Decode the raw value.
     pub fn from_raw(v: u32) -> Self {
         match v {
             IBV_PORT_NOP => Self::Nop,
@@ -52,12 +60,16 @@ pub enum LinkLayerRaw {
     /// `IBV_LINK_LAYER_UNSPECIFIED`: kernels that predate the field; it
     /// means InfiniBand (as in `ibv_devinfo`).
     Unspecified,
+    /// `IBV_LINK_LAYER_INFINIBAND`.
     InfiniBand,
+    /// `IBV_LINK_LAYER_ETHERNET` (RoCE).
     Ethernet,
+    /// A value this header version did not know.
     Unknown(u8),
 }
 
 impl LinkLayerRaw {
+    /// Decode the raw value.
     pub fn from_raw(v: u8) -> Self {
         match v {
             IBV_LINK_LAYER_UNSPECIFIED => Self::Unspecified,
@@ -103,11 +115,14 @@ pub fn mtu_from_bytes(bytes: u32) -> Option<u32> {
 /// `enum ibv_qp_state`, as read from `ibv_qp.state`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QpStateRaw {
+    /// A state the front-end knows.
     Known(mlx5_api::QpState),
+    /// A value this header version did not know.
     Unknown(u32),
 }
 
 impl QpStateRaw {
+    /// Decode the raw value.
     pub fn from_raw(v: u32) -> Self {
         use mlx5_api::QpState as S;
         match v {

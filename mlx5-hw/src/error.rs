@@ -26,26 +26,52 @@ pub enum HwError {
     /// A library loaded but lacks an entry point we need (rdma-core older
     /// than this backend supports, or a different library of that name).
     #[error("symbol {symbol} is missing from {file}")]
-    SymbolMissing { file: String, symbol: &'static str },
+    SymbolMissing {
+        /// The library file.
+        file: String,
+        /// The missing entry point.
+        symbol: &'static str,
+    },
     /// rdma-core works but there is no RDMA device. `errno` is set when
     /// `ibv_get_device_list` itself failed (`ENOSYS`: the kernel exposes no
     /// uverbs devices at all) rather than returning an empty list.
     #[error("no RDMA device{}", NoDeviceDetail(*errno))]
-    NoDevice { errno: Option<i32> },
+    NoDevice {
+        /// The errno of a failed `ibv_get_device_list`, if it failed.
+        errno: Option<i32>,
+    },
     /// RDMA devices exist, but the one asked for (or every one) is not
     /// driven by mlx5 (`mlx5dv_is_supported` is false).
     #[error("device {name} is not an mlx5 (ConnectX) device")]
-    NotMlx5 { name: String },
+    NotMlx5 {
+        /// The device's name.
+        name: String,
+    },
     /// No device of that name.
     #[error("no RDMA device named {name} (found: {})", available.join(", "))]
-    DeviceNotFound { name: String, available: Vec<String> },
+    DeviceNotFound {
+        /// The name asked for.
+        name: String,
+        /// The devices there are.
+        available: Vec<String>,
+    },
     /// A verbs call failed with `errno`.
     #[error("{op} failed: errno {errno} ({})", strerror(*errno))]
-    Verbs { op: &'static str, errno: i32 },
+    Verbs {
+        /// The verbs call.
+        op: &'static str,
+        /// The errno it returned.
+        errno: i32,
+    },
     /// rdma-core handed back something the front-end cannot drive (for
     /// example 128-byte CQEs, or a ring that is not a power of two).
     #[error("{op}: {what}")]
-    Unsupported { op: &'static str, what: String },
+    Unsupported {
+        /// The call that produced it.
+        op: &'static str,
+        /// What cannot be driven.
+        what: String,
+    },
 }
 
 struct NoDeviceDetail(Option<i32>);

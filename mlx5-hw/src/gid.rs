@@ -18,9 +18,11 @@ use std::path::{Path, PathBuf};
 /// One GID table entry as sysfs shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GidEntry {
+    /// The index in the port's GID table.
     pub index: u32,
     /// `gid_attrs/types/<i>`; `None` when unreadable (empty entries read as EINVAL).
     pub gid_type: Option<String>,
+    /// The GID, network order.
     pub gid: [u8; 16],
 }
 

@@ -183,6 +183,7 @@ pub struct Mlx5Caps {
     pub dci_streams: Option<(u8, u8)>,
     /// `max_dc_rd_atom`, `max_dc_init_rd_atom` (rdma-core newer than v44 only).
     pub max_dc_rd_atom: Option<(u64, u64)>,
+    /// LAG ports (`num_lag_ports`), when the device reports them.
     pub num_lag_ports: Option<u8>,
 }
 
@@ -196,42 +197,66 @@ impl Mlx5Caps {
 /// What `ibv_query_device` tells, in Rust types.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {
+    /// Device name (`mlx5_0`).
     pub name: String,
+    /// Firmware version.
     pub fw_ver: String,
     /// Big-endian as in `ibv_device_attr.node_guid`.
     pub node_guid_be: u64,
+    /// IEEE vendor id (0x02c9: Mellanox).
     pub vendor_id: u32,
+    /// Vendor part id (the ConnectX model).
     pub vendor_part_id: u32,
+    /// Hardware revision.
     pub hw_ver: u32,
+    /// Physical ports.
     pub phys_port_cnt: u8,
+    /// Most QPs.
     pub max_qp: i32,
+    /// Most WQEs per queue.
     pub max_qp_wr: i32,
+    /// Most SGEs per WQE.
     pub max_sge: i32,
+    /// Most CQEs per CQ.
     pub max_cqe: i32,
+    /// Most WQEs per SRQ.
     pub max_srq_wr: i32,
+    /// Most outstanding READs / atomics per QP as responder.
     pub max_qp_rd_atom: i32,
+    /// Most outstanding READs / atomics per QP as requester.
     pub max_qp_init_rd_atom: i32,
+    /// What `mlx5dv_query_device` adds.
     pub mlx5: Mlx5Caps,
 }
 
 /// What `ibv_query_port` / `ibv_query_gid` tell about a port.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PortDetails {
+    /// Port number (1-based).
     pub port_num: u8,
+    /// Logical port state.
     pub state: PortState,
+    /// Physical port state (`ibv_port_attr.phys_state`).
     pub phys_state: u8,
+    /// Base LID (InfiniBand).
     pub lid: u16,
+    /// The subnet manager's LID.
     pub sm_lid: u16,
+    /// LID mask control.
     pub lmc: u8,
+    /// Link layer as the kernel reports it (`to_api()` for `mlx5_api::LinkLayer`).
     pub link_layer: LinkLayerRaw,
     /// Active MTU in bytes (`None`: a value the header does not know).
     pub active_mtu: Option<u32>,
+    /// Largest MTU in bytes.
     pub max_mtu: Option<u32>,
+    /// GID table entries.
     pub gid_tbl_len: i32,
     /// GID index 0.
     pub gid0: [u8; 16],
     /// The GID index this backend sends from (see `gid.rs`) and its GID.
     pub sgid_index: u8,
+    /// The GID at `sgid_index`.
     pub sgid: [u8; 16],
     /// The port's MAC (RoCE; zero on InfiniBand or when unknown).
     pub mac: [u8; 6],
@@ -374,6 +399,7 @@ impl HwQp {
         // SAFETY: as in `qp_num`.
         crate::decode::QpStateRaw::from_raw(unsafe { ptr::addr_of!((*self.qp).state).read() })
     }
+    /// The transport this QP was created for.
     pub fn kind(&self) -> QpKind {
         self.kind
     }

@@ -24,7 +24,7 @@
 //! `infiniband/verbs.h` and `mlx5dv.h` by a layout test where the headers
 //! are installed (and reported ignored, with the reason, where not).
 
-#![deny(missing_debug_implementations)]
+#![deny(missing_docs, missing_debug_implementations)]
 pub(crate) mod async_events;
 pub mod decode;
 pub mod doorbell;

@@ -44,6 +44,7 @@ pub const HOP_LIMIT: u8 = 64;
 pub struct LocalPath {
     /// The port given at RESET→INIT.
     pub port: u8,
+    /// The port's link layer.
     pub link: LinkLayer,
     /// The port's own LID (InfiniBand; the DCI's placeholder destination).
     pub lid: u16,

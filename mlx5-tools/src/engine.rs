@@ -22,18 +22,25 @@ pub fn half(c: &Config) -> u64 {
 /// One side of a test.
 #[derive(Debug)]
 pub struct End<B: Backend> {
+    /// The test's QPs.
     pub qps: Vec<RcQp<B, u64>>,
+    /// One CQ for sends and receives.
     pub cq: CompletionQueue<B, u64>,
+    /// Source and sink memory.
     pub mr: MemoryRegion<B>,
+    /// The port the QPs use.
     pub port: PortInfo,
     _pd: ProtectionDomain<B>,
+    /// The opened device.
     pub ctx: Context<B>,
 }
 
 /// Where the peer's memory is (exchanged with the QP information).
 #[derive(Debug, Clone, Copy)]
 pub struct Remote {
+    /// Virtual address of the peer's buffer.
     pub addr: u64,
+    /// Its remote key.
     pub rkey: u32,
 }
 
@@ -52,6 +59,7 @@ fn start_psn(i: u32) -> u32 {
 }
 
 impl<B: Backend> End<B> {
+    /// Open `dev` and create the test's objects.
     pub fn new(dev: &Device<B>, c: &Config) -> RunResult<Self> {
         let ctx = dev.open().map_err(e("open device"))?;
         let port = ctx.query_port(c.opts.ib_port).map_err(e("query port"))?;
@@ -79,10 +87,12 @@ impl<B: Backend> End<B> {
         Ok(End { qps, cq, mr, port, _pd: pd, ctx })
     }
 
+    /// What the peer needs to connect to each QP.
     pub fn infos(&self) -> RunResult<Vec<RemoteQpInfo>> {
         self.qps.iter().map(|q| q.local_info().map_err(e("QP info"))).collect()
     }
 
+    /// Bring every QP up towards its peer.
     pub fn connect(&self, peers: &[RemoteQpInfo]) -> RunResult<()> {
         for (q, p) in self.qps.iter().zip(peers) {
             q.activate(&ConnectParams::to(p.clone())).map_err(e("connect"))?;
@@ -115,6 +125,7 @@ impl<B: Backend> End<B> {
         Ok(qps)
     }
 
+    /// Where the peer may write and read (our MR).
     pub fn remote(&self) -> Remote {
         Remote { addr: self.mr.addr(), rkey: self.mr.rkey() }
     }
@@ -134,6 +145,7 @@ impl<B: Backend> End<B> {
         bad.map_or(Ok(n), Err)
     }
 
+    /// Post one receive of `size` bytes at offset `h` on QP `qp`.
     pub fn post_recv(&self, qp: usize, h: u64, size: u64) -> RunResult<()> {
         let sge = Sge { addr: self.mr.addr() + h, len: size as u32, lkey: self.mr.lkey() };
         // The receive's entry is its QP's index: reposted where it completed.
@@ -204,6 +216,7 @@ impl<B: Backend> End<B> {
         }
     }
 
+    /// Ring QP `qp`'s doorbell for WQEs posted in a batch.
     pub fn ring(&self, qp: usize) {
         self.qps[qp].ring_sq_doorbell();
     }
@@ -215,6 +228,7 @@ impl<B: Backend> End<B> {
         b[0]
     }
 
+    /// Write `v` into the last byte of the first `size` bytes (the latency tests' arrival mark).
     pub fn mark(&self, size: u64, v: u8) {
         let _ = self.mr.write(size as usize - 1, &[v]);
     }
@@ -233,7 +247,9 @@ fn deadline_check(t0: Instant, what: &str) -> RunResult<()> {
 /// Which side a latency loop plays.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Role {
+    /// Sends first.
     Client,
+    /// Answers.
     Server,
 }
 

@@ -82,10 +82,12 @@ impl Channel {
         Ok(Channel { r: BufReader::new(s), w })
     }
 
+    /// Send one line.
     pub fn send(&mut self, line: &str) -> Result<(), String> {
         self.w.write_all(line.as_bytes()).map_err(|e| format!("send to peer: {e}"))
     }
 
+    /// Receive one line.
     pub fn recv(&mut self) -> Result<String, String> {
         let mut l = String::new();
         match self.r.read_line(&mut l) {

@@ -10,7 +10,7 @@
 //! cycle counter); latency tests report half the round trip for WRITE and
 //! SEND and the whole round trip for READ and atomics, as perftest does.
 
-#![deny(missing_debug_implementations)]
+#![deny(missing_docs, missing_debug_implementations)]
 pub mod engine;
 pub mod exchange;
 pub mod opts;

@@ -6,9 +6,13 @@ use clap::{Parser, ValueEnum};
 /// The operation a program measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verb {
+    /// SEND / receive.
     Send,
+    /// RDMA WRITE.
     Write,
+    /// RDMA READ.
     Read,
+    /// Atomic compare-and-swap or fetch-and-add.
     Atomic,
 }
 
@@ -27,11 +31,14 @@ impl Verb {
 /// Latency or bandwidth.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Test {
+    /// Latency (`*_lat`).
     Lat,
+    /// Bandwidth (`*_bw`).
     Bw,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+/// Which NIC runs the test (`--backend`).
 pub enum Backend {
     /// Two simulated hosts in this process.
     Sim,
@@ -41,16 +48,20 @@ pub enum Backend {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "UPPER")]
+/// perftest's `-c`: the transport.
 pub enum Connection {
     /// Reliable connected.
     Rc,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+/// perftest's `-A`: which atomic.
 pub enum AtomicType {
     #[value(name = "CMP_AND_SWAP")]
+    /// Compare-and-swap.
     CmpAndSwap,
     #[value(name = "FETCH_AND_ADD")]
+    /// Fetch-and-add.
     FetchAndAdd,
 }
 
@@ -82,18 +93,22 @@ pub struct Opts {
     pub iters: Option<u64>,
     /// Run for this many seconds instead of a number of iterations.
     #[arg(short = 'D', long = "duration")]
+    /// `-D`: run for this many seconds instead.
     pub duration: Option<u64>,
     /// Number of QPs (bandwidth tests; latency tests use one).
     #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    /// QPs (`-q`).
     pub qps: u32,
     /// Outstanding send WQEs per QP (latency default 1, bandwidth 128).
     #[arg(short = 't', long = "tx-depth")]
     pub tx_depth: Option<u32>,
     /// Receive queue depth (SEND tests).
     #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
+    /// Receive queue depth (`-r`).
     pub rx_depth: u32,
     /// Completion moderation: one signaled WQE every this many (bandwidth).
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
+    /// Signal every Nth send (`-Q`).
     pub cq_mod: u32,
     /// Largest message sent inline (default 220 for WRITE/SEND latency, 0 otherwise).
     #[arg(short = 'I', long = "inline_size")]
@@ -136,16 +151,27 @@ pub struct Opts {
 /// What a run does, resolved from the options and the program.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The operation measured.
     pub verb: Verb,
+    /// Latency or bandwidth.
     pub test: Test,
+    /// Message sizes to run (one, or 2..2^23 with `-a`).
     pub sizes: Vec<u64>,
+    /// Iterations per size.
     pub iters: u64,
+    /// `-D`: run for this many seconds instead.
     pub duration: Option<u64>,
+    /// QPs (`-q`).
     pub qps: u32,
+    /// Send queue depth (`-t`).
     pub tx_depth: u32,
+    /// Receive queue depth (`-r`).
     pub rx_depth: u32,
+    /// Signal every Nth send (`-Q`).
     pub cq_mod: u32,
+    /// Inline threshold (`-I`).
     pub inline_size: u32,
+    /// The parsed command line.
     pub opts: Opts,
 }
 

@@ -23,11 +23,17 @@ pub const RESULT_FMT_G: &str =
 /// What the connection lines show of one side.
 #[derive(Debug, Clone)]
 pub struct Dest {
+    /// LID.
     pub lid: u16,
+    /// QP number.
     pub qpn: u32,
+    /// Start PSN.
     pub psn: u32,
+    /// Remote key of the test buffer.
     pub rkey: u32,
+    /// Address of the test buffer.
     pub vaddr: u64,
+    /// Port GID.
     pub gid: [u8; 16],
 }
 

@@ -20,13 +20,19 @@ pub const LAT_MEASURE_TAIL: usize = 2;
 /// One latency row, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LatStats {
+    /// Smallest sample (µs).
     pub t_min: f64,
+    /// Largest sample (µs).
     pub t_max: f64,
     /// The median (perftest's `t_typical`).
     pub t_typical: f64,
+    /// Mean (µs).
     pub t_avg: f64,
+    /// Standard deviation (µs).
     pub t_stdev: f64,
+    /// 99th percentile (µs).
     pub p99: f64,
+    /// 99.9th percentile (µs).
     pub p99_9: f64,
 }
 

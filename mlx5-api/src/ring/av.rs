@@ -11,9 +11,13 @@ const GRH_PRESENT: u32 = 1 << 30;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct IbGrh {
+    /// Destination GID.
     pub dgid: Gid,
+    /// Source GID index in the local port's table.
     pub sgid_index: u8,
+    /// Traffic class (IPv6) / DSCP and ECN (IPv4).
     pub traffic_class: u8,
+    /// Hop limit (IPv6) / TTL (IPv4).
     pub hop_limit: u8,
     /// 20 bits.
     pub flow_label: u32,
@@ -25,7 +29,9 @@ pub struct IbGrh {
 pub struct RoceAv {
     /// Destination GID (`::ffff:a.b.c.d` for IPv4).
     pub dgid: Gid,
+    /// Destination MAC address.
     pub dmac: [u8; 6],
+    /// Source GID index in the local port's table.
     pub sgid_index: u8,
     /// IPv6 traffic class / IPv4 DSCP+ECN.
     pub traffic_class: u8,
