@@ -7,8 +7,10 @@
 //! (`mlx5::sim`, default feature `sim`) and on hardware (`mlx5::hw`).
 //!
 //! This facade re-exports the front-end (`mlx5-api`), the device model
-//! (`mlx5::model`, the `mlx5-sim` crate) and the hardware backend.
-
+//! (`mlx5::model`, the `mlx5-sim` crate) and the hardware backend. With the
+//! `sim` feature the README follows, and its code runs as doctests.
+#![cfg_attr(feature = "sim", doc = "")]
+#![cfg_attr(feature = "sim", doc = include_str!("../README.md"))]
 #![deny(missing_docs, missing_debug_implementations)]
 pub use mlx5_api::*;
 /// The hardware backend (feature `hw`).
