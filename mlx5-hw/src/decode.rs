@@ -38,6 +38,18 @@ impl PortState {
             n => Self::Unknown(n),
         }
     }
+    /// The raw `enum ibv_port_state` value.
+    pub fn raw(self) -> u32 {
+        match self {
+            Self::Nop => IBV_PORT_NOP,
+            Self::Down => IBV_PORT_DOWN,
+            Self::Init => IBV_PORT_INIT,
+            Self::Armed => IBV_PORT_ARMED,
+            Self::Active => IBV_PORT_ACTIVE,
+            Self::ActiveDefer => IBV_PORT_ACTIVE_DEFER,
+            Self::Unknown(n) => n,
+        }
+    }
     /// `ibv_devinfo`'s spelling.
     pub fn name(self) -> String {
         match self {

@@ -11,6 +11,7 @@
 //! SEND and the whole round trip for READ and atomics, as perftest does.
 
 #![deny(missing_docs, missing_debug_implementations)]
+pub mod devinfo;
 pub mod engine;
 pub mod exchange;
 pub mod opts;
@@ -28,29 +29,10 @@ use opts::{Config, Opts, Test, Verb};
 /// Entry point of one program: parse, run, report. A bad argument or a
 /// failed run is one line on stderr and exit status 1.
 pub fn main(verb: Verb, test: Test) -> ExitCode {
-    let prog = std::env::args().next().unwrap_or_default();
-    let prog = std::path::Path::new(&prog)
-        .file_name()
-        .map_or("mlx5-tools".into(), |p| p.to_string_lossy().into_owned());
-    let opts = match Opts::try_parse() {
+    let prog = prog_name();
+    let opts = match parse::<Opts>(&prog) {
         Ok(o) => o,
-        Err(e)
-            if matches!(
-                e.kind(),
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
-            ) =>
-        {
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            let msg = e.to_string();
-            eprintln!(
-                "{prog}: {}",
-                msg.lines().next().unwrap_or("bad arguments").trim_start_matches("error: ")
-            );
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let r = Config::new(verb, test, opts).and_then(|c| match c.opts.backend {
         opts::Backend::Sim => run_sim(&c),
@@ -61,6 +43,37 @@ pub fn main(verb: Verb, test: Test) -> ExitCode {
         Err(e) => {
             eprintln!("{prog}: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The program's file name (for error lines).
+pub(crate) fn prog_name() -> String {
+    let prog = std::env::args().next().unwrap_or_default();
+    std::path::Path::new(&prog).file_name().map_or("mlx5-tools".into(), |p| p.to_string_lossy().into_owned())
+}
+
+/// Parse the command line; `--help` / `--version` print and succeed, a bad
+/// argument is one line on stderr and exit status 1.
+pub(crate) fn parse<P: Parser>(prog: &str) -> Result<P, ExitCode> {
+    match P::try_parse() {
+        Ok(o) => Ok(o),
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            let _ = e.print();
+            Err(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            eprintln!(
+                "{prog}: {}",
+                msg.lines().next().unwrap_or("bad arguments").trim_start_matches("error: ")
+            );
+            Err(ExitCode::FAILURE)
         }
     }
 }
@@ -134,12 +147,24 @@ impl Out {
     }
 }
 
-fn run_sim(c: &Config) -> RunResult<()> {
-    use mlx5_sim::{ExecMode, Fabric, FabricConfig, HostConfig};
-    let mode = if c.opts.threaded { ExecMode::Threaded } else { ExecMode::Deterministic };
+/// The simulated devices of the tools: `sim0` (LID 1) and `sim1` (LID 2),
+/// InfiniBand, in deterministic mode.
+pub(crate) fn sim_fabric() -> mlx5_sim::Fabric {
+    sim_fabric_in(mlx5_sim::ExecMode::Deterministic)
+}
+
+fn sim_fabric_in(mode: mlx5_sim::ExecMode) -> mlx5_sim::Fabric {
+    use mlx5_sim::{Fabric, FabricConfig, HostConfig};
     let fabric = Fabric::new(FabricConfig { mode, ..FabricConfig::default() });
     fabric.add_host(HostConfig::infiniband("sim0", 1));
     fabric.add_host(HostConfig::infiniband("sim1", 2));
+    fabric
+}
+
+fn run_sim(c: &Config) -> RunResult<()> {
+    use mlx5_sim::ExecMode;
+    let mode = if c.opts.threaded { ExecMode::Threaded } else { ExecMode::Deterministic };
+    let fabric = sim_fabric_in(mode);
     let devs = mlx5_api::sim::devices(&fabric);
     let dev = c.opts.ib_dev.clone().unwrap_or_else(|| devs[0].name());
     let Some(d) = devs.iter().position(|x| x.name() == dev) else {

@@ -100,3 +100,25 @@ fn bad_arguments_are_one_line_and_status_1() {
     let (ok, out, _) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["--help"]);
     assert!(ok && out.contains("--tx-depth") && out.contains("--out_json_file"));
 }
+
+#[test]
+fn devinfo_takes_ibv_devinfos_options_and_lists_simulated_devices() {
+    let bin = env!("CARGO_BIN_EXE_mlx5_devinfo");
+    let (ok, out, _) = run(bin, &["--backend", "sim", "-l"]);
+    assert!(ok);
+    assert_eq!(out, "2 HCAs found:\n\tsim0\n\tsim1\n");
+    let (ok, out, _) = run(bin, &["-d", "sim0", "-i", "1", "-v"]);
+    assert!(ok);
+    assert!(out.starts_with("hca_id:\tsim0\n") && !out.contains("sim1"), "{out}");
+    assert!(out.contains("\t\t\tport_lid:\t\t1\n") && out.contains("GID[  0]:\t\tfe80::1"), "{out}");
+    // Without hardware the listing still works (the reason goes to stderr).
+    let (ok, out, _) = run(bin, &[]);
+    assert!(ok && out.contains("hca_id:\tsim1"), "{out}");
+    for args in [&["-d", "mlx9_9", "--backend", "sim"][..], &["-i", "7", "--backend", "sim"], &["-x"]] {
+        let (ok, out, err) = run(bin, args);
+        assert!(!ok, "{args:?} accepted");
+        assert!(out.is_empty(), "{out}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("mlx5_devinfo: ") && !err.contains("panicked"), "{err}");
+    }
+}

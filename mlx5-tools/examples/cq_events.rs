@@ -1,12 +1,12 @@
 //! Event-driven completions: a CQ on a completion channel, armed, and a
 //! thread that sleeps in poll(2) on the channel's file descriptor (what an
 //! epoll loop or an async reactor registers) until the simulated NIC
-//! thread completes a SEND. `cargo run --example cq_events`
+//! thread completes a SEND. `cargo run -p mlx5-tools --example cq_events`
 use std::os::fd::AsRawFd;
 
-use mlx5::model::ExecMode;
-use mlx5::sim::two_hosts;
-use mlx5::{AccessFlags, ConnectParams, CqConfig, QpConfig, Sge, WqeFlags};
+use mlx5_api::sim::two_hosts;
+use mlx5_api::{AccessFlags, ConnectParams, CqConfig, QpConfig, Sge, WqeFlags};
+use mlx5_sim::ExecMode;
 
 fn main() {
     let (_fabric, da, db) = two_hosts(ExecMode::Threaded);
