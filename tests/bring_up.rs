@@ -29,16 +29,16 @@ fn write(side: &Side, peer: &Side, entry: u64, len: u32) {
 }
 
 /// Two RC QPs with the given start PSNs, connected to each other with
-/// `a` told that `b` starts at `b_told` (the out-of-band message may lie).
-fn pair_psns(a_psn: u32, b_psn: u32, b_told: u32) -> (Side, Side, mlx5::model::Fabric) {
+/// `b` told that `a` starts at `a_told` (the out-of-band message may lie).
+fn pair_psns(a_psn: u32, b_psn: u32, a_told: u32) -> (Side, Side, mlx5::model::Fabric) {
     let (fabric, da, db) = two_hosts(ExecMode::Deterministic);
     let a = Side::new(&da, &QpConfig { psn: a_psn, ..small_cfg() }, AccessFlags::ALL);
     let b = Side::new(&db, &QpConfig { psn: b_psn, ..small_cfg() }, AccessFlags::ALL);
     let ia = a.qp.local_info().unwrap();
     let ib = b.qp.local_info().unwrap();
     assert_eq!((ia.psn, ib.psn), (a_psn, b_psn), "local_info reports QpConfig::psn");
-    a.qp.activate(&ConnectParams::to(RemoteQpInfo { psn: b_told, ..ib })).unwrap();
-    b.qp.activate(&ConnectParams::to(ia)).unwrap();
+    a.qp.activate(&ConnectParams::to(ib)).unwrap();
+    b.qp.activate(&ConnectParams::to(RemoteQpInfo { psn: a_told, ..ia })).unwrap();
     (a, b, fabric)
 }
 
@@ -46,7 +46,7 @@ fn pair_psns(a_psn: u32, b_psn: u32, b_told: u32) -> (Side, Side, mlx5::model::F
 fn matching_psns_work_across_the_24_bit_wrap() {
     // From 0xfffffe, three one-packet WRITEs and a 4097-byte one (five
     // packets at the default path MTU of 1024) cross 2^24.
-    let (mut a, b, _f) = pair_psns(0xff_fffe, 0x12_3456, 0x12_3456);
+    let (mut a, b, _f) = pair_psns(0xff_fffe, 0x12_3456, 0xff_fffe);
     fill(&a.mr, 0, 8192, 3);
     for i in 0..3 {
         write(&a, &b, i, 64);
@@ -63,12 +63,7 @@ fn matching_psns_work_across_the_24_bit_wrap() {
 fn a_psn_the_responder_does_not_expect_fails_with_retry_exceeded() {
     // a starts at 5, b is told 9 (ahead of what a sends), and vice versa.
     for (a_psn, told_b) in [(5u32, 9u32), (9, 5)] {
-        let (fabric, da, db) = two_hosts(ExecMode::Deterministic);
-        let mut a = Side::new(&da, &QpConfig { psn: a_psn, ..small_cfg() }, AccessFlags::ALL);
-        let b = Side::new(&db, &small_cfg(), AccessFlags::ALL);
-        let ia = RemoteQpInfo { psn: told_b, ..a.qp.local_info().unwrap() };
-        a.qp.activate(&ConnectParams::to(b.qp.local_info().unwrap())).unwrap();
-        b.qp.activate(&ConnectParams::to(ia)).unwrap();
+        let (mut a, b, fabric) = pair_psns(a_psn, 0, told_b);
         fill(&a.mr, 0, 64, 9);
         write(&a, &b, 1, 64);
         write(&a, &b, 2, 64);

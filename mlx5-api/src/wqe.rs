@@ -141,6 +141,19 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
     /// Take the state out, leaving a builder in the unit state.
     #[inline(always)]
     fn split(self) -> (S, WqeBuilder<'q, B, T, ()>) {
+        self.replace(())
+    }
+
+    /// Move to state `N`, keeping everything written so far.
+    #[inline(always)]
+    fn to<N>(self, state: N) -> WqeBuilder<'q, B, T, N> {
+        self.replace(state).1
+    }
+
+    /// Swap the state for `state`: the old one, and the builder in the new
+    /// one with everything written so far.
+    #[inline(always)]
+    fn replace<N>(self, state: N) -> (S, WqeBuilder<'q, B, T, N>) {
         let WqeBuilder {
             sq,
             entry,
@@ -154,7 +167,7 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
             opcode,
             fm_ce_se,
             imm,
-            state,
+            state: old,
             _not_send,
         } = self;
         let b = WqeBuilder {
@@ -170,47 +183,10 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
             opcode,
             fm_ce_se,
             imm,
-            state: (),
-            _not_send,
-        };
-        (state, b)
-    }
-
-    /// Move to state `N`, keeping everything written so far.
-    #[inline(always)]
-    fn to<N>(self, state: N) -> WqeBuilder<'q, B, T, N> {
-        let WqeBuilder {
-            sq,
-            entry,
-            buf,
-            mask,
-            start,
-            ds,
-            budget,
-            nsge,
-            msg_len,
-            opcode,
-            fm_ce_se,
-            imm,
-            state: _,
-            _not_send,
-        } = self;
-        WqeBuilder {
-            sq,
-            entry,
-            buf,
-            mask,
-            start,
-            ds,
-            budget,
-            nsge,
-            msg_len,
-            opcode,
-            fm_ce_se,
-            imm,
             state,
             _not_send,
-        }
+        };
+        (old, b)
     }
 
     #[inline(always)]

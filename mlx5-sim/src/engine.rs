@@ -1545,22 +1545,7 @@ fn read_bf_half(st: &FabricState, h: usize, p: *mut u8, value: &[u8; 8], data: &
 pub(crate) fn scan(st: &mut FabricState, h: usize) -> bool {
     let before = (st.hosts[h].stats.wqes_executed, st.hosts[h].stats.cqes_written);
     let seen = scan_uars(st, h);
-    let mut qpns = std::mem::take(&mut st.hosts[h].scratch);
-    qpns.clear();
-    qpns.extend(st.hosts[h].qps.iter().filter(|(_, q)| q.has_work()).map(|(n, _)| *n));
-    qpns.sort_unstable();
-    for &qpn in &qpns {
-        match st.hosts[h].qps.get(&qpn).map(|q| q.state) {
-            Some(QpState::Err) => {
-                flush_sq(st, h, qpn);
-                flush_rq(st, h, qpn);
-            }
-            Some(QpState::Sqe) => flush_sq(st, h, qpn),
-            Some(QpState::Rts) => process_sq(st, h, qpn, false),
-            _ => {}
-        }
-    }
-    st.hosts[h].scratch = qpns;
+    run_qps(st, h, true, false);
     seen > 0 || before != (st.hosts[h].stats.wqes_executed, st.hosts[h].stats.cqes_written)
 }
 
@@ -1569,10 +1554,17 @@ pub(crate) fn scan(st: &mut FabricState, h: usize) -> bool {
 pub(crate) fn tick(st: &mut FabricState, h: usize) {
     scan_uars(st, h);
     st.clock += 1;
+    run_qps(st, h, false, true);
+}
+
+/// Flushes the QPs of host `h` in ERR / SQE and runs those in RTS (`retry`: retry an
+/// RNR-blocked WQE), in QPN order so deterministic runs repeat; `only_with_work`: skip
+/// QPs with nothing posted.
+fn run_qps(st: &mut FabricState, h: usize, only_with_work: bool, retry: bool) {
     let mut qpns = std::mem::take(&mut st.hosts[h].scratch);
     qpns.clear();
-    qpns.extend(st.hosts[h].qps.keys().copied());
-    qpns.sort_unstable(); // deterministic order
+    qpns.extend(st.hosts[h].qps.iter().filter(|(_, q)| !only_with_work || q.has_work()).map(|(n, _)| *n));
+    qpns.sort_unstable();
     for &qpn in &qpns {
         match st.hosts[h].qps.get(&qpn).map(|q| q.state) {
             Some(QpState::Err) => {
@@ -1580,7 +1572,7 @@ pub(crate) fn tick(st: &mut FabricState, h: usize) {
                 flush_rq(st, h, qpn);
             }
             Some(QpState::Sqe) => flush_sq(st, h, qpn),
-            Some(QpState::Rts) => process_sq(st, h, qpn, true),
+            Some(QpState::Rts) => process_sq(st, h, qpn, retry),
             _ => {}
         }
     }
