@@ -5,25 +5,104 @@
 use std::time::{Duration, Instant};
 
 use mlx5_api::{
-    AccessFlags, Backend, CompletionQueue, ConnectParams, Context, Device, MemoryRegion, PortInfo,
-    ProtectionDomain, QpConfig, RcQp, RemoteQpInfo, Sge, Status, WqeFlags,
+    AccessFlags, AddressVector, Backend, CompletionQueue, ConnectParams, Context, Dci, Dct, Device,
+    MemoryRegion, PortInfo, ProtectionDomain, QpConfig, RcQp, RemoteQpInfo, Sge, SharedReceiveQueue, Status,
+    UdQp, WqeFlags, DEFAULT_QKEY,
 };
 
-use crate::opts::{AtomicType, Config, Verb};
+use crate::opts::{AtomicType, Config, Connection, Verb};
 
 /// Why a run stopped.
 pub type RunResult<T> = Result<T, String>;
 
-/// The landing area starts this far into the MR; the source area before it.
+/// perftest's DC access key (`DC_KEY` in `perftest_resources.c`).
+pub const DC_KEY: u64 = 0xffee_ddcc;
+
+/// The bytes a UD receive needs before the data: the GRH slot.
+pub const UD_GRH: u64 = 40;
+
+/// The length of every receive: the run's largest message (UD: plus the
+/// GRH slot), so that receives left over from one size fit the next.
+pub fn recv_len(c: &Config) -> u64 {
+    let max = c.sizes.iter().copied().max().unwrap_or(8);
+    max + if c.connection == Connection::Ud { UD_GRH } else { 0 }
+}
+
+/// The landing area starts this far into the MR; the source area before it
+/// (UD receives land their 40-byte GRH slot first).
 pub fn half(c: &Config) -> u64 {
-    c.sizes.iter().copied().max().unwrap_or(8).max(64).next_power_of_two()
+    recv_len(c).max(64).next_power_of_two()
+}
+
+/// One of the test's QPs, by transport.
+#[derive(Debug)]
+pub enum TestQp<B: Backend> {
+    /// Reliable connected.
+    Rc(RcQp<B, u64>),
+    /// Unreliable datagram: each WQE carries the peer's address.
+    Ud(UdQp<B, u64>),
+    /// Dynamically connected: a DCI sends, a DCT (on the SRQ) answers.
+    Dc {
+        /// Initiator.
+        dci: Dci<B, u64>,
+        /// Target the peer's DCI addresses.
+        dct: Dct<B, u64>,
+    },
+}
+
+/// Dispatch to the sending half of a [`TestQp`].
+macro_rules! sender {
+    ($q:expr, $s:ident => $e:expr) => {
+        match $q {
+            TestQp::Rc($s) => $e,
+            TestQp::Ud($s) => $e,
+            TestQp::Dc { dci: $s, .. } => $e,
+        }
+    };
+}
+
+impl<B: Backend> TestQp<B> {
+    /// What the peer needs to reach this QP: for DC, the DCT (its number
+    /// as the QPN) with the DCI's start PSN.
+    pub fn info(&self) -> RunResult<RemoteQpInfo> {
+        match self {
+            TestQp::Dc { dci, dct } => {
+                let psn = dci.local_info().map_err(e("QP info"))?.psn;
+                Ok(RemoteQpInfo { psn, ..dct.local_info().map_err(e("DCT info"))? })
+            }
+            q => sender!(q, q => q.local_info().map_err(e("QP info"))),
+        }
+    }
+    fn sq_free(&self) -> u32 {
+        sender!(self, q => q.sq_free())
+    }
+    fn sq_wqebbs(&self) -> u32 {
+        sender!(self, q => q.sq_wqebbs())
+    }
+    fn ring(&self) {
+        sender!(self, q => q.ring_sq_doorbell())
+    }
+}
+
+/// Where a UD or DC QP sends: the peer's address and its QPN (UD) or DCT
+/// number (DC).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    /// The encoded path to the peer.
+    pub av: AddressVector,
+    /// Destination QPN or DCT number.
+    pub qpn: u32,
 }
 
 /// One side of a test.
 #[derive(Debug)]
 pub struct End<B: Backend> {
     /// The test's QPs.
-    pub qps: Vec<RcQp<B, u64>>,
+    pub qps: Vec<TestQp<B>>,
+    /// UD and DC: where QP `i` sends (set by `connect`).
+    pub peers: Vec<Peer>,
+    /// DC: the SRQ under the DCTs.
+    pub srq: Option<SharedReceiveQueue<B, u64>>,
     /// One CQ for sends and receives.
     pub cq: CompletionQueue<B, u64>,
     /// Source and sink memory.
@@ -48,6 +127,11 @@ fn e<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
     move |err| format!("{what}: {err}")
 }
 
+/// A failed post, as one line.
+fn p<T>(r: mlx5_api::Result<T>) -> RunResult<T> {
+    r.map_err(e("post"))
+}
+
 /// A start PSN for QP `i`: 24 random-looking bits, as perftest draws them
 /// (`lrand48() & 0xffffff`), from the time and the process id.
 fn start_psn(i: u32) -> u32 {
@@ -58,13 +142,20 @@ fn start_psn(i: u32) -> u32 {
     (x >> 40) as u32 & 0xff_ffff
 }
 
+/// The connection attributes of the test: the port's MTU as path MTU
+/// (perftest's default), DC's key, RC's peer.
+fn params(port: &PortInfo, peer: Option<RemoteQpInfo>) -> ConnectParams {
+    ConnectParams { remote: peer, path_mtu: port.active_mtu.min(4096), ..ConnectParams::default() }
+}
+
 impl<B: Backend> End<B> {
-    /// Open `dev` and create the test's objects.
+    /// Open `dev` and create the test's objects. UD and DC QPs are brought
+    /// up here (they need no peer); RC QPs in [`End::connect`].
     pub fn new(dev: &Device<B>, c: &Config) -> RunResult<Self> {
         let ctx = dev.open().map_err(e("open device"))?;
         let port = ctx.query_port(c.opts.ib_port).map_err(e("query port"))?;
         let pd = ctx.alloc_pd().map_err(e("alloc PD"))?;
-        let want = (c.tx_depth * c.qps + c.rx_depth + 64).next_power_of_two();
+        let want = (c.tx_depth * c.qps + c.rx_depth * c.qps + 64).next_power_of_two();
         let cqe = want.min(ctx.caps().max_cqe.max(64));
         let cq = ctx.create_cq(cqe, |_, _: u64| {}).map_err(e("create CQ"))?;
         let cfg = QpConfig {
@@ -74,35 +165,77 @@ impl<B: Backend> End<B> {
             max_recv_sge: 1,
             max_inline_data: c.inline_size,
             port: c.opts.ib_port,
+            dc_key: DC_KEY,
             ..QpConfig::default()
         };
+        let srq = match c.connection {
+            Connection::Dc => {
+                let n = (c.rx_depth * c.qps).min(ctx.caps().max_qp_wr);
+                Some(ctx.create_srq(&pd, n, 1).map_err(e("create SRQ"))?)
+            }
+            _ => None,
+        };
+        let up = params(&port, None);
         let mut qps = Vec::new();
         for i in 0..c.qps {
             let cfg = QpConfig { psn: start_psn(i), ..cfg.clone() };
-            qps.push(ctx.create_rc_qp(&pd, &cq, &cq, &cfg).map_err(e("create QP"))?);
+            qps.push(match (c.connection, &srq) {
+                (Connection::Rc, _) => {
+                    TestQp::Rc(ctx.create_rc_qp(&pd, &cq, &cq, &cfg).map_err(e("create QP"))?)
+                }
+                (Connection::Ud, _) => {
+                    let q = ctx.create_ud_qp(&pd, &cq, &cq, None, &cfg).map_err(e("create UD QP"))?;
+                    q.activate(&up).map_err(e("activate UD QP"))?;
+                    TestQp::Ud(q)
+                }
+                (Connection::Dc, Some(srq)) => {
+                    let dci = ctx.create_dci(&pd, &cq, &cfg).map_err(e("create DCI"))?;
+                    let dct = ctx.create_dct(&pd, &cq, srq, &cfg).map_err(e("create DCT"))?;
+                    dci.activate(&up).map_err(e("activate DCI"))?;
+                    dct.activate(&up).map_err(e("activate DCT"))?;
+                    TestQp::Dc { dci, dct }
+                }
+                (Connection::Dc, None) => unreachable!("DC creates its SRQ above"),
+            });
         }
         let mr = pd.alloc_mr(2 * half(c) as usize, AccessFlags::ALL).map_err(e("register memory"))?;
         let src: Vec<u8> = (0..half(c)).map(|i| (i * 7 + 1) as u8).collect();
         mr.write(0, &src).map_err(e("fill"))?;
-        Ok(End { qps, cq, mr, port, _pd: pd, ctx })
+        Ok(End { qps, peers: Vec::new(), srq, cq, mr, port, _pd: pd, ctx })
     }
 
-    /// What the peer needs to connect to each QP.
+    /// What the peer needs to reach each QP.
     pub fn infos(&self) -> RunResult<Vec<RemoteQpInfo>> {
-        self.qps.iter().map(|q| q.local_info().map_err(e("QP info"))).collect()
+        self.qps.iter().map(TestQp::info).collect()
     }
 
-    /// Bring every QP up towards its peer.
-    pub fn connect(&self, peers: &[RemoteQpInfo]) -> RunResult<()> {
+    /// RC: bring every QP up towards its peer. UD and DC: remember where
+    /// each QP sends.
+    pub fn connect(&mut self, peers: &[RemoteQpInfo]) -> RunResult<()> {
+        if peers.len() != self.qps.len() {
+            return Err(format!("the peer has {} QPs, this side {}", peers.len(), self.qps.len()));
+        }
+        self.peers.clear();
         for (q, p) in self.qps.iter().zip(peers) {
-            q.activate(&ConnectParams::to(p.clone())).map_err(e("connect"))?;
+            match q {
+                TestQp::Rc(q) => q.activate(&params(&self.port, Some(p.clone()))).map_err(e("connect"))?,
+                TestQp::Ud(_) | TestQp::Dc { .. } => {
+                    let av = AddressVector::to_peer(&self.port, p, 0).map_err(e("peer address"))?;
+                    self.peers.push(Peer { av, qpn: p.qpn });
+                }
+            }
         }
         Ok(())
     }
 
+    /// The largest message QP 0 can send in one WQE (UD: the path MTU).
+    pub fn max_message(&self) -> u32 {
+        sender!(&self.qps[0], q => q.max_message())
+    }
+
     /// The connection line of QP 0 (perftest shows the first QP).
     pub fn dest(&self) -> RunResult<crate::report::Dest> {
-        let i = self.qps[0].local_info().map_err(e("QP info"))?;
+        let i = self.qps[0].info()?;
         Ok(crate::report::Dest {
             lid: i.lid,
             qpn: i.qpn,
@@ -145,11 +278,45 @@ impl<B: Backend> End<B> {
         bad.map_or(Ok(n), Err)
     }
 
-    /// Post one receive of `size` bytes at offset `h` on QP `qp`.
-    pub fn post_recv(&self, qp: usize, h: u64, size: u64) -> RunResult<()> {
-        let sge = Sge { addr: self.mr.addr() + h, len: size as u32, lkey: self.mr.lkey() };
+    /// Post one receive for QP `qp` into the landing area, of the run's
+    /// [`recv_len`] (UD: the GRH slot first; DC: on the SRQ).
+    pub fn post_recv(&self, c: &Config, qp: usize) -> RunResult<()> {
+        let sge = [Sge::new(self.mr.addr() + half(c), recv_len(c) as u32, self.mr.lkey())];
         // The receive's entry is its QP's index: reposted where it completed.
-        self.qps[qp].post_recv(qp as u64, &[sge]).map_err(e("post receive"))
+        let r = match (&self.qps[qp], &self.srq) {
+            (TestQp::Rc(q), _) => q.post_recv(qp as u64, &sge),
+            (TestQp::Ud(q), _) => q.post_recv(qp as u64, &sge),
+            (TestQp::Dc { .. }, Some(srq)) => srq.post_recv(qp as u64, &sge),
+            (TestQp::Dc { .. }, None) => return Err("DC without an SRQ".into()),
+        };
+        r.map_err(e("post receive"))
+    }
+
+    /// Post receives until each QP has `per_qp` outstanding (DC: until the
+    /// SRQ holds `per_qp` for each QP, at most its capacity). Receives left
+    /// from an earlier message size count: they have the run's length.
+    pub fn top_up(&self, c: &Config, per_qp: u32) -> RunResult<()> {
+        match &self.srq {
+            Some(srq) => {
+                let want = (per_qp * self.qps.len() as u32).min(srq.capacity());
+                while srq.outstanding() < want {
+                    self.post_recv(c, 0)?;
+                }
+            }
+            None => {
+                for (i, q) in self.qps.iter().enumerate() {
+                    let outstanding = || match q {
+                        TestQp::Rc(q) => q.rq_outstanding(),
+                        TestQp::Ud(q) => q.rq_outstanding(),
+                        TestQp::Dc { .. } => per_qp,
+                    };
+                    while outstanding() < per_qp {
+                        self.post_recv(c, i)?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Post one operation of `size` bytes to the peer (`batch`: no doorbell).
@@ -164,7 +331,6 @@ impl<B: Backend> End<B> {
         signaled: bool,
         batch: bool,
     ) -> RunResult<()> {
-        let q = &self.qps[qp];
         let flags = if signaled { WqeFlags::SIGNALED } else { WqeFlags::NONE };
         let (la, lk) = (self.mr.addr(), self.mr.lkey());
         let h = half(c);
@@ -173,52 +339,74 @@ impl<B: Backend> End<B> {
         if inline {
             self.mr.read(0, &mut buf[..size as usize]).map_err(e("read source"))?;
         }
-        let b = q.wqe_builder(entry).map_err(e("post"))?;
-        let done = |r: mlx5_api::Result<()>| r.map_err(e("post"));
+        let to = self.peers.get(qp).copied();
+        let dest = || to.ok_or_else(|| "post before connect".to_string());
+        // The control segment, then (DC) the DCT's address: from here on
+        // an RC and a DC WQE are built alike.
+        macro_rules! ctrl {
+            ($($call:tt)*) => {
+                match &self.qps[qp] {
+                    TestQp::Rc(q) => p(q.wqe_builder(entry))?.$($call)*,
+                    TestQp::Dc { dci, .. } => {
+                        let d = dest()?;
+                        p(p(dci.wqe_builder(entry))?.$($call)*)?.av(DC_KEY, d.qpn, &d.av)
+                    }
+                    TestQp::Ud(_) => return Err(format!("{:?} is not offered on UD", c.verb)),
+                }
+            };
+        }
         macro_rules! fin {
             ($b:expr) => {
-                done(if batch { $b.finish_batch() } else { $b.finish() })
+                p(if batch { $b.finish_batch() } else { $b.finish() })
             };
         }
         match c.verb {
             Verb::Write => {
-                let b = b
-                    .ctrl_rdma_write(flags)
-                    .and_then(|b| b.rdma(peer.addr + h, peer.rkey))
-                    .map_err(e("post"))?;
+                let b = p(p(ctrl!(ctrl_rdma_write(flags)))?.rdma(peer.addr + h, peer.rkey))?;
                 if inline {
-                    fin!(b.inline(&buf[..size as usize]).map_err(e("post"))?)
+                    fin!(p(b.inline(&buf[..size as usize]))?)
                 } else {
-                    fin!(b.sge(Sge::new(la, size as u32, lk)).map_err(e("post"))?)
+                    fin!(p(b.sge(Sge::new(la, size as u32, lk)))?)
                 }
             }
             Verb::Send => {
-                let b = b.ctrl_send(flags).map_err(e("post"))?;
+                let b = match &self.qps[qp] {
+                    TestQp::Ud(q) => {
+                        let d = dest()?;
+                        p(p(p(q.wqe_builder(entry))?.ctrl_send(flags))?.datagram(&d.av, d.qpn, DEFAULT_QKEY))?
+                    }
+                    _ => p(ctrl!(ctrl_send(flags)))?,
+                };
                 if inline {
-                    fin!(b.inline(&buf[..size as usize]).map_err(e("post"))?)
+                    fin!(p(b.inline(&buf[..size as usize]))?)
                 } else {
-                    fin!(b.sge(Sge::new(la, size as u32, lk)).map_err(e("post"))?)
+                    fin!(p(b.sge(Sge::new(la, size as u32, lk)))?)
                 }
             }
             Verb::Read => {
-                let b =
-                    b.ctrl_rdma_read(flags).and_then(|b| b.rdma(peer.addr, peer.rkey)).map_err(e("post"))?;
-                fin!(b.sge(Sge::new(la + h, size as u32, lk)).map_err(e("post"))?)
+                let b = p(p(ctrl!(ctrl_rdma_read(flags)))?.rdma(peer.addr, peer.rkey))?;
+                fin!(p(b.sge(Sge::new(la + h, size as u32, lk)))?)
             }
             Verb::Atomic => {
                 let b = match c.opts.atomic_type {
-                    AtomicType::FetchAndAdd => b.ctrl_atomic_fa(flags, 1),
-                    AtomicType::CmpAndSwap => b.ctrl_atomic_cs(flags, entry + 1, entry),
+                    AtomicType::FetchAndAdd => p(ctrl!(ctrl_atomic_fa(flags, 1)))?,
+                    AtomicType::CmpAndSwap => p(ctrl!(ctrl_atomic_cs(flags, entry + 1, entry)))?,
                 };
-                let b = b.and_then(|b| b.rdma(peer.addr + h, peer.rkey)).map_err(e("post"))?;
-                fin!(b.result(Sge::new(la + h + 8, 8, lk)).map_err(e("post"))?)
+                let b = p(b.rdma(peer.addr + h, peer.rkey))?;
+                fin!(p(b.result(Sge::new(la + h + 8, 8, lk)))?)
             }
         }
     }
 
     /// Ring QP `qp`'s doorbell for WQEs posted in a batch.
     pub fn ring(&self, qp: usize) {
-        self.qps[qp].ring_sq_doorbell();
+        self.qps[qp].ring();
+    }
+
+    /// Whether QP 0's send queue has room for another latency iteration.
+    pub fn sq_roomy(&self) -> bool {
+        let q = &self.qps[0];
+        q.sq_free() >= 2 * q.sq_wqebbs() / 3
     }
 
     /// The last byte of the landing area for `size` (write latency polls it).
@@ -268,10 +456,8 @@ pub fn lat_local<B: Backend>(
     let n = if stop.is_some() { u64::MAX } else { c.iters };
     let mut stamps = Vec::with_capacity(c.iters.min(1 << 20) as usize);
     if c.verb == Verb::Send {
-        for _ in 0..c.rx_depth.min(16) {
-            a.post_recv(0, half(c), size)?;
-            b.post_recv(0, half(c), size)?;
-        }
+        a.top_up(c, c.rx_depth.min(16))?;
+        b.top_up(c, c.rx_depth.min(16))?;
     }
     for i in 0..n {
         if stop.is_some_and(|s| Instant::now() >= s) {
@@ -309,7 +495,7 @@ pub fn step<B: Backend>(
         me.mark(size, mark_of(i));
     }
     // Retire earlier send completions so the SQ never fills.
-    while me.qps[0].sq_free() < 2 * me.qps[0].sq_wqebbs() / 3 {
+    while !me.sq_roomy() {
         me.poll(|_, _| {})?;
     }
     let wait_own = matches!(c.verb, Verb::Read | Verb::Atomic);
@@ -341,7 +527,7 @@ pub fn wait_arrival<B: Backend>(c: &Config, size: u64, i: u64, me: &mut End<B>) 
                 me.poll(|_, recv| got |= recv)?;
                 deadline_check(t0, "waiting for the peer's SEND")?;
             }
-            me.post_recv(0, half(c), size)?;
+            me.post_recv(c, 0)?;
         }
         Verb::Read | Verb::Atomic => {}
     }

@@ -59,6 +59,24 @@ pub fn decode(line: &str) -> Result<(RemoteQpInfo, Remote), String> {
     Ok((info, Remote { addr: num(f[5])?, rkey: num(f[6])? as u32 }))
 }
 
+/// Connect to the server, waiting up to 5 s for it to listen (a client
+/// started just before its server still finds it).
+fn connect_retrying(host: &str, port: u16) -> Result<TcpStream, String> {
+    let t0 = std::time::Instant::now();
+    loop {
+        match TcpStream::connect((host, port)) {
+            Ok(s) => return Ok(s),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && t0.elapsed() < std::time::Duration::from_secs(5) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(format!("connect to {host}:{port}: {e}")),
+        }
+    }
+}
+
 /// A connected control channel.
 #[derive(Debug)]
 pub struct Channel {
@@ -76,7 +94,7 @@ impl Channel {
                 eprintln!("\n************************************\n* Waiting for client to connect... *\n************************************");
                 l.accept().map_err(|e| format!("accept: {e}"))?.0
             }
-            Some(h) => TcpStream::connect((h, port)).map_err(|e| format!("connect to {h}:{port}: {e}"))?,
+            Some(h) => connect_retrying(h, port)?,
         };
         let w = s.try_clone().map_err(|e| format!("tcp: {e}"))?;
         Ok(Channel { r: BufReader::new(s), w })

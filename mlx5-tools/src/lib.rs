@@ -1,7 +1,7 @@
 //! perftest-compatible tools for the mlx5 library: `mlx5_{write,read,send,atomic}_{lat,bw}`
 //! take perftest's options (`-a`, `-s`, `-n`, `-D`, `-q`, `-t`, `-I`,
-//! `--report_gbits`, `--out_json`, `--out_json_file`, `-d`, `-i`, `-p`, a
-//! server host for the client) and print perftest's test block, connection
+//! `-c RC|UD|DC`, `--report_gbits`, `--out_json`, `--out_json_file`, `-d`,
+//! `-i`, `-p`, a server host for the client) and print perftest's test block, connection
 //! lines and result table, with its JSON keys. On the simulator (default)
 //! both sides run in this process; `--backend hw` runs one side per
 //! machine, perftest style (server without a host argument, client with).
@@ -175,6 +175,7 @@ fn run_sim(c: &Config) -> RunResult<()> {
     let mut b = End::new(db, c)?;
     a.connect(&b.infos()?)?;
     b.connect(&a.infos()?)?;
+    let c = &c.fit_message(a.max_message());
     let (ra, rb) = (a.remote(), b.remote());
     let (link, mtu) = (link_name(a.port.link_layer), a.port.active_mtu);
     print_header(c, &dev, link, mtu, &a.dest()?, &b.dest()?);
@@ -186,13 +187,8 @@ fn run_sim(c: &Config) -> RunResult<()> {
                 out.row(c, size, stamps.len() as u64 - 1, &stamps, None)?;
             }
             Test::Bw => {
-                let h = engine::half(c);
                 if c.verb == Verb::Send {
-                    for q in 0..c.qps as usize {
-                        for _ in 0..c.rx_depth {
-                            b.post_recv(q, h, size)?;
-                        }
-                    }
+                    b.top_up(c, c.rx_depth)?;
                 }
                 let bref = &mut b;
                 let verb = c.verb;
@@ -201,7 +197,7 @@ fn run_sim(c: &Config) -> RunResult<()> {
                         return Ok(());
                     }
                     for q in bref.take_receives()? {
-                        bref.post_recv(q, h, size)?;
+                        bref.post_recv(c, q)?;
                     }
                     Ok(())
                 })?;
@@ -247,7 +243,7 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
         peer_mem = m;
     }
     me.connect(&peers)?;
-    let h = engine::half(c);
+    let c = &c.fit_message(me.max_message());
     let name = dev.name();
     let (link, mtu) = (link_name(me.port.link_layer), me.port.active_mtu);
     let pd = report::Dest {
@@ -263,12 +259,7 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
     let mut out = Out { json: None };
     for &size in &c.sizes {
         if c.verb == Verb::Send {
-            let n = if c.test == Test::Lat { c.rx_depth.min(16) } else { c.rx_depth };
-            for q in 0..c.qps as usize {
-                for _ in 0..n {
-                    me.post_recv(q, h, size)?;
-                }
-            }
+            me.top_up(c, if c.test == Test::Lat { c.rx_depth.min(16) } else { c.rx_depth })?;
         }
         ch.send("ready\n")?;
         ch.recv()?;
@@ -307,7 +298,7 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
                         for (j, q) in qps_done.into_iter().enumerate() {
                             // Keep rx_depth posted until the last ones are covered.
                             if got + (j as u64) + u64::from(c.rx_depth) < want {
-                                me.post_recv(q, h, size)?;
+                                me.post_recv(c, q)?;
                             }
                         }
                         got += k;
@@ -326,4 +317,48 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
         println!("{}", report::RESULT_LINE);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The two-machine path (`--backend hw`: TCP exchange, one side per
+    /// process) run on two simulated NICs in threads: server and client
+    /// find each other, connect every transport and finish every test.
+    #[test]
+    fn server_and_client_over_tcp_on_every_transport() {
+        let runs = [
+            (Verb::Write, Test::Lat, "RC"),
+            (Verb::Send, Test::Bw, "RC"),
+            (Verb::Send, Test::Lat, "UD"),
+            (Verb::Send, Test::Bw, "UD"),
+            (Verb::Read, Test::Lat, "DC"),
+            (Verb::Atomic, Test::Bw, "DC"),
+            (Verb::Send, Test::Bw, "DC"),
+            (Verb::Write, Test::Lat, "DC"),
+        ];
+        for (verb, test, conn) in runs {
+            let fabric = sim_fabric_in(mlx5_sim::ExecMode::Threaded);
+            // A free TCP port for this run's exchange.
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let cfg = |server: Option<&str>| {
+                let mut args = vec!["t", "--backend", "hw", "-c", conn, "-n", "60", "-p"];
+                let p = port.to_string();
+                args.push(&p);
+                args.extend(server);
+                Config::new(verb, test, Opts::try_parse_from(args).unwrap()).unwrap()
+            };
+            let (cs, cc) = (cfg(None), cfg(Some("127.0.0.1")));
+            let f2 = fabric.clone();
+            let server = std::thread::spawn(move || {
+                let devs = mlx5_api::sim::devices(&f2);
+                run_one_side(&cs, &devs[1])
+            });
+            let devs = mlx5_api::sim::devices(&fabric);
+            let client = run_one_side(&cc, &devs[0]);
+            let server = server.join().unwrap();
+            assert_eq!((client, server), (Ok(()), Ok(())), "{verb:?} {test:?} {conn}");
+        }
+    }
 }

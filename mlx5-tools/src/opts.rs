@@ -52,6 +52,22 @@ pub enum Backend {
 pub enum Connection {
     /// Reliable connected.
     Rc,
+    /// Unreliable datagram (SEND tests only, as in perftest).
+    Ud,
+    /// Dynamically connected: DCIs send to the peer's DCTs, which receive
+    /// on an SRQ.
+    Dc,
+}
+
+impl Connection {
+    /// perftest's `connStr`.
+    pub fn perftest_name(self) -> &'static str {
+        match self {
+            Connection::Rc => "RC",
+            Connection::Ud => "UD",
+            Connection::Dc => "DC",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -102,15 +118,16 @@ pub struct Opts {
     /// Outstanding send WQEs per QP (latency default 1, bandwidth 128).
     #[arg(short = 't', long = "tx-depth")]
     pub tx_depth: Option<u32>,
-    /// Receive queue depth (SEND tests).
-    #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
-    /// Receive queue depth (`-r`).
-    pub rx_depth: u32,
+    /// Receive queue depth (SEND tests; default 512, on UD the iterations
+    /// up to 8192).
+    #[arg(short = 'r', long = "rx-depth")]
+    pub rx_depth: Option<u32>,
     /// Completion moderation: one signaled WQE every this many (bandwidth).
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
     /// Signal every Nth send (`-Q`).
     pub cq_mod: u32,
-    /// Largest message sent inline (default 220 for WRITE/SEND latency, 0 otherwise).
+    /// Largest message sent inline (latency defaults as perftest's: WRITE 220,
+    /// SEND 236 (UD 188), DC 150; 0 for bandwidth, READ and atomics).
     #[arg(short = 'I', long = "inline_size")]
     pub inline_size: Option<u32>,
     /// Connection type.
@@ -167,6 +184,8 @@ pub struct Config {
     pub tx_depth: u32,
     /// Receive queue depth (`-r`).
     pub rx_depth: u32,
+    /// Transport (`-c`).
+    pub connection: Connection,
     /// Signal every Nth send (`-Q`).
     pub cq_mod: u32,
     /// Inline threshold (`-I`).
@@ -210,13 +229,34 @@ impl Config {
         if opts.duration == Some(0) {
             return Err("-D 0: the duration is at least one second".into());
         }
-        if opts.rx_depth == 0 || opts.rx_depth > 8192 {
-            return Err(format!("--rx-depth {} out of range 1..=8192", opts.rx_depth));
+        let conn = opts.connection;
+        if conn == Connection::Ud && verb != Verb::Send {
+            return Err(format!(
+                "-c UD: {} runs over RC or DC; UD is for the SEND tests (as in perftest)",
+                verb.perftest_name()
+            ));
         }
-        let inline_default = if lat && matches!(verb, Verb::Write | Verb::Send) { 220 } else { 0 };
+        // perftest: on UD with the default depth, one receive per iteration
+        // up to UC_MAX_RX (ours: up to the 8192 the option allows).
+        let rx_default = if conn == Connection::Ud { iters.clamp(1, 8192) as u32 } else { 512 };
+        let rx_depth = opts.rx_depth.unwrap_or(rx_default);
+        if rx_depth == 0 || rx_depth > 8192 {
+            return Err(format!("--rx-depth {rx_depth} out of range 1..=8192"));
+        }
+        // DEF_INLINE_WRITE, DEF_INLINE_SEND_RC_UC_XRC, DEF_INLINE_SEND_UD, DEF_INLINE_DC.
+        let inline_default = match (lat, verb, conn) {
+            (true, Verb::Write | Verb::Send, Connection::Dc) => 150,
+            (true, Verb::Write, _) => 220,
+            (true, Verb::Send, Connection::Ud) => 188,
+            (true, Verb::Send, _) => 236,
+            _ => 0,
+        };
         let inline_size = opts.inline_size.unwrap_or(inline_default);
         if inline_size > 0 && matches!(verb, Verb::Read | Verb::Atomic) {
             return Err("-I: READ and atomics cannot be inline".into());
+        }
+        if inline_size > 1024 {
+            return Err(format!("-I {inline_size}: at most 1024 bytes inline (MAX_INLINE_UD)"));
         }
         if opts.backend == Backend::Sim && opts.server.is_some() {
             return Err("a server host is for --backend hw; on the simulator both sides run here".into());
@@ -230,11 +270,24 @@ impl Config {
             duration: opts.duration,
             qps: opts.qps,
             tx_depth,
-            rx_depth: opts.rx_depth,
+            rx_depth,
+            connection: conn,
             cq_mod,
             inline_size,
             opts,
         })
+    }
+
+    /// UD carries at most one MTU per message (`max` is the QP's limit):
+    /// as perftest, `-a` stops at it and a larger `-s` becomes it.
+    pub fn fit_message(&self, max: u32) -> Config {
+        let max = u64::from(max);
+        let mut c = self.clone();
+        if c.connection == Connection::Ud && c.sizes.iter().any(|&s| s > max) {
+            c.sizes =
+                if c.opts.all { c.sizes.into_iter().filter(|&s| s <= max).collect() } else { vec![max] };
+        }
+        c
     }
 
     /// The machine that drives the test: the client (on the simulator,
@@ -313,5 +366,35 @@ mod tests {
         assert_eq!((c.sizes.clone(), c.iters, c.tx_depth, c.cq_mod), (vec![65536], 5000, 128, 100));
         let c = Config::new(Verb::Read, Test::Bw, parse(&["-a"]).unwrap()).unwrap();
         assert_eq!((c.sizes[0], *c.sizes.last().unwrap(), c.sizes.len()), (2, 1 << 23, 23));
+        // Inline defaults: DEF_INLINE_WRITE 220, DEF_INLINE_SEND_RC_UC_XRC 236,
+        // DEF_INLINE_SEND_UD 188, DEF_INLINE_DC 150 (perftest_parameters.h).
+        let inline = |verb, conn: &str| {
+            Config::new(verb, Test::Lat, parse(&["-c", conn]).unwrap()).unwrap().inline_size
+        };
+        assert_eq!(
+            [inline(Verb::Write, "RC"), inline(Verb::Send, "RC"), inline(Verb::Send, "UD")],
+            [220, 236, 188]
+        );
+        assert_eq!(
+            [inline(Verb::Write, "DC"), inline(Verb::Send, "DC"), inline(Verb::Read, "DC")],
+            [150, 150, 0]
+        );
+        // UD's receive depth follows the iterations (perftest: up to UC_MAX_RX).
+        let c = Config::new(Verb::Send, Test::Bw, parse(&["-c", "UD", "-n", "300"]).unwrap()).unwrap();
+        assert_eq!((c.rx_depth, c.connection), (300, Connection::Ud));
+        assert_eq!(Config::new(Verb::Send, Test::Bw, parse(&["-n", "300"]).unwrap()).unwrap().rx_depth, 512);
+    }
+
+    #[test]
+    fn ud_is_for_send_and_one_mtu() {
+        let e = Config::new(Verb::Write, Test::Bw, parse(&["-c", "UD"]).unwrap()).unwrap_err();
+        assert!(e.contains("UD is for the SEND tests"), "{e}");
+        // A larger -s becomes the MTU; -a stops at it; RC keeps its sizes.
+        let c = Config::new(Verb::Send, Test::Bw, parse(&["-c", "UD"]).unwrap()).unwrap();
+        assert_eq!(c.fit_message(4096).sizes, vec![4096]);
+        let c = Config::new(Verb::Send, Test::Bw, parse(&["-c", "UD", "-a"]).unwrap()).unwrap();
+        assert_eq!(*c.fit_message(1024).sizes.last().unwrap(), 1024);
+        let c = Config::new(Verb::Send, Test::Bw, parse(&["-a"]).unwrap()).unwrap();
+        assert_eq!(*c.fit_message(1024).sizes.last().unwrap(), 1 << 23);
     }
 }

@@ -3,7 +3,7 @@
 //! from `perftest_parameters.h` (`RESULT_FMT*`, `REPORT_FMT*`) and
 //! `perftest_communication.h` (`BASIC_ADDR_FMT`, `RDMA_FMT`, `PERF_GID_FMT`).
 
-use crate::opts::{Config, Test, Verb};
+use crate::opts::{Config, Connection, Test, Verb};
 use crate::stats::{BwStats, LatStats};
 
 /// perftest's `RESULT_LINE`.
@@ -37,6 +37,15 @@ pub struct Dest {
     pub gid: [u8; 16],
 }
 
+/// perftest's ON/OFF.
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "ON"
+    } else {
+        "OFF"
+    }
+}
+
 /// The test block perftest prints before connecting.
 pub fn test_block(c: &Config, device: &str, link: &str, mtu: u32) -> String {
     let mut s = format!("{RESULT_LINE}\n                    {} ", c.verb.perftest_name());
@@ -46,7 +55,11 @@ pub fn test_block(c: &Config, device: &str, link: &str, mtu: u32) -> String {
     s += if c.test == Test::Bw { "BW Test\n" } else { "Latency Test\n" };
     s += &format!(" Dual-port       : OFF\t\tDevice         : {device}\n");
     s += &format!(" Number of qps   : {}\t\tTransport type : IB\n", c.qps);
-    s += " Connection type : RC\t\tUsing SRQ      : OFF\n";
+    s += &format!(
+        " Connection type : {}\t\tUsing SRQ      : {}\n",
+        c.connection.perftest_name(),
+        on_off(c.connection == Connection::Dc)
+    );
     s += &format!(" TX depth        : {}\n", c.tx_depth);
     if c.test == Test::Bw {
         s += &format!(" CQ Moderation   : {}\n", c.cq_mod);
@@ -141,8 +154,8 @@ pub fn json(c: &Config, device: &str, link: &str, mtu: u32, results: &str) -> St
         format!("\"Device\": \"{device}\""),
         format!("\"Number_of_qps\": {}", c.qps),
         "\"Transport_type\": \"IB\"".into(),
-        "\"Connection_type\": \"RC\"".into(),
-        "\"Using_SRQ\": \"OFF\"".into(),
+        format!("\"Connection_type\": \"{}\"", c.connection.perftest_name()),
+        format!("\"Using_SRQ\": \"{}\"", on_off(c.connection == Connection::Dc)),
         format!("\"TX_depth\": {}", c.tx_depth),
     ];
     if c.test == Test::Bw {

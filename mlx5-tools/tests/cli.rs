@@ -122,3 +122,57 @@ fn devinfo_takes_ibv_devinfos_options_and_lists_simulated_devices() {
         assert!(err.starts_with("mlx5_devinfo: ") && !err.contains("panicked"), "{err}");
     }
 }
+
+/// perftest offers UD for the SEND tests and DC for every test; the
+/// header names the transport (and DC's SRQ) as perftest's does.
+#[test]
+fn ud_and_dc_run_where_perftest_offers_them() {
+    let runs: &[(&str, &str, &str)] = &[
+        (env!("CARGO_BIN_EXE_mlx5_send_lat"), "UD", "2 "),
+        (env!("CARGO_BIN_EXE_mlx5_send_bw"), "UD", "4096 "),
+        (env!("CARGO_BIN_EXE_mlx5_write_lat"), "DC", "2 "),
+        (env!("CARGO_BIN_EXE_mlx5_send_lat"), "DC", "2 "),
+        (env!("CARGO_BIN_EXE_mlx5_read_lat"), "DC", "2 "),
+        (env!("CARGO_BIN_EXE_mlx5_atomic_lat"), "DC", "8 "),
+        (env!("CARGO_BIN_EXE_mlx5_write_bw"), "DC", "65536 "),
+        (env!("CARGO_BIN_EXE_mlx5_send_bw"), "DC", "65536 "),
+        (env!("CARGO_BIN_EXE_mlx5_read_bw"), "DC", "65536 "),
+        (env!("CARGO_BIN_EXE_mlx5_atomic_bw"), "DC", "8 "),
+    ];
+    for &(bin, conn, row) in runs {
+        let (ok, out, err) = run(bin, &["-c", conn, "-n", "40", "-q", "1"]);
+        assert!(ok, "{bin} -c {conn}: {err}");
+        let srq = if conn == "DC" { "ON" } else { "OFF" };
+        assert!(out.contains(&format!(" Connection type : {conn}\t\tUsing SRQ      : {srq}\n")), "{out}");
+        // UD's default 65536-byte SEND becomes one MTU, as in perftest.
+        assert!(
+            out.lines().any(|l| l.starts_with(&format!(" {row}"))),
+            "{bin} -c {conn}: no {row:?} row\n{out}"
+        );
+    }
+    // Several DCIs towards the peer's DCTs on one SRQ, on the threaded NICs.
+    let (ok, out, err) =
+        run(env!("CARGO_BIN_EXE_mlx5_send_bw"), &["-c", "DC", "-q", "4", "-n", "300", "--threaded"]);
+    assert!(ok && out.contains(" 65536      300 "), "{err}\n{out}");
+    // UD runs only the SEND tests; one line, status 1.
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_read_bw"), &["-c", "UD"]);
+    assert!(!ok && err.lines().count() == 1 && err.contains("UD is for the SEND tests"), "{err}");
+}
+
+/// `-a` runs every size on one set of QPs: the receives left over from one
+/// size must fit the next (they once were posted with the old size and
+/// failed with a local length error), and UD stops at the MTU.
+#[test]
+fn all_sizes_with_send_on_every_transport() {
+    for conn in ["RC", "UD", "DC"] {
+        for bin in [env!("CARGO_BIN_EXE_mlx5_send_lat"), env!("CARGO_BIN_EXE_mlx5_send_bw")] {
+            let (ok, out, err) = run(bin, &["-c", conn, "-a", "-n", "5"]);
+            assert!(ok, "{bin} -c {conn} -a: {err}");
+            let last = if conn == "UD" { " 4096 " } else { " 8388608 " };
+            let rows: Vec<&str> =
+                out.lines().filter(|l| l.trim_start().starts_with(char::is_numeric)).collect();
+            assert_eq!(rows.len(), if conn == "UD" { 12 } else { 23 }, "{out}");
+            assert!(rows.last().unwrap().starts_with(last), "{out}");
+        }
+    }
+}
