@@ -69,6 +69,11 @@ pub(crate) struct Region {
 impl Region {
     pub(crate) const EMPTY: Region = Region { addr: 0, len: 0 };
 
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
     /// The part of this (checked) region after its first `n` bytes.
     fn after(&self, n: u64) -> Region {
         let n = n.min(self.len);

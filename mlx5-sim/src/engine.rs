@@ -247,6 +247,8 @@ pub(crate) struct FabricState {
     /// CQs holding a pending compressed session: (host, cqn), written when the lock is
     /// released ([`flush_sessions`]).
     pub dirty: Vec<(usize, u32)>,
+    /// The network: simulated time, link faults, capture.
+    pub net: crate::net::Net,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -468,7 +470,8 @@ fn fail_qp(st: &mut FabricState, h: usize, qpn: u32) {
 // ---------------------------------------------------------------------------------------
 // Execution of one send WQE
 
-enum Outcome {
+#[derive(Debug)]
+pub(crate) enum Outcome {
     Done {
         byte_cnt: u32,
     },
@@ -486,7 +489,7 @@ enum Outcome {
     },
 }
 
-fn fail(synd: u8) -> Outcome {
+pub(crate) fn fail(synd: u8) -> Outcome {
     Outcome::Fail { synd, responder: None }
 }
 
@@ -539,7 +542,7 @@ fn read_av(wqe: &[u8]) -> [u8; 48] {
     av
 }
 
-fn load_u64(b: [u8; 8], e: AtomicEndianness) -> u64 {
+pub(crate) fn load_u64(b: [u8; 8], e: AtomicEndianness) -> u64 {
     match e {
         AtomicEndianness::Host => u64::from_ne_bytes(b),
         AtomicEndianness::BigEndian => u64::from_be_bytes(b),
@@ -629,12 +632,12 @@ fn recv_sgl(mrs: &MrTable, entries: &[u8], pdn: u32) -> Option<Sgl> {
 
 /// The responder of an RC or DC operation: an RC QP or a DCT.
 #[derive(Debug, Clone, Copy)]
-struct Target {
-    h: usize,
+pub(crate) struct Target {
+    pub h: usize,
     /// QP handle (for state changes).
-    qpn: u32,
+    pub qpn: u32,
     /// What CQEs carry in `sop_drop_qpn` / `s_wqe_opcode_qpn`: the QPN, or the DCT number.
-    report_qpn: u32,
+    pub report_qpn: u32,
     pdn: u32,
     access: u32,
     cqn: u32,
@@ -743,19 +746,19 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
         // pointing back at us, else packets are lost and retries run out.
         QpType::Rc => {
             let Some(p) = path else {
-                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+                return unanswered(st, h, qpn);
             };
             let Some(rh) = resolve(st, h, p.dlid, p.dgid, p.dmac) else {
-                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+                return unanswered(st, h, qpn);
             };
             let Some(r) = st.hosts[rh].qps.get(&p.dest_qpn) else {
-                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+                return unanswered(st, h, qpn);
             };
             if !matches!(r.state, QpState::Rtr | QpState::Rts)
                 || r.qp_type != QpType::Rc
                 || r.attrs.path.map(|rp| rp.dest_qpn) != Some(qpn)
             {
-                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+                return unanswered(st, h, qpn);
             }
             // PSNs (IB spec 9.7): the responder executes only the PSN it expects. Ahead of
             // it, it answers a PSN sequence error NAK naming a PSN the requester never
@@ -765,7 +768,7 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
             // on a clock].
             if r.attrs.rq_psn != me.attrs.sq_psn {
                 st.hosts[rh].stats.psn_errors += 1;
-                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+                return unanswered(st, h, qpn);
             }
             Target::of(rh, r, r.qpn)
         }
@@ -776,23 +779,26 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
             let avb = read_av(wqe);
             let av = DatagramSeg::new_unchecked(&avb[..]);
             let Some(rh) = resolve_av(st, h, &av) else {
-                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+                return unanswered(st, h, qpn);
             };
             let num = av.dqpn();
             let Some(r) = st.hosts[rh].dcts.get(&num).and_then(|d| st.hosts[rh].qps.get(d)) else {
-                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+                return unanswered(st, h, qpn);
             };
             if r.state != QpState::Rtr || r.qp_type != QpType::Dct {
-                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+                return unanswered(st, h, qpn);
             }
             if r.dc_key != av.dc_key() {
                 st.hosts[rh].stats.dc_key_violations += 1;
-                return fail(syndrome::TRANSPORT_RETRY_EXC_ERR);
+                return unanswered(st, h, qpn);
             }
             Target::of(rh, r, num)
         }
         QpType::Dct => return fail(syndrome::LOCAL_QP_OP_ERR),
     };
+    if st.net.active() {
+        return crate::lossy::execute(st, h, qpn, tgt, w, srcs, &sink, src_lid, req_scatter);
+    }
     let (rh, rqpn, mtu) = (tgt.h, tgt.qpn, path_mtu_of(st, h, qpn));
     let out = respond(st, tgt, w, srcs, &sink, qpn, src_lid, req_scatter);
     if qtype == QpType::Rc {
@@ -803,14 +809,23 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
     out
 }
 
-fn path_mtu_of(st: &FabricState, h: usize, qpn: u32) -> u32 {
+/// A request nobody answers (no such peer, not connected, wrong PSN or DC key): the
+/// requester's retries run out (on the simulated clock when the network model runs).
+fn unanswered(st: &mut FabricState, h: usize, qpn: u32) -> Outcome {
+    if st.net.active() {
+        crate::lossy::silent_peer(st, h, qpn);
+    }
+    fail(syndrome::TRANSPORT_RETRY_EXC_ERR)
+}
+
+pub(crate) fn path_mtu_of(st: &FabricState, h: usize, qpn: u32) -> u32 {
     st.hosts[h].qps.get(&qpn).map_or(4096, |q| q.attrs.path_mtu.max(256))
 }
 
 /// PSNs an RC message takes (IB spec 9.7.1): one per packet of the request (SEND,
 /// WRITE: `ceil(len / MTU)`, at least one), or of the response (READ: the same for the
 /// bytes read; atomic: one).
-fn packets(op: u8, byte_cnt: u32, mtu: u32) -> u32 {
+pub(crate) fn packets(op: u8, byte_cnt: u32, mtu: u32) -> u32 {
     match op {
         opcode::ATOMIC_CS | opcode::ATOMIC_FA => 1,
         _ => byte_cnt.div_ceil(mtu).max(1),
@@ -819,7 +834,7 @@ fn packets(op: u8, byte_cnt: u32, mtu: u32) -> u32 {
 
 /// Moves the requester's next send PSN and the responder's expected PSN on by `n`
 /// (24-bit arithmetic).
-fn advance_psns(st: &mut FabricState, req: (usize, u32), resp: (usize, u32), n: u32) {
+pub(crate) fn advance_psns(st: &mut FabricState, req: (usize, u32), resp: (usize, u32), n: u32) {
     if let Some(q) = st.hosts[req.0].qps.get_mut(&req.1) {
         q.attrs.sq_psn = q.attrs.sq_psn.wrapping_add(n) & 0xff_ffff;
     }
@@ -837,7 +852,7 @@ fn scatter_limit(st: &FabricState, h: usize, cqn: u32) -> u64 {
 /// The responder side of an RC or DC operation. `req_scatter`: how many bytes of a READ
 /// response or atomic result may go into the requester's CQE (0: none).
 #[allow(clippy::too_many_arguments)]
-fn respond(
+pub(crate) fn respond(
     st: &mut FabricState,
     tgt: Target,
     w: &SendWqe,
@@ -1149,6 +1164,9 @@ fn execute_ud(
     // IB rule: a Q_Key with the high-order bit set means "use the sender QP's own Q_Key".
     let qkey = if av.qkey() & 0x8000_0000 != 0 { own_qkey } else { av.qkey() };
     let rqpn = av.dqpn();
+    if st.net.active() && !crate::lossy::datagram(st, h, rh, qpn, rqpn, qkey, w, srcs) {
+        return done; // lost on the link: nothing else changes
+    }
     let tgt = match st.hosts[rh].qps.get(&rqpn) {
         // An SQE QP still receives (spec §7: the RQ keeps working).
         Some(r)

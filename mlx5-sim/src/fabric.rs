@@ -26,7 +26,7 @@ type State = Arc<Mutex<FabricState>>;
 
 /// The fabric lock. Releasing it ends the model's burst: compressed sessions gathered
 /// while it was held are written then ([`engine::flush_sessions`]).
-struct Guard<'a>(MutexGuard<'a, FabricState>);
+pub(crate) struct Guard<'a>(MutexGuard<'a, FabricState>);
 
 impl std::ops::Deref for Guard<'_> {
     type Target = FabricState;
@@ -49,7 +49,7 @@ impl Drop for Guard<'_> {
     }
 }
 
-fn lock(s: &Mutex<FabricState>) -> Guard<'_> {
+pub(crate) fn lock(s: &Mutex<FabricState>) -> Guard<'_> {
     Guard(s.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
@@ -145,8 +145,8 @@ fn watch_thread(state: State, h: usize, w: Arc<Watcher>) {
     }
 }
 
-struct Front {
-    state: State,
+pub(crate) struct Front {
+    pub(crate) state: State,
     links: Mutex<Vec<Option<Arc<Link>>>>,
     watchers: Mutex<Vec<Option<Arc<Watcher>>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -171,7 +171,7 @@ impl Drop for Front {
 /// A set of simulated hosts connected by an ideal network.
 #[derive(Clone)]
 pub struct Fabric {
-    front: Arc<Front>,
+    pub(crate) front: Arc<Front>,
 }
 
 /// Handle to one simulated NIC (cheap to clone; `Send + Sync`).
@@ -260,6 +260,7 @@ impl Fabric {
                     cfg,
                     hosts: Vec::new(),
                     clock: 0,
+                    net: crate::net::Net::default(),
                     dirty: Vec::new(),
                 })),
                 links: Mutex::new(Vec::new()),

@@ -15,7 +15,10 @@ pub mod dissect;
 pub mod dma;
 mod engine;
 mod fabric;
+mod fabric_net;
+mod lossy;
 mod mem;
+mod net;
 mod qp;
 mod srq;
 pub mod wire;
@@ -23,6 +26,7 @@ mod wqe;
 
 pub use cq::{MiniCqeFormat, MAX_SESSION};
 pub use fabric::{Fabric, Nic};
+pub use net::LinkFaults;
 
 /// How the NICs of a fabric process doorbells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -465,6 +469,18 @@ pub struct NicStats {
     /// RC requests refused by a responder QP of this NIC because their PSN
     /// was not the one it expected (PSN sequence error or duplicate).
     pub psn_errors: u64,
+    /// Packets this NIC sent that the link lost ([`LinkFaults`]).
+    pub link_drops: u64,
+    /// Corrupted packets this NIC received and dropped (ICRC check failed).
+    pub icrc_errors: u64,
+    /// Request packets requesters of this NIC sent again (after a timeout or a NAK).
+    pub retransmits: u64,
+    /// Local ACK timeouts of requesters of this NIC.
+    pub ack_timeouts: u64,
+    /// NAKs for a PSN sequence error received by requesters of this NIC.
+    pub seq_naks: u64,
+    /// Duplicate requests responders of this NIC answered without executing again.
+    pub duplicates: u64,
 }
 
 /// Control-path errors (what `ibv_*` calls would return as errno).

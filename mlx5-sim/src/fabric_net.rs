@@ -1,0 +1,70 @@
+//! The fabric's network controls: link faults, the simulated clock, packet capture
+//! (see [`crate::net`]).
+
+use std::path::Path;
+
+use crate::fabric::lock;
+use crate::net::capture::Capture;
+use crate::{Fabric, LinkFaults, LinkLayer, SimError};
+
+impl Fabric {
+    /// Faults of every link (each host pair in both directions) that has none of its
+    /// own, drawn from a generator restarted with `seed`. In [`crate::ExecMode::Deterministic`]
+    /// the same seed gives the same run. [`LinkFaults::none`] makes the links perfect
+    /// again.
+    ///
+    /// With faults, RC and DC messages travel as packets with PSNs, ACKs and NAKs, are
+    /// retransmitted after the QP's local ACK timeout (4.096 µs × 2^`timeout` of
+    /// simulated time) up to `retry_cnt` times and are executed by the responder exactly
+    /// once; a UD datagram the link loses is simply lost.
+    pub fn set_faults(&self, seed: u64, faults: LinkFaults) {
+        let mut st = lock(&self.front.state);
+        st.net.seed(seed);
+        st.net.set_default(faults);
+    }
+
+    /// Faults of the link between the hosts named `a` and `b` (both directions).
+    pub fn set_link_faults(&self, a: &str, b: &str, faults: LinkFaults) -> Result<(), SimError> {
+        let mut st = lock(&self.front.state);
+        let find = |n: &str| st.hosts.iter().position(|h| h.cfg.name == n);
+        let (Some(x), Some(y)) = (find(a), find(b)) else {
+            return Err(SimError::InvalidArgument { what: "no host of that name" });
+        };
+        st.net.set_pair(x, y, faults);
+        Ok(())
+    }
+
+    /// The simulated time in nanoseconds: advanced by packets on the wire, ACK timeouts
+    /// and RNR waits (it moves only while the network model runs: with faults or a
+    /// capture).
+    pub fn now_ns(&self) -> u64 {
+        lock(&self.front.state).net.now_ns
+    }
+
+    /// Write every packet put on the wire from now on to the pcap file `path`: RoCE v2
+    /// fabrics as Ethernet frames (Ethernet / IP / UDP 4791 / BTH… / ICRC), fabrics with
+    /// InfiniBand hosts as ERF records of type 21 (LRH / BTH… / ICRC / VCRC), as ibdump
+    /// writes them. Wireshark and tshark read both. A running capture is closed first.
+    pub fn start_capture(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
+        let mut st = lock(&self.front.state);
+        if let Some(old) = st.net.capture.take() {
+            old.finish()?;
+        }
+        let erf = st.hosts.iter().any(|h| h.cfg.link_layer == LinkLayer::InfiniBand);
+        st.net.capture = Some(Capture::create(path.as_ref(), erf)?);
+        Ok(())
+    }
+
+    /// Close the capture; returns how many packets it holds (0 when none ran).
+    pub fn stop_capture(&self) -> std::io::Result<u64> {
+        let cap = lock(&self.front.state).net.capture.take();
+        match cap {
+            Some(c) => {
+                let n = c.packets;
+                c.finish()?;
+                Ok(n)
+            }
+            None => Ok(0),
+        }
+    }
+}

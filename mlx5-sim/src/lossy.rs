@@ -1,0 +1,352 @@
+//! Execution over the network model ([`crate::net`]): an RC or DC message travels as
+//! packets with real PSNs, ACKs and NAKs and is retransmitted as the link demands; a UD
+//! datagram is one packet the link may lose. Every packet goes to the capture when one
+//! runs. The engine enters here only when faults are configured or a capture runs.
+
+use crate::dma::{self, Sgl, Src};
+use crate::engine::{self, FabricState, Outcome, Target};
+use crate::net::packet::{self, aeth, op, AtomicEth, Packet, Pos, Reth};
+use crate::net::transport::{self, Delivery, Ends, Msg, Wire};
+use crate::net::PACKET_GAP_NS;
+use crate::wire::{opcode, syndrome};
+use crate::wqe::SendWqe;
+use crate::QpType;
+
+/// The largest local ACK timeout code: timeout 0 (wait forever) is modelled as this one,
+/// so that a lost packet still ends in bounded simulated time [model choice].
+const MAX_TIMEOUT: u8 = 31;
+
+/// The RNR NAK timer of IBA table 45 in nanoseconds (code 0: 655.36 ms).
+pub(crate) fn rnr_timer_ns(code: u8) -> u64 {
+    const UNITS_10US: [u64; 32] = [
+        65_536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048,
+        3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152,
+    ];
+    // Table values in units of 10 µs (code 1 = 0.01 ms).
+    UNITS_10US[usize::from(code & 31)] * 10_000
+}
+
+/// What the packets of one RC / DC message carry, and the responder's side effects.
+struct MsgEnds<'a, 'w> {
+    tgt: Target,
+    w: &'a SendWqe,
+    srcs: &'a [Src<'w>],
+    sink: &'a Sgl,
+    req: usize,
+    qpn: u32,
+    src_lid: u16,
+    req_scatter: u64,
+    mtu: u32,
+    base_psn: u32,
+    resp_pkts: u32,
+    /// The message bytes (SEND / WRITE) or the bytes read (READ, atomic), for capture.
+    data: Option<Vec<u8>>,
+    committed: Option<(bool, u8)>,
+}
+
+impl Ends for MsgEnds<'_, '_> {
+    fn commit(&mut self, st: &mut FabricState) -> Outcome {
+        let o = engine::respond(
+            st,
+            self.tgt,
+            self.w,
+            self.srcs,
+            self.sink,
+            self.qpn,
+            self.src_lid,
+            self.req_scatter,
+        );
+        match &o {
+            Outcome::Done { .. } => {
+                self.committed = Some((true, 0));
+                if st.net.capture.is_some()
+                    && matches!(self.w.ctrl.opcode, opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA)
+                {
+                    let mut d = vec![0u8; self.w.len as usize];
+                    let mut off = 0;
+                    for r in self.sink.regions() {
+                        let n = (r.len() as usize).min(d.len() - off);
+                        dma::read(r, 0, &mut d[off..off + n]);
+                        off += n;
+                    }
+                    self.data = Some(d);
+                }
+            }
+            Outcome::DoneInline { byte_cnt, data } => {
+                self.committed = Some((true, 0));
+                self.data = Some(data[..*byte_cnt as usize].to_vec());
+            }
+            Outcome::Fail { synd, .. } => self.committed = Some((false, *synd)),
+            Outcome::Rnr => {}
+        }
+        o
+    }
+
+    fn sent(&mut self, st: &mut FabricState, t: u64, wire: Wire) {
+        if st.net.capture.is_none() {
+            return;
+        }
+        let w = self.w;
+        let op_ = w.ctrl.opcode;
+        let (h, rh, rq) = (self.req, self.tgt.h, self.tgt.report_qpn);
+        let mtu = self.mtu as usize;
+        if matches!(
+            op_,
+            opcode::SEND
+                | opcode::SEND_IMM
+                | opcode::SEND_INVAL
+                | opcode::RDMA_WRITE
+                | opcode::RDMA_WRITE_IMM
+        ) && self.data.is_none()
+        {
+            let mut d = vec![0u8; w.len as usize];
+            dma::gather(self.srcs, &mut d);
+            self.data = Some(d);
+        }
+        let data = self.data.as_deref().unwrap_or(&[]);
+        let chunk = |i: u32| {
+            let from = (i as usize * mtu).min(data.len());
+            &data[from..(from + mtu).min(data.len())]
+        };
+        let psn = |off: u32| self.base_psn.wrapping_add(off);
+        let p = match wire {
+            Wire::Req { off, .. } => {
+                let mut p = Packet::new(h, rh, 0, self.qpn, rq, psn(off));
+                let n = (w.len as u32).div_ceil(self.mtu).max(1);
+                let pos = Pos::of(off, n);
+                let last = matches!(pos, Pos::Last | Pos::Only);
+                match op_ {
+                    opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL => {
+                        p.opcode =
+                            packet::send_opcode(pos, op_ == opcode::SEND_IMM, op_ == opcode::SEND_INVAL);
+                        p.payload = chunk(off);
+                        p.se = last && w.ctrl.fm_ce_se & 2 != 0;
+                        p.imm = (last && op_ == opcode::SEND_IMM).then_some(w.ctrl.imm);
+                        p.ieth = (last && op_ == opcode::SEND_INVAL).then_some(w.ctrl.imm);
+                        p.ack_req = last;
+                    }
+                    opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
+                        let imm = op_ == opcode::RDMA_WRITE_IMM;
+                        p.opcode = packet::write_opcode(pos, imm);
+                        p.payload = chunk(off);
+                        if matches!(pos, Pos::First | Pos::Only) {
+                            p.reth = Some(Reth { va: w.raddr, rkey: w.rkey, len: w.len as u32 });
+                        }
+                        p.imm = (last && imm).then_some(w.ctrl.imm);
+                        p.ack_req = last;
+                    }
+                    opcode::RDMA_READ => {
+                        let done = u64::from(off) * mtu as u64;
+                        p.opcode = op::READ_REQUEST;
+                        p.reth = Some(Reth {
+                            va: w.raddr + done,
+                            rkey: w.rkey,
+                            len: (w.len.saturating_sub(done)) as u32,
+                        });
+                        p.ack_req = true;
+                    }
+                    _ => {
+                        p.opcode = if op_ == opcode::ATOMIC_CS { op::COMPARE_SWAP } else { op::FETCH_ADD };
+                        p.atomic = Some(AtomicEth {
+                            va: w.raddr,
+                            rkey: w.rkey,
+                            swap_add: w.swap_add,
+                            compare: w.compare,
+                        });
+                        p.ack_req = true;
+                    }
+                }
+                p
+            }
+            Wire::Ack { upto } => ack(rh, h, rq, self.qpn, psn(upto), aeth::ACK),
+            Wire::NakSeq { expected } => ack(rh, h, rq, self.qpn, psn(expected), aeth::NAK_PSN_SEQ),
+            Wire::RnrNak => {
+                let timer = st.hosts[rh].qps.get(&self.tgt.qpn).map_or(0, |q| q.attrs.min_rnr_timer);
+                ack(rh, h, rq, self.qpn, psn(0), aeth::RNR_NAK | (timer & 31))
+            }
+            Wire::NakError => {
+                let code = match self.committed {
+                    Some((false, syndrome::REMOTE_ACCESS_ERR)) => aeth::NAK_REMOTE_ACCESS,
+                    Some((false, syndrome::REMOTE_OP_ERR)) => aeth::NAK_REMOTE_OP,
+                    _ => aeth::NAK_INVALID_REQUEST,
+                };
+                ack(rh, h, rq, self.qpn, psn(0), code)
+            }
+            Wire::ReadResponse { k } => {
+                let mut p = Packet::new(rh, h, 0, rq, self.qpn, psn(k));
+                let pos = Pos::of(k, self.resp_pkts);
+                p.opcode = packet::read_response_opcode(pos);
+                if pos != Pos::Middle {
+                    p.aeth = Some((aeth::ACK, 0));
+                }
+                p.payload = chunk(k);
+                p
+            }
+            Wire::AtomicAck => {
+                let mut p = ack(rh, h, rq, self.qpn, psn(0), aeth::ACK);
+                p.opcode = op::ATOMIC_ACKNOWLEDGE;
+                let mut b = [0u8; 8];
+                let n = data.len().min(8);
+                b[..n].copy_from_slice(&data[..n]);
+                p.atomic_ack = Some(engine::load_u64(b, st.cfg.atomic_endianness));
+                p
+            }
+        };
+        let FabricState { net, hosts, .. } = st;
+        if let Some(c) = net.capture.as_mut() {
+            c.record(&hosts[p.src].cfg, &hosts[p.dst].cfg, t, &p);
+        }
+    }
+}
+
+/// An ACKNOWLEDGE with AETH `syndrome` (MSN 0: the model keeps no message sequence
+/// number [model choice]).
+fn ack(src: usize, dst: usize, sqpn: u32, dqpn: u32, psn: u32, syndrome: u8) -> Packet<'static> {
+    let mut p = Packet::new(src, dst, op::ACKNOWLEDGE, sqpn, dqpn, psn);
+    p.aeth = Some((syndrome, 0));
+    p
+}
+
+/// Executes an RC or DC message towards `tgt` over the network model.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn execute(
+    st: &mut FabricState,
+    h: usize,
+    qpn: u32,
+    tgt: Target,
+    w: &SendWqe,
+    srcs: &[Src<'_>],
+    sink: &Sgl,
+    src_lid: u16,
+    req_scatter: u64,
+) -> Outcome {
+    let op_ = w.ctrl.opcode;
+    let mtu = engine::path_mtu_of(st, h, qpn);
+    let len = w.len as u32;
+    let Some(me) = st.hosts[h].qps.get(&qpn) else {
+        return engine::fail(syndrome::LOCAL_QP_OP_ERR);
+    };
+    let (qtype, base_psn, timeout, retry_cnt) =
+        (me.qp_type, me.attrs.sq_psn, me.attrs.timeout, me.attrs.retry_cnt);
+    let (req_pkts, resp_pkts, atomic) = match op_ {
+        opcode::RDMA_READ => (1, len.div_ceil(mtu).max(1), false),
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA => (1, 1, true),
+        _ => (len.div_ceil(mtu).max(1), 0, false),
+    };
+    let m = Msg {
+        req: h,
+        resp: tgt.h,
+        req_pkts,
+        resp_pkts,
+        atomic,
+        timeout: if timeout == 0 { MAX_TIMEOUT } else { timeout },
+        retry_cnt,
+    };
+    let mut ends = MsgEnds {
+        tgt,
+        w,
+        srcs,
+        sink,
+        req: h,
+        qpn,
+        src_lid,
+        req_scatter,
+        mtu,
+        base_psn,
+        resp_pkts,
+        data: None,
+        committed: None,
+    };
+    let d = transport::deliver(st, &m, true, &mut ends);
+    if qtype == QpType::Rc && matches!(ends.committed, Some((true, _))) {
+        engine::advance_psns(st, (h, qpn), (tgt.h, tgt.qpn), engine::packets(op_, len, mtu));
+    }
+    match d {
+        Delivery::Answered(o) => o,
+        Delivery::Rnr => {
+            let timer = st.hosts[tgt.h].qps.get(&tgt.qpn).map_or(0, |q| q.attrs.min_rnr_timer);
+            st.net.now_ns += rnr_timer_ns(timer);
+            Outcome::Rnr
+        }
+        Delivery::RetryExceeded { committed } => {
+            // A fatal NAK that never arrived still moved the RC responder to ERR.
+            let responder = match committed {
+                Some(Outcome::Fail { responder, .. }) => responder,
+                _ => None,
+            };
+            Outcome::Fail { synd: syndrome::TRANSPORT_RETRY_EXC_ERR, responder }
+        }
+    }
+}
+
+/// A requester whose peer does not answer at all (unreachable, not connected): every
+/// attempt times out, on the simulated clock, until the retries are spent.
+pub(crate) fn silent_peer(st: &mut FabricState, h: usize, qpn: u32) {
+    let Some(q) = st.hosts[h].qps.get(&qpn) else { return };
+    let t = if q.attrs.timeout == 0 { MAX_TIMEOUT } else { q.attrs.timeout };
+    let tries = u64::from(q.attrs.retry_cnt) + 1;
+    st.net.now_ns += tries * (4096u64 << t);
+    let s = &mut st.hosts[h].stats;
+    s.ack_timeouts += tries;
+    s.retransmits += tries - 1;
+}
+
+/// Puts a UD datagram on the wire: captured, then lost or not. Returns whether it arrives.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn datagram(
+    st: &mut FabricState,
+    h: usize,
+    rh: usize,
+    qpn: u32,
+    dqpn: u32,
+    qkey: u32,
+    w: &SendWqe,
+    srcs: &[Src<'_>],
+) -> bool {
+    let t = st.net.now_ns;
+    st.net.now_ns += PACKET_GAP_NS;
+    let psn = st.hosts[h].qps.get_mut(&qpn).map_or(0, |q| {
+        let p = q.attrs.sq_psn;
+        q.attrs.sq_psn = p.wrapping_add(1) & 0xff_ffff;
+        p
+    });
+    if st.net.capture.is_some() {
+        let mut d = vec![0u8; w.len as usize];
+        dma::gather(srcs, &mut d);
+        let imm = w.ctrl.opcode == opcode::SEND_IMM;
+        let mut p =
+            Packet::new(h, rh, if imm { op::UD_SEND_ONLY_IMM } else { op::UD_SEND_ONLY }, qpn, dqpn, psn);
+        p.qkey = Some(qkey);
+        p.imm = imm.then_some(w.ctrl.imm);
+        p.se = w.ctrl.fm_ce_se & 2 != 0;
+        p.payload = &d;
+        let FabricState { net, hosts, .. } = st;
+        if let Some(c) = net.capture.as_mut() {
+            c.record(&hosts[h].cfg, &hosts[rh].cfg, t, &p);
+        }
+    }
+    let fate = st.net.fate(h, rh, t);
+    if fate.lost {
+        st.hosts[h].stats.link_drops += 1;
+    }
+    if fate.corrupted {
+        st.hosts[rh].stats.icrc_errors += 1;
+    }
+    // A duplicated datagram is delivered once: the second copy finds the same receive
+    // queue and would consume a second WQE [model: duplicates of UD are not modelled].
+    fate.arrivals[0].is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rnr_timer_follows_ibas_table() {
+        // IBA table 45: code 1 = 0.01 ms, 12 = 0.64 ms, 31 = 491.52 ms, 0 = 655.36 ms.
+        assert_eq!(rnr_timer_ns(1), 10_000);
+        assert_eq!(rnr_timer_ns(12), 640_000);
+        assert_eq!(rnr_timer_ns(31), 491_520_000);
+        assert_eq!(rnr_timer_ns(0), 655_360_000);
+    }
+}

@@ -1,0 +1,312 @@
+//! Reliable delivery of one RC or DC message as packets over a link that may lose,
+//! corrupt, delay, duplicate or reorder them (IBA vol. 1, 9.7), on the simulated clock.
+//!
+//! The requester sends the request packets with consecutive PSNs and waits for the
+//! responder's answer; it retransmits (go-back-N) after a NAK for a PSN sequence error,
+//! and from its first unacknowledged PSN after its local ACK timeout
+//! (4.096 µs × 2^`timeout`); each retransmission costs one of `retry_cnt` retries, and
+//! with none left the message ends with retries exceeded. The responder accepts only the
+//! PSN it expects: it answers one NAK per gap, and a duplicate (a PSN it already
+//! accepted) with a new acknowledgement, never executing the message again: an atomic
+//! replays its saved result, a READ sends its response again.
+//!
+//! Model choices: the responder executes the message once, when its last request packet
+//! is accepted in order (data placement by packet is not visible to anyone before that);
+//! a message is acknowledged before the requester starts the next one (no pipelining
+//! across WQEs); the responder acknowledges the last packet of a message (and answers
+//! duplicates), not every packet.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::PACKET_GAP_NS;
+use crate::engine::{FabricState, Outcome};
+
+/// What one message needs from the network.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Msg {
+    /// Requester and responder host.
+    pub req: usize,
+    pub resp: usize,
+    /// Request packets (SEND / WRITE: one per MTU; READ, atomic: one).
+    pub req_pkts: u32,
+    /// Response packets carrying data (READ: one per MTU; atomic: one; else none).
+    pub resp_pkts: u32,
+    /// An atomic: its one response is an ATOMIC ACKNOWLEDGE.
+    pub atomic: bool,
+    /// Local ACK timeout code: 4.096 µs × 2^timeout (the engine maps 0, "wait
+    /// forever", to 31).
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+}
+
+/// A packet of the exchange. `Req` carries the offset of its PSN from the message's
+/// first PSN (READ: the response PSN it asks for first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wire {
+    Req {
+        off: u32,
+        retransmit: bool,
+    },
+    /// Acknowledges request packets up to and including `upto`.
+    Ack {
+        upto: u32,
+    },
+    ReadResponse {
+        k: u32,
+    },
+    AtomicAck,
+    NakSeq {
+        expected: u32,
+    },
+    RnrNak,
+    /// A NAK for an error of the request (remote access, invalid request, remote
+    /// operation): `Outcome::Fail` of the commit.
+    NakError,
+}
+
+impl Wire {
+    fn to_responder(self) -> bool {
+        matches!(self, Wire::Req { .. })
+    }
+}
+
+/// The two ends' side effects.
+pub(crate) trait Ends {
+    /// The responder executes the message (called at most once per delivery, except
+    /// after an RNR NAK, which undoes nothing because nothing was done).
+    fn commit(&mut self, st: &mut FabricState) -> Outcome;
+    /// `w` was put on the wire at `t` (for capture).
+    fn sent(&mut self, st: &mut FabricState, t: u64, w: Wire);
+}
+
+/// How the delivery ended.
+#[derive(Debug)]
+pub(crate) enum Delivery {
+    /// The responder's answer reached the requester: the commit's outcome.
+    Answered(Outcome),
+    /// The responder had no receive WQE (RNR NAK received).
+    Rnr,
+    /// No answer after the last retry. `committed`: what the responder did if it
+    /// executed the message anyway (its answers were lost).
+    RetryExceeded { committed: Option<Outcome> },
+}
+
+/// Deliver one message. `reachable`: whether a responder exists at all (else every
+/// request is lost in silence and the retries run out).
+pub(crate) fn deliver(st: &mut FabricState, m: &Msg, reachable: bool, ends: &mut impl Ends) -> Delivery {
+    let read_like = m.resp_pkts > 0;
+    let timeout_ns = 4096u64 << m.timeout.min(31);
+    let mut retries = m.retry_cnt;
+    let mut q = Queue::default();
+    let mut now = st.net.now_ns;
+    // Requester.
+    let mut acked = 0u32; // request packets acknowledged (SEND / WRITE)
+    let mut got = 0u32; // response packets received in order (READ / atomic)
+                        // Responder.
+    let mut epsn = 0u32;
+    let mut nak_sent = false;
+    let mut committed: Option<Outcome> = None;
+    let mut dead = !reachable;
+
+    let first_req = |acked: u32, got: u32| if read_like { got.min(m.resp_pkts - 1) } else { acked };
+    let burst = |from: u32| if read_like { from..from + 1 } else { from..m.req_pkts };
+    let mut last_tx = transmit(st, &mut q, ends, m, burst(0), now, false);
+    loop {
+        while let Some((at, w)) = q.pop() {
+            now = now.max(at);
+            if w.to_responder() {
+                let Wire::Req { off, .. } = w else { continue };
+                if dead {
+                    continue;
+                }
+                // Responder logic.
+                let mut reply = None;
+                let mut read_from = None;
+                if read_like {
+                    if committed.is_none() {
+                        if off != 0 {
+                            continue;
+                        }
+                        let o = ends.commit(st);
+                        let ok = matches!(o, Outcome::Done { .. } | Outcome::DoneInline { .. });
+                        committed = Some(o);
+                        if ok {
+                            epsn = m.resp_pkts;
+                            read_from = Some(0);
+                        } else {
+                            reply = Some(Wire::NakError);
+                            dead = responder_dies(&committed);
+                        }
+                    } else {
+                        // A duplicate READ or atomic request: answer again (atomics from
+                        // the saved result), never execute again.
+                        st.hosts[m.resp].stats.duplicates += 1;
+                        match &committed {
+                            Some(Outcome::Done { .. } | Outcome::DoneInline { .. }) => read_from = Some(off),
+                            _ => reply = Some(Wire::NakError),
+                        }
+                    }
+                } else if off == epsn {
+                    epsn += 1;
+                    nak_sent = false;
+                    if epsn == m.req_pkts {
+                        let o = ends.commit(st);
+                        match o {
+                            Outcome::Rnr => {
+                                epsn = 0; // nothing accepted: the message starts over
+                                reply = Some(Wire::RnrNak);
+                            }
+                            Outcome::Done { .. } | Outcome::DoneInline { .. } => {
+                                committed = Some(o);
+                                reply = Some(Wire::Ack { upto: m.req_pkts - 1 });
+                            }
+                            Outcome::Fail { .. } => {
+                                committed = Some(o);
+                                reply = Some(Wire::NakError);
+                                dead = responder_dies(&committed);
+                            }
+                        }
+                    }
+                } else if off < epsn {
+                    st.hosts[m.resp].stats.duplicates += 1;
+                    reply = Some(match &committed {
+                        Some(Outcome::Fail { .. }) => Wire::NakError,
+                        _ => Wire::Ack { upto: epsn - 1 },
+                    });
+                } else if !nak_sent {
+                    nak_sent = true;
+                    reply = Some(Wire::NakSeq { expected: epsn });
+                }
+                if let Some(w) = reply {
+                    ends.sent(st, now, w);
+                    q.put(st, m, now, w);
+                }
+                if let Some(from) = read_from {
+                    let mut t = now;
+                    for k in from..m.resp_pkts {
+                        let w = if m.atomic { Wire::AtomicAck } else { Wire::ReadResponse { k } };
+                        ends.sent(st, t, w);
+                        q.put(st, m, t, w);
+                        t += PACKET_GAP_NS;
+                    }
+                }
+                continue;
+            }
+            // Requester logic.
+            match w {
+                Wire::Ack { upto } => {
+                    acked = acked.max(upto + 1);
+                    if !read_like && acked == m.req_pkts {
+                        return finish(st, now, committed.map_or(Delivery::Rnr, Delivery::Answered));
+                    }
+                }
+                Wire::ReadResponse { k } => {
+                    if k == got {
+                        got += 1;
+                    }
+                    if got == m.resp_pkts {
+                        return finish(st, now, committed.map_or(Delivery::Rnr, Delivery::Answered));
+                    }
+                }
+                Wire::AtomicAck => {
+                    return finish(st, now, committed.map_or(Delivery::Rnr, Delivery::Answered));
+                }
+                Wire::NakError => {
+                    if let Some(o) = committed.take() {
+                        return finish(st, now, Delivery::Answered(o));
+                    }
+                }
+                Wire::RnrNak => {
+                    return finish(st, now, Delivery::Rnr);
+                }
+                Wire::NakSeq { expected } => {
+                    st.hosts[m.req].stats.seq_naks += 1;
+                    if expected < acked {
+                        continue; // stale
+                    }
+                    acked = expected;
+                    if retries == 0 {
+                        return finish(st, now, Delivery::RetryExceeded { committed: committed.take() });
+                    }
+                    retries -= 1;
+                    // Go back to the PSN the responder expects.
+                    last_tx = transmit(st, &mut q, ends, m, burst(acked), now, true);
+                }
+                Wire::Req { .. } => {}
+            }
+        }
+        // Nothing in flight and no answer: the local ACK timer runs out.
+        now = now.max(last_tx + timeout_ns);
+        st.hosts[m.req].stats.ack_timeouts += 1;
+        if retries == 0 {
+            return finish(st, now, Delivery::RetryExceeded { committed: committed.take() });
+        }
+        retries -= 1;
+        last_tx = transmit(st, &mut q, ends, m, burst(first_req(acked, got)), now, true);
+    }
+}
+
+/// A responder whose NAK kills it (an RC QP) ignores everything after it.
+fn responder_dies(o: &Option<Outcome>) -> bool {
+    matches!(o, Some(Outcome::Fail { responder: Some(_), .. }))
+}
+
+fn finish(st: &mut FabricState, now: u64, d: Delivery) -> Delivery {
+    st.net.now_ns = st.net.now_ns.max(now);
+    d
+}
+
+/// Sends request packets `offs` back to back from `t`; returns the time of the last.
+fn transmit(
+    st: &mut FabricState,
+    q: &mut Queue,
+    ends: &mut impl Ends,
+    m: &Msg,
+    offs: std::ops::Range<u32>,
+    mut t: u64,
+    retransmit: bool,
+) -> u64 {
+    let mut last = t;
+    for off in offs {
+        let w = Wire::Req { off, retransmit };
+        if retransmit {
+            st.hosts[m.req].stats.retransmits += 1;
+        }
+        ends.sent(st, t, w);
+        q.put(st, m, t, w);
+        last = t;
+        t += PACKET_GAP_NS;
+    }
+    last
+}
+
+/// Packets in flight, by arrival time (ties in sending order).
+#[derive(Default)]
+struct Queue {
+    heap: BinaryHeap<Reverse<(u64, usize)>>,
+    wires: Vec<Wire>,
+}
+
+impl Queue {
+    /// Puts `w`, sent at `t`, on the link: its copies that arrive are queued.
+    fn put(&mut self, st: &mut FabricState, m: &Msg, t: u64, w: Wire) {
+        let (a, b) = if w.to_responder() { (m.req, m.resp) } else { (m.resp, m.req) };
+        let fate = st.net.fate(a, b, t);
+        if fate.lost {
+            st.hosts[a].stats.link_drops += 1;
+        }
+        if fate.corrupted {
+            st.hosts[b].stats.icrc_errors += 1;
+        }
+        for at in fate.arrivals.into_iter().flatten() {
+            self.heap.push(Reverse((at, self.wires.len())));
+            self.wires.push(w);
+        }
+    }
+
+    fn pop(&mut self) -> Option<(u64, Wire)> {
+        self.heap.pop().map(|Reverse((at, i))| (at, self.wires[i]))
+    }
+}
