@@ -78,6 +78,9 @@ pub(crate) struct Net {
     /// Packet capture, when running.
     pub capture: Option<capture::Capture>,
     any_faults: bool,
+    /// Unit tests: the fates of the next packets (true: lost), before any drawn ones.
+    #[cfg(test)]
+    pub script: std::collections::VecDeque<bool>,
 }
 
 impl Default for Net {
@@ -95,6 +98,8 @@ impl Net {
             pairs: Vec::new(),
             capture: None,
             any_faults: false,
+            #[cfg(test)]
+            script: std::collections::VecDeque::new(),
         }
     }
 
@@ -166,6 +171,11 @@ impl Net {
     /// The fate of one packet sent at `t` from host `a` to host `b`.
     pub(crate) fn fate(&mut self, a: usize, b: usize, t: u64) -> Fate {
         let f = self.faults(a, b);
+        #[cfg(test)]
+        if let Some(lose) = self.script.pop_front() {
+            let arrival = (!lose).then_some(t + LINK_LATENCY_NS);
+            return Fate { arrivals: [arrival, None], lost: lose, corrupted: false };
+        }
         let lost_fate = |corrupted: bool| Fate { arrivals: [None, None], lost: !corrupted, corrupted };
         if f.down.is_some_and(|(from, until)| t >= from && t < until) || self.chance(f.drop) {
             return lost_fate(false);

@@ -310,3 +310,130 @@ impl Queue {
         self.heap.pop().map(|Reverse((at, i))| (at, self.wires[i]))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{FabricState, Host};
+    use crate::{FabricConfig, HostConfig};
+
+    fn state() -> FabricState {
+        FabricState {
+            cfg: FabricConfig::default(),
+            hosts: vec![
+                Host::new(0, HostConfig::infiniband("a", 1)),
+                Host::new(1, HostConfig::infiniband("b", 2)),
+            ],
+            clock: 0,
+            dirty: Vec::new(),
+            net: crate::net::Net::new(1),
+        }
+    }
+
+    /// Records what went on the wire and counts executions.
+    struct Log {
+        commits: u32,
+        sent: Vec<Wire>,
+    }
+
+    impl Ends for Log {
+        fn commit(&mut self, _: &mut FabricState) -> Outcome {
+            self.commits += 1;
+            Outcome::Done { byte_cnt: 1 }
+        }
+        fn sent(&mut self, _: &mut FabricState, _: u64, w: Wire) {
+            self.sent.push(w);
+        }
+    }
+
+    fn msg(req_pkts: u32, resp_pkts: u32, atomic: bool) -> Msg {
+        Msg { req: 0, resp: 1, req_pkts, resp_pkts, atomic, timeout: 4, retry_cnt: 3 }
+    }
+
+    fn run(m: Msg, script: &[bool]) -> (FabricState, Log, Delivery) {
+        let mut st = state();
+        st.net.script = script.iter().copied().collect();
+        let mut log = Log { commits: 0, sent: Vec::new() };
+        let d = deliver(&mut st, &m, true, &mut log);
+        (st, log, d)
+    }
+
+    const fn req(off: u32, retransmit: bool) -> Wire {
+        Wire::Req { off, retransmit }
+    }
+
+    #[test]
+    fn lost_middle_packet_is_a_gap_and_retransmitted_from_its_psn() {
+        // Three packets; the second is lost. The third is a gap: NAK with the expected
+        // PSN; the requester goes back to packet 1.
+        let (st, log, d) = run(msg(3, 0, false), &[false, true, false]);
+        assert!(matches!(d, Delivery::Answered(Outcome::Done { .. })), "{d:?}");
+        assert_eq!(
+            log.sent,
+            [
+                req(0, false),
+                req(1, false),
+                req(2, false),
+                Wire::NakSeq { expected: 1 },
+                req(1, true),
+                req(2, true),
+                Wire::Ack { upto: 2 }
+            ]
+        );
+        assert_eq!(log.commits, 1);
+        assert_eq!((st.hosts[0].stats.seq_naks, st.hosts[0].stats.retransmits), (1, 2));
+    }
+
+    #[test]
+    fn lost_ack_makes_a_duplicate_that_is_not_executed_again() {
+        // The request arrives, the ACK is lost; after the timeout the retransmitted
+        // request is a duplicate: acknowledged again, executed once.
+        let (st, log, d) = run(msg(1, 0, false), &[false, true]);
+        assert!(matches!(d, Delivery::Answered(_)));
+        assert_eq!(log.sent, [req(0, false), Wire::Ack { upto: 0 }, req(0, true), Wire::Ack { upto: 0 }]);
+        assert_eq!(log.commits, 1);
+        assert_eq!((st.hosts[1].stats.duplicates, st.hosts[0].stats.ack_timeouts), (1, 1));
+        // One timeout of 4.096 µs × 2^4 after the first transmission, plus two latencies.
+        assert_eq!(st.net.now_ns, (4096 << 4) + 2 * crate::net::LINK_LATENCY_NS);
+    }
+
+    #[test]
+    fn lost_atomic_response_is_replayed_not_executed_again() {
+        let (_, log, d) = run(msg(1, 1, true), &[false, true]);
+        assert!(matches!(d, Delivery::Answered(_)));
+        assert_eq!(log.sent, [req(0, false), Wire::AtomicAck, req(0, true), Wire::AtomicAck]);
+        assert_eq!(log.commits, 1);
+    }
+
+    #[test]
+    fn read_resumes_at_the_first_missing_response() {
+        // Responses 0, 1 arrive, 2 is lost: the request is sent again for response 2
+        // only; the READ is not executed again.
+        let (_, log, d) = run(msg(1, 3, false), &[false, false, false, true]);
+        assert!(matches!(d, Delivery::Answered(_)));
+        let w = |k| Wire::ReadResponse { k };
+        assert_eq!(log.sent, [req(0, false), w(0), w(1), w(2), req(2, true), w(2)]);
+        assert_eq!(log.commits, 1);
+    }
+
+    #[test]
+    fn silence_exhausts_the_retries_on_the_clock() {
+        // retry_cnt 3: four transmissions, four timeouts, then retries exceeded.
+        let (st, log, d) = run(msg(1, 0, false), &[true; 8]);
+        assert!(matches!(d, Delivery::RetryExceeded { committed: None }), "{d:?}");
+        assert_eq!(log.sent, [req(0, false), req(0, true), req(0, true), req(0, true)]);
+        assert_eq!(log.commits, 0);
+        assert_eq!(st.net.now_ns, 4 * (4096 << 4));
+        assert_eq!((st.hosts[0].stats.ack_timeouts, st.hosts[0].stats.link_drops), (4, 4));
+    }
+
+    #[test]
+    fn executed_but_never_acknowledged_is_retry_exceeded_with_the_commit() {
+        // Every request arrives, every ACK is lost: executed once, and the requester
+        // still ends with retries exceeded (what a real NIC reports too).
+        let script: Vec<bool> = (0..8).map(|i| i % 2 == 1).collect();
+        let (_, log, d) = run(msg(1, 0, false), &script);
+        assert!(matches!(d, Delivery::RetryExceeded { committed: Some(_) }), "{d:?}");
+        assert_eq!(log.commits, 1);
+    }
+}
