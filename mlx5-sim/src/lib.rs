@@ -6,7 +6,11 @@
 //! real 64-byte CQEs (owner bit, opcode, syndromes) into CQ ring memory.
 //!
 //! Simplification: both sides of an RC operation are executed by the requester's NIC,
-//! under the fabric lock, when the requester's WQE is processed (see README.md).
+//! under the fabric lock, when the requester's WQE is processed (see README.md). The
+//! fabric is perfect unless faults are set ([`Fabric::set_faults`]): then RC and DC
+//! messages travel as packets, retransmitted on a simulated clock and executed exactly
+//! once, and UD datagrams may be lost. [`Fabric::start_capture`] writes the packets to a
+//! pcap file.
 
 #![deny(missing_docs, missing_debug_implementations)]
 

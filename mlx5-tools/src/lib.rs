@@ -165,6 +165,9 @@ fn run_sim(c: &Config) -> RunResult<()> {
     use mlx5_sim::ExecMode;
     let mode = if c.opts.threaded { ExecMode::Threaded } else { ExecMode::Deterministic };
     let fabric = sim_fabric_in(mode);
+    if let Some(p) = &c.opts.pcap {
+        fabric.start_capture(p).map_err(|e| format!("--pcap {p}: {e}"))?;
+    }
     let devs = mlx5_api::sim::devices(&fabric);
     let dev = c.opts.ib_dev.clone().unwrap_or_else(|| devs[0].name());
     let Some(d) = devs.iter().position(|x| x.name() == dev) else {
@@ -208,7 +211,12 @@ fn run_sim(c: &Config) -> RunResult<()> {
             }
         }
     }
-    out.finish(c, &dev, link, mtu)
+    out.finish(c, &dev, link, mtu)?;
+    if let Some(p) = &c.opts.pcap {
+        let n = fabric.stop_capture().map_err(|e| format!("--pcap {p}: {e}"))?;
+        eprintln!(" {n} packets captured to {p}");
+    }
+    Ok(())
 }
 
 fn run_hw(c: &Config) -> RunResult<()> {

@@ -160,6 +160,10 @@ pub struct Opts {
     /// Simulator: one thread per NIC instead of running the NICs in this thread.
     #[arg(long = "threaded")]
     pub threaded: bool,
+    /// Simulator: write every packet to this pcap file (Wireshark reads it; RoCE v2 as
+    /// Ethernet frames, InfiniBand as ERF records).
+    #[arg(long = "pcap")]
+    pub pcap: Option<String>,
     /// Accepted for perftest compatibility (CPU frequency warnings do not apply).
     #[arg(short = 'F', long = "CPU-freq")]
     pub cpu_freq: bool,
@@ -257,6 +261,9 @@ impl Config {
         }
         if inline_size > 1024 {
             return Err(format!("-I {inline_size}: at most 1024 bytes inline (MAX_INLINE_UD)"));
+        }
+        if opts.backend == Backend::Hw && opts.pcap.is_some() {
+            return Err("--pcap captures the simulator's wire; on hardware use ibdump".into());
         }
         if opts.backend == Backend::Sim && opts.server.is_some() {
             return Err("a server host is for --backend hw; on the simulator both sides run here".into());

@@ -176,3 +176,21 @@ fn all_sizes_with_send_on_every_transport() {
         }
     }
 }
+
+/// `--pcap FILE` writes the simulator's packets: a pcap file with one record per
+/// packet (the ERF linktype, 197, on the InfiniBand simulated devices).
+#[test]
+fn pcap_option_writes_the_wire() {
+    let path = std::env::temp_dir().join(format!("mlx5-tools-{}.pcap", std::process::id()));
+    let p = path.to_str().unwrap();
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-n", "20", "--pcap", p]);
+    assert!(ok, "{err}");
+    let b = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    // pcap header: nanosecond magic, linktype 197 (ERF).
+    assert_eq!(&b[..4], &0xa1b2_3c4du32.to_le_bytes());
+    assert_eq!(u32::from_le_bytes(b[20..24].try_into().unwrap()), 197);
+    assert!(err.contains("packets captured to"), "{err}");
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["--backend", "hw", "--pcap", p]);
+    assert!(!ok && err.contains("ibdump"), "{err}");
+}

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
-use pcap_file::{DataLink, TsResolution};
+use pcap_file::{DataLink, Endianness, TsResolution};
 
 use super::icrc;
 use super::packet::Packet;
@@ -47,6 +47,8 @@ impl Capture {
         let header = PcapHeader {
             datalink: if erf { DataLink::ERF } else { DataLink::ETHERNET },
             ts_resolution: TsResolution::NanoSecond,
+            // What libpcap writes on the machines that read these files.
+            endianness: Endianness::Little,
             ..PcapHeader::default()
         };
         let w = PcapWriter::with_header(BufWriter::new(File::create(path)?), header).map_err(pcap_err)?;
