@@ -1,5 +1,6 @@
 //! Wire capture: a run with every RC opcode (multi-packet SEND, WRITE and READ at a
-//! 1024-byte path MTU, atomics) and UD SENDs, captured over RoCE v2 and over InfiniBand,
+//! 1024-byte path MTU, atomics) and UD SENDs, captured over RoCE v2 (IPv4 and IPv6) and
+//! over InfiniBand,
 //! then decoded by tshark: no malformed packet, and the opcodes, QPNs, PSNs and lengths
 //! are what was posted.
 
@@ -18,8 +19,25 @@ struct Posted {
 }
 
 /// Runs the traffic on a fresh cluster with a capture into `path`.
-fn run(addressing: Addressing, path: &std::path::Path) -> (Fabric, Posted, u64) {
-    let (fabric, mut nodes) = cluster(2, addressing, ExecMode::Deterministic);
+fn run(addressing: Option<Addressing>, path: &std::path::Path) -> (Fabric, Posted, u64) {
+    let (fabric, mut nodes) = match addressing {
+        Some(a) => cluster(2, a, ExecMode::Deterministic),
+        // RoCE v2 over IPv6: GIDs that are not IPv4-mapped.
+        None => cluster_of(
+            (1..=2u8)
+                .map(|i| {
+                    let mut gid = [0u8; 16];
+                    gid[0] = 0xfd;
+                    gid[15] = i;
+                    mlx5::sim::HostConfig {
+                        gid,
+                        ..mlx5::sim::HostConfig::roce(&format!("v6-{i}"), [0; 4], [2, 0, 0, 0, 0, i])
+                    }
+                })
+                .collect(),
+            ExecMode::Deterministic,
+        ),
+    };
     let cfg = QpConfig {
         max_send_wr: 64,
         max_recv_wr: 64,
@@ -182,7 +200,7 @@ fn tshark(path: &std::path::Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn check_with_tshark(addressing: Addressing) {
+fn check_with_tshark(addressing: Option<Addressing>) {
     let path = std::env::temp_dir().join(format!("mlx5-capture-{addressing:?}-{}.pcap", std::process::id()));
     let (_f, posted, n) = run(addressing, &path);
     let want = expected(&posted);
@@ -236,11 +254,17 @@ fn check_with_tshark(addressing: Addressing) {
 #[test]
 #[ignore = "needs tshark (Debian package tshark); .ci/run installs it and runs this test"]
 fn roce_capture_decodes_in_tshark() {
-    check_with_tshark(Addressing::Roce);
+    check_with_tshark(Some(Addressing::Roce));
+}
+
+#[test]
+#[ignore = "needs tshark (Debian package tshark); .ci/run installs it and runs this test"]
+fn roce_ipv6_capture_decodes_in_tshark() {
+    check_with_tshark(None);
 }
 
 #[test]
 #[ignore = "needs tshark (Debian package tshark); .ci/run installs it and runs this test"]
 fn ib_capture_decodes_in_tshark() {
-    check_with_tshark(Addressing::Ib);
+    check_with_tshark(Some(Addressing::Ib));
 }

@@ -135,16 +135,27 @@ impl Node {
 
 /// `n` hosts on one fabric, InfiniBand (LIDs 1..) or RoCE v2 (10.0.0.x).
 pub fn cluster(n: usize, addressing: Addressing, mode: ExecMode) -> (Fabric, Vec<Node>) {
-    use mlx5::sim::{devices, FabricConfig, HostConfig};
-    let fabric = Fabric::new(FabricConfig { mode, ..FabricConfig::default() });
-    for i in 0..n {
-        let name = format!("node{i}");
-        fabric.add_host(match addressing {
-            Addressing::Ib => HostConfig::infiniband(&name, i as u16 + 1),
-            Addressing::Roce => {
-                HostConfig::roce(&name, [10, 0, 0, i as u8 + 1], [2, 0, 0, 0, 0, i as u8 + 1])
+    use mlx5::sim::HostConfig;
+    let hosts = (0..n)
+        .map(|i| {
+            let name = format!("node{i}");
+            match addressing {
+                Addressing::Ib => HostConfig::infiniband(&name, i as u16 + 1),
+                Addressing::Roce => {
+                    HostConfig::roce(&name, [10, 0, 0, i as u8 + 1], [2, 0, 0, 0, 0, i as u8 + 1])
+                }
             }
-        });
+        })
+        .collect();
+    cluster_of(hosts, mode)
+}
+
+/// One node per host configuration, on one fabric.
+pub fn cluster_of(hosts: Vec<mlx5::sim::HostConfig>, mode: ExecMode) -> (Fabric, Vec<Node>) {
+    use mlx5::sim::{devices, FabricConfig};
+    let fabric = Fabric::new(FabricConfig { mode, ..FabricConfig::default() });
+    for h in hosts {
+        fabric.add_host(h);
     }
     let nodes = devices(&fabric)
         .iter()

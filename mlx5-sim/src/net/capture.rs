@@ -138,10 +138,40 @@ fn roce_frame(out: &mut Vec<u8>, src: &HostConfig, dst: &HostConfig, p: &Packet<
     out.extend_from_slice(&sport.to_be_bytes());
     out.extend_from_slice(&ROCE_V2_PORT.to_be_bytes());
     out.extend_from_slice(&udp_len.to_be_bytes());
-    out.extend_from_slice(&[0, 0]); // no UDP checksum (RoCE v2 over IPv4 may omit it)
+    out.extend_from_slice(&[0, 0]); // IPv4: no UDP checksum (allowed); IPv6: below
     out.extend_from_slice(tp);
     let crc = icrc::roce_v2_icrc(&out[ip_at..]);
     out.extend_from_slice(&crc);
+    if v4.is_none() {
+        // UDP over IPv6 must carry a checksum (RFC 8200 8.1); the ICRC masks it, so it
+        // is computed last, over the whole datagram with the ICRC.
+        let udp_at = ip_at + 40;
+        let c = udp6_checksum(&src.gid, &dst.gid, &out[udp_at..]);
+        out[udp_at + 6..udp_at + 8].copy_from_slice(&c.to_be_bytes());
+    }
+}
+
+/// The UDP checksum over IPv6: pseudo-header (addresses, length, next header 17), then
+/// the datagram; 0 is sent as 0xffff.
+fn udp6_checksum(src: &[u8; 16], dst: &[u8; 16], udp: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    let mut add = |b: &[u8]| {
+        for w in b.chunks(2) {
+            sum += u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]));
+        }
+    };
+    add(src);
+    add(dst);
+    add(&(udp.len() as u32).to_be_bytes());
+    add(&[0, 0, 0, 17]);
+    add(udp);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    match !(sum as u16) {
+        0 => 0xffff,
+        c => c,
+    }
 }
 
 /// LRH (local: no GRH) / transport / ICRC / VCRC.
