@@ -16,7 +16,15 @@ fn stats(f: &Fabric, host: usize) -> NicStats {
 /// Two connected RC QPs on a cluster of two (InfiniBand), with the given timeout and
 /// retry count.
 fn rc_pair(timeout: u8, retry_cnt: u8) -> (Fabric, Vec<Node>, RcQp<Sim, u64>, RcQp<Sim, u64>) {
-    let (fabric, nodes) = cluster(2, Addressing::Ib, ExecMode::Deterministic);
+    rc_pair_in(ExecMode::Deterministic, timeout, retry_cnt)
+}
+
+fn rc_pair_in(
+    mode: ExecMode,
+    timeout: u8,
+    retry_cnt: u8,
+) -> (Fabric, Vec<Node>, RcQp<Sim, u64>, RcQp<Sim, u64>) {
+    let (fabric, nodes) = cluster(2, Addressing::Ib, mode);
     let cfg = QpConfig { max_send_wr: 256, max_recv_wr: 256, ..QpConfig::default() };
     let a = nodes[0].ctx.create_rc_qp(&nodes[0].pd, &nodes[0].cq, &nodes[0].cq, &cfg).unwrap();
     let b = nodes[1].ctx.create_rc_qp(&nodes[1].pd, &nodes[1].cq, &nodes[1].cq, &cfg).unwrap();
@@ -233,4 +241,23 @@ fn rnr_nak_waits_the_responders_timer_on_the_clock() {
     let done = n[0].poll_ticks(1, 100);
     assert_eq!(done[0].0.status, Status::Success);
     assert!(stats(&fabric, 0).rnr_naks >= 1);
+}
+
+/// The NIC threads of threaded mode run the same transport: exactly once there too.
+#[test]
+fn threaded_nics_retransmit_too() {
+    let (fabric, n, a, _b) = rc_pair_in(ExecMode::Threaded, 6, 7);
+    fabric.set_faults(11, LinkFaults { drop: 0.15, duplicate: 0.1, ..LinkFaults::none() });
+    for i in 0..200 {
+        fetch_add(&a, &n, i, 3);
+    }
+    let mut got = Vec::new();
+    let t0 = std::time::Instant::now();
+    while got.len() < 200 {
+        n[0].cq.poll_with(64, |c, e| got.push((c, e)));
+        assert!(t0.elapsed().as_secs() < 20, "timed out with {} completions", got.len());
+    }
+    assert!(got.iter().all(|(c, _)| c.status == Status::Success));
+    assert_eq!(counter(&n[1], 0), 600);
+    assert!(stats(&fabric, 0).retransmits > 0);
 }
