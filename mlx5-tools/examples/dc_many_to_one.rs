@@ -4,7 +4,7 @@
 //! and checks that every message arrived once, in per-client order.
 //!
 //! ```text
-//! cargo run --release -p mlx5-tools --example dc_many_to_one [-- --clients 16 --hosts 8 --messages 20000 --size 64 --roce --threaded]
+//! cargo run --release -p mlx5-tools --example dc_many_to_one [-- --clients 16 --hosts 8 --messages 20000 --size 64 --roce --threaded --pcap dc.pcap]
 //! ```
 
 use std::time::Instant;
@@ -38,16 +38,20 @@ struct Args {
     /// One thread per simulated NIC.
     #[arg(long)]
     threaded: bool,
+    /// Write every packet to this pcap file (Wireshark reads it).
+    #[arg(long)]
+    pcap: Option<String>,
 }
 
 const KEY: u64 = 0x00dc_00dc_00dc_00dc;
 const SLOT: usize = 256;
 
-fn main() -> Result<(), mlx5_api::Error> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = Args::parse(); // a bad argument: clap's one-line error, exit status 2
     let (clients_n, hosts_n, size) = (usize::from(a.clients), usize::from(a.hosts), usize::from(a.size));
     let mode = if a.threaded { ExecMode::Threaded } else { ExecMode::Deterministic };
     let fabric = Fabric::new(FabricConfig { mode, ..FabricConfig::default() });
+    let capture = a.pcap.clone();
     for i in 0..=hosts_n {
         let name = format!("host{i}");
         fabric.add_host(if a.roce {
@@ -55,6 +59,9 @@ fn main() -> Result<(), mlx5_api::Error> {
         } else {
             HostConfig::infiniband(&name, i as u16 + 1)
         });
+    }
+    if let Some(p) = &capture {
+        fabric.start_capture(p)?;
     }
     let devs = devices(&fabric);
     let ctxs = devs.iter().map(|d| d.open()).collect::<Result<Vec<_>, _>>()?;
@@ -172,5 +179,8 @@ fn main() -> Result<(), mlx5_api::Error> {
         got * size as u64,
         got as f64 / elapsed
     );
+    if let Some(p) = capture {
+        println!(" {} packets captured to {p}", fabric.stop_capture()?);
+    }
     Ok(())
 }
