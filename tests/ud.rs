@@ -8,7 +8,8 @@ use common::*;
 use mlx5::model::ExecMode;
 use mlx5::sim::Sim;
 use mlx5::{
-    AddressVector, ConnectParams, IbGrh, QpConfig, RoceL3, Sge, Status, Syndrome, UdQp, WcOpcode, WqeFlags,
+    AddressVector, ConnectParams, IbGrh, QpConfig, QpState, RoceL3, Sge, Status, Syndrome, UdQp, WcOpcode,
+    WqeFlags,
 };
 
 const QKEY: u32 = 0x1111_1111;
@@ -202,4 +203,48 @@ fn many_senders_one_ud_receiver_in_threaded_mode() {
             got.iter().filter_map(|c| c.imm).filter(|i| i >> 16 == s).map(|i| i & 0xffff).collect();
         assert_eq!(seq, (0..20).collect::<Vec<_>>(), "sender {s}: every datagram once, in order");
     }
+}
+
+/// `recover()` only acts in SQE: in RTS it changes nothing (an SQE→RTS there is
+/// illegal), in ERR it is refused; after a send error it resumes sending.
+#[test]
+fn recover_acts_only_in_sqe() {
+    let (_f, mut n) = cluster(2, Addressing::Ib, ExecMode::Deterministic);
+    let cfg = QpConfig { max_send_wr: 8, max_recv_wr: 8, ..QpConfig::default() };
+    let q = n[0].ctx.create_ud_qp(&n[0].pd, &n[0].cq, &n[0].cq, None, &cfg).unwrap();
+    q.activate(&ConnectParams::default()).unwrap();
+    q.recover().unwrap();
+    assert_eq!(q.state(), QpState::Rts, "nothing to recover in RTS");
+    // A send error (bad lkey) moves a UD QP to SQE.
+    let av = n[1].av(0);
+    q.wqe_builder(1)
+        .unwrap()
+        .ctrl_send(WqeFlags::SIGNALED)
+        .unwrap()
+        .datagram(&av, 0x99, mlx5::DEFAULT_QKEY)
+        .unwrap()
+        .sge(Sge::new(n[0].mr.addr(), 8, n[0].mr.lkey() ^ 0x55))
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert!(matches!(n[0].drain()[0].0.status, Status::Error(_)));
+    assert_eq!(q.state(), QpState::Sqe);
+    q.recover().unwrap();
+    assert_eq!(q.state(), QpState::Rts);
+    q.wqe_builder(2)
+        .unwrap()
+        .ctrl_send(WqeFlags::SIGNALED)
+        .unwrap()
+        .datagram(&av, 0x99, mlx5::DEFAULT_QKEY)
+        .unwrap()
+        .sge(Sge::new(n[0].mr.addr(), 8, n[0].mr.lkey()))
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert_eq!(n[0].drain()[0].0.status, Status::Success);
+    q.modify_to_error().unwrap();
+    assert!(matches!(
+        q.recover(),
+        Err(mlx5::Error::InvalidTransition { from: QpState::Err, to: QpState::Rts })
+    ));
 }

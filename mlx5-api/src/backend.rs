@@ -188,6 +188,8 @@ pub enum QpTransition {
         /// Outstanding READs / atomics as requester.
         max_rd_atomic: u8,
     },
+    /// SQE→RTS: a UD QP sends again after a send error (no attributes).
+    Recover,
     /// Any→ERR or Any→RESET.
     To(QpState),
 }

@@ -445,9 +445,16 @@ impl<B: Backend, T> UdQp<B, T> {
         self.shared.to_rts(p)
     }
 
-    /// SQE→RTS after a send error (the receive side kept working).
+    /// SQE→RTS after a send error (the receive side kept working). In RTS
+    /// there is nothing to recover: `Ok` and no modify (an SQE→RTS on a QP
+    /// in RTS is refused by the kernel). In ERR (or before RTS) it is
+    /// [`Error::InvalidTransition`]: `reset()` and `activate()` instead.
     pub fn recover(&self) -> Result<()> {
-        self.shared.to_rts(&ConnectParams::default())
+        match self.state() {
+            QpState::Rts => Ok(()),
+            QpState::Sqe => self.shared.transition(QpState::Rts, &QpTransition::Recover),
+            from => Err(Error::InvalidTransition { from, to: QpState::Rts }),
+        }
     }
 
     /// Start a UD SEND carrying `entry`: ctrl, then the datagram segment.

@@ -426,6 +426,9 @@ impl Backend for Sim {
                 max_rd_atomic: Some(*max_rd_atomic),
                 ..Default::default()
             },
+            QpTransition::Recover => {
+                model::QpModify { state: Some(model::QpState::Rts), ..Default::default() }
+            }
             QpTransition::To(s) => model::QpModify { state: Some(to_model_state(*s)), ..Default::default() },
         };
         ctx.nic.modify_qp(qp.qpn, &m).map_err(sim_err("modify_qp"))

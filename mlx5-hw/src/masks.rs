@@ -172,14 +172,9 @@ pub fn modify_attr(
                 return Err(invalid("a DCT has no RTS state: it is final at RTR".into()));
             }
             if from == IBV_QPS_RTS || from == IBV_QPS_SQE {
-                if kind == QpKind::Ud {
-                    // SQE→RTS recovery (libibverbs does not see the SQE).
-                    a.cur_qp_state = IBV_QPS_SQE;
-                    mask = IBV_QP_STATE | IBV_QP_CUR_STATE;
-                } else {
-                    // RTS→RTS: none of the RTR→RTS attributes may change.
-                    mask = IBV_QP_STATE;
-                }
+                // RTS→RTS: none of the RTR→RTS attributes may change (the front-end
+                // does not issue it; SQE→RTS is `QpTransition::Recover`).
+                mask = IBV_QP_STATE;
             } else {
                 a.timeout = *timeout;
                 a.retry_cnt = *retry_cnt;
@@ -189,6 +184,15 @@ pub fn modify_attr(
                     a.max_rd_atomic = *max_rd_atomic;
                 }
             }
+        }
+        QpTransition::Recover => {
+            if kind != QpKind::Ud {
+                return Err(invalid(format!("SQE→RTS is for UD QPs, not {kind:?}")));
+            }
+            // libibverbs never sees SQE (the hardware moved the QP there): name it.
+            a.qp_state = IBV_QPS_RTS;
+            a.cur_qp_state = IBV_QPS_SQE;
+            mask = IBV_QP_STATE | IBV_QP_CUR_STATE;
         }
         QpTransition::To(s @ (QpState::Reset | QpState::Err)) => {
             a.qp_state = qp_state_to_raw(*s);
@@ -409,15 +413,21 @@ mod tests {
 
     #[test]
     fn rts_on_a_qp_already_in_rts() {
-        // UD: SQE→RTS recovery.
-        let (a, m) = ok(QpKind::Ud, IBV_QPS_RTS, &rts(), &IB);
+        // RTS→RTS with nothing to change, UD included (an SQE→RTS on a QP that is
+        // in RTS would be refused by the kernel: that is `Recover`, issued only from SQE).
+        for kind in [QpKind::Rc, QpKind::Dci, QpKind::Ud] {
+            let (a, m) = ok(kind, IBV_QPS_RTS, &rts(), &IB);
+            assert_eq!((m, a.cur_qp_state), (IBV_QP_STATE, 0), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn recover_is_sqe_to_rts_for_ud_only() {
+        // libibverbs still says RTS: the hardware moved the QP to SQE.
+        let (a, m) = ok(QpKind::Ud, IBV_QPS_RTS, &QpTransition::Recover, &IB);
         assert_eq!(m, IBV_QP_STATE | IBV_QP_CUR_STATE);
         assert_eq!((a.qp_state, a.cur_qp_state), (IBV_QPS_RTS, IBV_QPS_SQE));
-        // RC / DCI: RTS→RTS with nothing to change.
-        for kind in [QpKind::Rc, QpKind::Dci] {
-            let (_, m) = ok(kind, IBV_QPS_RTS, &rts(), &IB);
-            assert_eq!(m, IBV_QP_STATE, "{kind:?}");
-        }
+        assert!(modify_attr(QpKind::Rc, IBV_QPS_RTS, &QpTransition::Recover, &IB).is_err());
     }
 
     #[test]

@@ -312,6 +312,19 @@ impl Qp {
                 need(m.path_mtu.is_some(), "DCT INIT->RTR needs path_mtu")?;
                 need(m.min_rnr_timer.is_some(), "DCT INIT->RTR needs min_rnr_timer")?;
             }
+            // RTS->RTS and SQE->RTS may not change what RTR->RTS set (IBA 11.2.4.2; the
+            // kernel's ib_modify_qp_is_ok refuses these mask bits there).
+            (_, Rts | Sqe, Rts)
+                if m.timeout.is_some()
+                    || m.retry_cnt.is_some()
+                    || m.rnr_retry.is_some()
+                    || m.sq_psn.is_some()
+                    || m.max_rd_atomic.is_some() =>
+            {
+                return Err(SimError::InvalidArgument {
+                    what: "RTS->RTS / SQE->RTS cannot set timeout, retry_cnt, rnr_retry, sq_psn or max_rd_atomic",
+                });
+            }
             _ => {}
         }
         let bad = |what| Err(SimError::InvalidArgument { what });

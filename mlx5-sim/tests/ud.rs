@@ -411,6 +411,12 @@ fn ud_state_machine_requirements() {
     u.a.modify_qp(q, &QpModify { sq_psn: Some(5), ..m(QpState::Rts) }).unwrap();
     assert_eq!(u.a.qp_state(q).unwrap(), QpState::Rts);
     assert!(matches!(u.a.modify_qp(q, &m(QpState::Sqe)), Err(SimError::InvalidTransition { .. })));
+    // RTS->RTS may not set what RTR->RTS set (the kernel refuses those mask bits).
+    assert!(matches!(
+        u.a.modify_qp(q, &QpModify { sq_psn: Some(6), ..m(QpState::Rts) }),
+        Err(SimError::InvalidArgument { .. })
+    ));
+    u.a.modify_qp(q, &m(QpState::Rts)).unwrap();
 }
 
 #[test]
