@@ -263,7 +263,14 @@ impl<B: Backend> Context<B> {
             max_inline_data: config.max_inline_data,
         };
         let geo = if kind == QpKind::Dct {
-            QpGeometry { sq_wqe_cnt: 0, max_wqe_ds: 0, rq_wqe_cnt: 0, rq_stride: 0 }
+            QpGeometry {
+                sq_wqe_cnt: 0,
+                max_wqe_ds: 0,
+                rq_wqe_cnt: 0,
+                rq_stride: 0,
+                sq_wqe_size: 0,
+                max_inline_data: 0,
+            }
         } else {
             qp_geometry(kind, &caps, &self.inner.caps)?
         };

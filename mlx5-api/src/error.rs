@@ -101,6 +101,19 @@ pub enum Error {
         /// Why it failed.
         reason: String,
     },
+    /// A QP asked for more than the device can size (`what`: the
+    /// capability; `max`: the most this QP type and device accept, computed
+    /// the way rdma-core's mlx5 provider sizes send WQEs), refused before
+    /// anything is created.
+    #[error("{what} = {asked} exceeds the device's limit of {max} for this QP")]
+    CapsExceeded {
+        /// The capability (`max_inline_data`, `max_send_sge`, `max_send_wr`, …).
+        what: &'static str,
+        /// What was asked for.
+        asked: u32,
+        /// The largest value accepted.
+        max: u32,
+    },
     /// The device or this library cannot do what was asked (e.g. CQE
     /// compression with 128-byte CQEs, a format the device's caps lack).
     #[error("unsupported: {0}")]

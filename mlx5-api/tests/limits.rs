@@ -116,30 +116,34 @@ fn inline_too_large() {
 }
 
 #[test]
-fn wqe_above_the_maximum_size() {
-    // A SEND with 988 inline bytes is exactly 63 DS; a WRITE adds a raddr segment.
+fn the_largest_inline_capacity_fills_the_descriptor() {
+    // The device's 1008-byte descriptors less rdma-core's RC overhead (48: ctrl,
+    // raddr, atomic) leave 960 bytes: a 4-byte inline header and 956 bytes.
     let cfg = QpConfig {
         max_send_wr: 2,
         max_recv_wr: 1,
         max_send_sge: 1,
         max_recv_sge: 1,
-        max_inline_data: 988,
+        max_inline_data: 956,
         ..QpConfig::default()
     };
     let f = fixture(cfg, true);
-    let data = vec![0xabu8; 988];
+    let data = vec![0xabu8; 957];
+    // A WRITE with all 956 bytes inline: ctrl, raddr, 960 bytes of inline = 62 DS.
     f.qp.wqe_builder(1)
         .unwrap()
-        .ctrl_send(WqeFlags::SIGNALED)
+        .ctrl_rdma_write(WqeFlags::SIGNALED)
         .unwrap()
-        .inline(&data)
+        .rdma(0, 1)
+        .unwrap()
+        .inline(&data[..956])
         .unwrap()
         .finish()
         .unwrap();
-    assert_eq!(f.qp.sq_ring_bytes()[7] & 0x3f, 63);
+    assert_eq!(f.qp.sq_ring_bytes()[7] & 0x3f, 62);
     let pi = f.qp.sq_pi();
-    let b = f.qp.wqe_builder(2).unwrap().ctrl_rdma_write(WqeFlags::SIGNALED).unwrap().rdma(0, 1).unwrap();
-    assert_eq!(b.inline(&data).err().unwrap(), Error::WqeTooLarge { ds: 64, max: 63 });
+    let b = f.qp.wqe_builder(2).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
+    assert_eq!(b.inline(&data).err().unwrap(), Error::InlineTooLarge { len: 957, max: 956 });
     assert_unpublished(&f, pi, 1);
 }
 
@@ -149,10 +153,17 @@ fn oversized_inline_capacity_is_refused_at_creation() {
     let ctx = Device::<RingOnly>::new(dev).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(4, |_, _: u32| {}).unwrap();
-    let cfg = QpConfig { max_inline_data: 989, ..small() };
-    assert!(matches!(ctx.create_rc_qp(&pd, &cq, &cq, &cfg), Err(Error::InvalidArgument(_))));
+    // What rdma-core would refuse with EINVAL is refused first, with the limit.
+    let cfg = QpConfig { max_inline_data: 957, ..small() };
+    assert_eq!(
+        ctx.create_rc_qp(&pd, &cq, &cq, &cfg).err(),
+        Some(Error::CapsExceeded { what: "max_inline_data", asked: 957, max: 956 })
+    );
     let cfg = QpConfig { max_send_sge: 31, ..small() };
-    assert!(matches!(ctx.create_rc_qp(&pd, &cq, &cq, &cfg), Err(Error::InvalidArgument(_))));
+    assert_eq!(
+        ctx.create_rc_qp(&pd, &cq, &cq, &cfg).err(),
+        Some(Error::CapsExceeded { what: "max_send_sge", asked: 31, max: 30 })
+    );
 }
 
 #[test]

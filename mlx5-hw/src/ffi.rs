@@ -734,6 +734,24 @@ pub const IBV_ACCESS_REMOTE_ATOMIC: c_int = 1 << 3;
 // enum ibv_qp_init_attr_mask
 /// `IBV_QP_INIT_ATTR_PD` (verbs.h).
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` (verbs.h).
+pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+/// `IBV_QP_EX_WITH_RDMA_WRITE` (verbs.h, `enum ibv_qp_create_send_ops_flags`).
+pub const IBV_QP_EX_WITH_RDMA_WRITE: u64 = 1 << 0;
+/// `IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM` (verbs.h).
+pub const IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
+/// `IBV_QP_EX_WITH_SEND` (verbs.h).
+pub const IBV_QP_EX_WITH_SEND: u64 = 1 << 2;
+/// `IBV_QP_EX_WITH_SEND_WITH_IMM` (verbs.h).
+pub const IBV_QP_EX_WITH_SEND_WITH_IMM: u64 = 1 << 3;
+/// `IBV_QP_EX_WITH_RDMA_READ` (verbs.h).
+pub const IBV_QP_EX_WITH_RDMA_READ: u64 = 1 << 4;
+/// `IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP` (verbs.h).
+pub const IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
+/// `IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD` (verbs.h).
+pub const IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+/// `IBV_QP_EX_WITH_SEND_WITH_INV` (verbs.h).
+pub const IBV_QP_EX_WITH_SEND_WITH_INV: u64 = 1 << 9;
 
 // ---------------------------------------------------------------------------
 // mlx5dv.h

@@ -886,7 +886,33 @@ pub fn qp_init_attrs(attr: &QpCreate) -> Result<(ibv_qp_init_attr_ex, mlx5dv_qp_
         source_qpn: 0,
         send_ops_flags: 0,
     };
+    let mut ex = ex;
+    // Name the operations the front-end posts, so that rdma-core's send-WQE
+    // overhead (`_sq_overhead`) leaves out the memory-window / UMR room it
+    // reserves otherwise: the front-end's `sizing` computes the same sizes.
+    // A DCT has no send queue (perftest clears the flag there too).
+    if let Some(ops) = send_ops(attr.kind) {
+        ex.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        ex.send_ops_flags = ops;
+    }
     Ok((ex, dv))
+}
+
+/// The `send_ops_flags` of a QP kind: what the WQE builder can post on it.
+pub fn send_ops(kind: QpKind) -> Option<u64> {
+    const RDMA_AND_ATOMICS: u64 = IBV_QP_EX_WITH_SEND
+        | IBV_QP_EX_WITH_SEND_WITH_IMM
+        | IBV_QP_EX_WITH_RDMA_WRITE
+        | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+        | IBV_QP_EX_WITH_RDMA_READ
+        | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+        | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+    match kind {
+        QpKind::Rc => Some(RDMA_AND_ATOMICS | IBV_QP_EX_WITH_SEND_WITH_INV),
+        QpKind::Dci => Some(RDMA_AND_ATOMICS),
+        QpKind::Ud => Some(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM),
+        _ => None,
+    }
 }
 
 /// The CQN / SRQN a CQ's or SRQ's user context points at (this backend
@@ -1348,7 +1374,8 @@ mod tests {
         let (ex, dv) = qp_init_attrs(&qp_create(QpKind::Rc)).unwrap();
         assert_eq!(ex.qp_type, IBV_QPT_RC);
         assert_eq!(ex.sq_sig_all, 0);
-        assert_eq!(ex.comp_mask, IBV_QP_INIT_ATTR_PD);
+        assert_eq!(ex.comp_mask, IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
+        assert_eq!(ex.send_ops_flags, 0x27f, "SEND(+IMM, +INV), WRITE(+IMM), READ, CS, FA; no MW/LOCAL_INV");
         assert_eq!(
             ex.cap,
             ibv_qp_cap {
@@ -1364,6 +1391,7 @@ mod tests {
 
         let (ex, dv) = qp_init_attrs(&qp_create(QpKind::Ud)).unwrap();
         assert_eq!(ex.qp_type, IBV_QPT_UD);
+        assert_eq!(ex.send_ops_flags, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM);
         assert_eq!(dv.create_flags, MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE);
 
         let (ex, dv) = qp_init_attrs(&qp_create(QpKind::Dci)).unwrap();
@@ -1373,6 +1401,10 @@ mod tests {
         assert_eq!(dv.comp_mask, MLX5DV_QP_INIT_ATTR_MASK_DC);
         assert_eq!(dv.dc_init_attr.dc_type, MLX5DV_DCTYPE_DCI);
         assert_eq!(dv.create_flags, 0);
+        assert_eq!(
+            ex.send_ops_flags, 0x7f,
+            "as RC, without SEND_WITH_INV (MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI)"
+        );
 
         let (ex, dv) = qp_init_attrs(&qp_create(QpKind::Dct)).unwrap();
         assert_eq!(ex.qp_type, IBV_QPT_DRIVER);
@@ -1380,6 +1412,40 @@ mod tests {
         assert_eq!(ex.comp_mask, IBV_QP_INIT_ATTR_PD, "create_dct accepts only the PD bit");
         assert_eq!(dv.comp_mask, MLX5DV_QP_INIT_ATTR_MASK_DC);
         assert_eq!((dv.dc_init_attr.dc_type, dv.dc_init_attr.dct_access_key), (MLX5DV_DCTYPE_DCT, 0xdc_dc));
+    }
+
+    /// rdma-core's `_sq_overhead` (providers/mlx5/verbs.c) for `ops`, as C computes
+    /// it: ctrl 16, raddr 16, atomic 16, UMR ctrl 48, mkey context 64, KLM room 64,
+    /// datagram 48.
+    fn rdma_core_sq_overhead(kind: QpKind, ops: u64) -> u32 {
+        let mut size = 16;
+        if ops & (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ)
+            != 0
+        {
+            size = size.max(16 + 16);
+        }
+        if ops & (IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) != 0 {
+            size = size.max(16 + 16 + 16);
+        }
+        if ops & (1 << 8 | 1 << 7) != 0 {
+            size = size.max(16 + 48 + 64 + 64); // BIND_MW / LOCAL_INV
+        }
+        match kind {
+            QpKind::Ud | QpKind::Dci => size + 48,
+            _ => size,
+        }
+    }
+
+    /// The front-end sizes send WQEs with rdma-core's overhead for exactly the
+    /// operations this backend names in `send_ops_flags`; without the flag,
+    /// rdma-core's default ops (with BIND_MW / LOCAL_INV) would cost 192 bytes.
+    #[test]
+    fn front_end_overhead_is_rdma_cores_for_our_send_ops() {
+        for kind in [QpKind::Rc, QpKind::Ud, QpKind::Dci] {
+            let ops = send_ops(kind).unwrap();
+            assert_eq!(mlx5_api::sizing::sq_overhead(kind), rdma_core_sq_overhead(kind, ops), "{kind:?}");
+        }
+        assert_eq!(rdma_core_sq_overhead(QpKind::Rc, 0x3ff), 192, "the default RC ops reserve UMR room");
     }
 
     fn caps(cqe_comp: Option<(u32, u32)>) -> Mlx5Caps {
