@@ -8,7 +8,9 @@
 //!   downstream build of this crate never looks at the system;
 //! - `hw_skip_no_library`: libibverbs.so.1 is not installed;
 //! - `hw_skip_no_device`: `MLX5_TEST_DEVICE` names no device in
-//!   /sys/class/infiniband.
+//!   /sys/class/infiniband;
+//! - `hw_skip_no_dc`: the device has no dynamically connected transport (its
+//!   `hca_type` is a ConnectX-4 Lx part): the DC scenario is ignored.
 
 use std::path::Path;
 
@@ -28,7 +30,18 @@ fn has_libibverbs() -> bool {
         .any(|d| !d.is_empty() && Path::new(d).join("libibverbs.so.1").exists())
 }
 
+/// `mlx5_hw::dc_parts::NO_DC_PARTS` (the same list; `tests/build_probe.rs`
+/// checks that they agree): PCI device IDs of mlx5 parts without DC.
+const NO_DC_PARTS: &[u32] = &[4117, 4118];
+
+/// The PCI device ID in sysfs `hca_type` ("MT4117").
+fn hca_part(dev: &str) -> Option<u32> {
+    let t = std::fs::read_to_string(Path::new("/sys/class/infiniband").join(dev).join("hca_type")).ok()?;
+    t.trim().strip_prefix("MT")?.parse().ok()
+}
+
 fn main() {
+    println!("cargo::rustc-check-cfg=cfg(hw_skip_no_dc)");
     println!("cargo::rustc-check-cfg=cfg(hw_skip_no_library)");
     println!("cargo::rustc-check-cfg=cfg(hw_skip_not_selected)");
     println!("cargo::rustc-check-cfg=cfg(hw_skip_no_device)");
@@ -51,5 +64,7 @@ fn main() {
         println!("cargo:rustc-cfg=hw_skip_no_library");
     } else if !Path::new("/sys/class/infiniband").join(&dev).exists() {
         println!("cargo:rustc-cfg=hw_skip_no_device");
+    } else if hca_part(&dev).is_some_and(|p| NO_DC_PARTS.contains(&p)) {
+        println!("cargo:rustc-cfg=hw_skip_no_dc");
     }
 }

@@ -42,5 +42,6 @@ conformance_suite!(
     hw_bed(),
     #[cfg_attr(hw_skip_no_library, ignore = "libibverbs.so.1 not found: install rdma-core (ibverbs-providers)")],
     #[cfg_attr(hw_skip_not_selected, ignore = "no mlx5 device selected: set MLX5_TEST_DEVICE=mlx5_0 to run on hardware")],
-    #[cfg_attr(hw_skip_no_device, ignore = "MLX5_TEST_DEVICE names no device in /sys/class/infiniband")]
+    #[cfg_attr(hw_skip_no_device, ignore = "MLX5_TEST_DEVICE names no device in /sys/class/infiniband")];
+    dc: #[cfg_attr(hw_skip_no_dc, ignore = "the device has no DC (ConnectX-4 Lx): create_dci is Error::Unsupported")]
 );

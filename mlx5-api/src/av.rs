@@ -17,12 +17,24 @@ impl RoceAv {
     }
 }
 
+impl IbGrh {
+    /// A GRH to `dgid` from `local`'s source GID index: traffic class 0,
+    /// hop limit 64 (rdma-core's default for routed paths), flow label 0.
+    pub fn from_port(local: &PortInfo, dgid: Gid) -> Self {
+        IbGrh { dgid, sgid_index: local.sgid_index, traffic_class: 0, hop_limit: 64, flow_label: 0 }
+    }
+}
+
 impl AddressVector {
     /// The address vector that reaches `remote` from `local`: InfiniBand by
-    /// LID (service level `sl`), RoCE v2 by GID and MAC with the local
-    /// source GID index (priority `sl & 7`).
+    /// LID (service level `sl`; with a GRH to `remote.gid` when `local`
+    /// requires one), RoCE v2 by GID and MAC with the local source GID index
+    /// (priority `sl & 7`).
     pub fn between(local: &PortInfo, remote: &PortInfo, sl: u8) -> Self {
         match remote.link_layer {
+            LinkLayer::InfiniBand if local.grh_required => {
+                Self::ib_grh(remote.lid, sl, &IbGrh::from_port(local, remote.gid))
+            }
             LinkLayer::InfiniBand => Self::ib(remote.lid, sl),
             LinkLayer::Ethernet => Self::roce_v2(&RoceAv {
                 priority: sl & 7,
@@ -34,8 +46,10 @@ impl AddressVector {
     /// The address vector that reaches a peer known only by what it sent
     /// out of band (its [`local_info`](crate::UdQp::local_info)): by LID
     /// when `remote` carries no MAC (InfiniBand), by GID and MAC otherwise
-    /// (RoCE v2, source GID index of `local`). A RoCE peer without a GID,
-    /// or a peer on the other link layer than `local`, is
+    /// (RoCE v2, source GID index of `local`). On an InfiniBand port that
+    /// requires a GRH ([`PortInfo::grh_required`]) the AV carries one, to the
+    /// peer's GID. A RoCE peer without a GID, a peer without a GID behind a
+    /// GRH-required port, or a peer on the other link layer than `local`, is
     /// [`Error::InvalidArgument`].
     ///
     /// ```
@@ -48,6 +62,7 @@ impl AddressVector {
     ///     mac: [0; 6],
     ///     link_layer: LinkLayer::InfiniBand,
     ///     active_mtu: 4096,
+    ///     grh_required: false,
     /// };
     /// let av = AddressVector::to_peer(&port, &RemoteQpInfo::ib(0x108, 2), 0)?;
     /// assert_eq!(av, AddressVector::ib(2, 0));
@@ -55,6 +70,15 @@ impl AddressVector {
     /// ```
     pub fn to_peer(local: &PortInfo, remote: &RemoteQpInfo, sl: u8) -> Result<Self> {
         match (local.link_layer, remote.gid, remote.mac) {
+            (LinkLayer::InfiniBand, Some(gid), None) if local.grh_required => {
+                Ok(Self::ib_grh(remote.lid, sl, &IbGrh::from_port(local, gid)))
+            }
+            (LinkLayer::InfiniBand, None, None) if local.grh_required => {
+                Err(Error::InvalidArgument(format!(
+                    "port {} requires a GRH: the peer (QPN 0x{:x}) must send its GID",
+                    local.port_num, remote.qpn
+                )))
+            }
             (LinkLayer::InfiniBand, _, None) => Ok(Self::ib(remote.lid, sl)),
             (LinkLayer::Ethernet, Some(gid), Some(mac)) => {
                 Ok(Self::roce_v2(&RoceAv { priority: sl & 7, ..RoceAv::from_port(local, gid, mac) }))
@@ -82,6 +106,7 @@ mod tests {
             mac: [0; 6],
             link_layer: LinkLayer::InfiniBand,
             active_mtu: 4096,
+            grh_required: false,
         };
         let eth = PortInfo { lid: 0, link_layer: LinkLayer::Ethernet, sgid_index: 3, ..ib.clone() };
         let gid = Gid::from_ipv4([10, 0, 0, 2]);
@@ -95,5 +120,13 @@ mod tests {
             Err(Error::InvalidArgument(_))
         ));
         assert!(AddressVector::to_peer(&ib, &RemoteQpInfo::roce(9, gid, mac), 0).is_err());
+        // A port that requires a GRH: the AV carries one (GRH bit, the peer's GID).
+        let vf = PortInfo { grh_required: true, ..ib.clone() };
+        let peer = RemoteQpInfo { gid: Some(gid), ..RemoteQpInfo::ib(9, 7) };
+        let av = AddressVector::to_peer(&vf, &peer, 0).unwrap();
+        assert_eq!(av, AddressVector::ib_grh(7, 0, &IbGrh::from_port(&vf, gid)));
+        assert_eq!(av.as_bytes()[28] & 0x40, 0x40, "grh bit (spec §3.6)");
+        assert_eq!(&av.as_bytes()[32..48], &gid.0);
+        assert!(AddressVector::to_peer(&vf, &RemoteQpInfo::ib(9, 7), 0).is_err(), "no GID to address");
     }
 }

@@ -252,6 +252,11 @@ impl<B: Backend> Context<B> {
         if !Rc::ptr_eq(&pd.inner.ctx, &self.inner) {
             return Err(Error::InvalidArgument("PD belongs to another context".into()));
         }
+        if matches!(kind, QpKind::Dci | QpKind::Dct) && !self.inner.caps.dc {
+            return Err(Error::Unsupported(
+                "DC: this device has no dynamically connected transport (e.g. a ConnectX-4 Lx)".into(),
+            ));
+        }
         if config.psn > 0xff_ffff {
             return Err(Error::InvalidArgument(format!("PSN {:#x} does not fit in 24 bits", config.psn)));
         }

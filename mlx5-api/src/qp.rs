@@ -148,13 +148,25 @@ impl<B: Backend, T> QpShared<B, T> {
         self.transition(QpState::Init, &QpTransition::Init { port: self.port, access, qkey })
     }
 
-    /// INIT→RTR with `p`'s receive parameters (and peer, RC).
+    /// INIT→RTR with `p`'s receive parameters (and peer, RC). The READ /
+    /// atomic depth is clamped to the device's `max_qp_rd_atom`.
     fn to_rtr(&self, p: &ConnectParams, remote: Option<RemoteQpInfo>) -> Result<()> {
+        if let Some(r) = &remote {
+            if r.gid.is_none() && r.mac.is_none() {
+                let port = self.port_info()?;
+                if port.grh_required && port.link_layer == LinkLayer::InfiniBand {
+                    return Err(Error::InvalidArgument(format!(
+                        "port {} requires a GRH: the peer's RemoteQpInfo (QPN 0x{:x}) needs its GID",
+                        self.port, r.qpn
+                    )));
+                }
+            }
+        }
         let t = QpTransition::Rtr {
             remote,
             path_mtu: p.path_mtu,
             min_rnr_timer: p.min_rnr_timer,
-            max_dest_rd_atomic: p.max_dest_rd_atomic,
+            max_dest_rd_atomic: p.max_dest_rd_atomic.min(self.pd.ctx.caps.max_rd_atomic),
         };
         self.transition(QpState::Rtr, &t)
     }
@@ -166,7 +178,7 @@ impl<B: Backend, T> QpShared<B, T> {
             retry_cnt: p.retry_cnt,
             rnr_retry: p.rnr_retry,
             sq_psn: self.psn,
-            max_rd_atomic: p.max_rd_atomic,
+            max_rd_atomic: p.max_rd_atomic.min(self.pd.ctx.caps.max_rd_atomic),
         };
         self.transition(QpState::Rts, &t)
     }
@@ -207,14 +219,20 @@ macro_rules! common {
             self.shared.port
         }
         /// What a peer needs to reach this QP, to send out of band: the QP
-        /// number, the address of its port (LID on InfiniBand; GID and MAC
-        /// on RoCE) and its start PSN ([`QpConfig::psn`](crate::QpConfig::psn)).
+        /// number, the address of its port (LID on InfiniBand, with the GID
+        /// when the port requires a GRH; GID and MAC on RoCE) and its start
+        /// PSN ([`QpConfig::psn`](crate::QpConfig::psn)).
         pub fn local_info(&self) -> Result<RemoteQpInfo> {
             let p = self.shared.port_info()?;
             let psn = self.shared.psn;
             Ok(match p.link_layer {
                 LinkLayer::Ethernet => RemoteQpInfo { psn, ..RemoteQpInfo::roce(self.qpn(), p.gid, p.mac) },
-                LinkLayer::InfiniBand => RemoteQpInfo { psn, ..RemoteQpInfo::ib(self.qpn(), p.lid) },
+                // A port that requires a GRH is addressed with it: the GID goes along.
+                LinkLayer::InfiniBand => RemoteQpInfo {
+                    psn,
+                    gid: p.grh_required.then_some(p.gid),
+                    ..RemoteQpInfo::ib(self.qpn(), p.lid)
+                },
             })
         }
         /// Move to ERR: outstanding work completes with flush errors.

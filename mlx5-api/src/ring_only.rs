@@ -148,6 +148,7 @@ impl Backend for RingOnly {
             mac: [0; 6],
             link_layer: LinkLayer::InfiniBand,
             active_mtu: 4096,
+            grh_required: false,
         })
     }
     fn device_caps(dev: &RingOnlyDevice) -> DeviceCaps {
@@ -158,6 +159,7 @@ impl Backend for RingOnly {
             max_wqe_sz_sq: 1008,
             bf_size: dev.bf_size,
             max_rd_atomic: 16,
+            dc: true,
         }
     }
     fn alloc_pd(_: &RingOnlyDevice) -> Result<()> {

@@ -240,6 +240,7 @@ impl Backend for Sim {
             mac: i.mac,
             link_layer: i.link_layer.into(),
             active_mtu: i.active_mtu,
+            grh_required: i.grh_required,
         })
     }
     fn device_caps(ctx: &SimContext) -> DeviceCaps {
@@ -251,6 +252,7 @@ impl Backend for Sim {
             max_wqe_sz_sq: c.max_wqe_sz_sq,
             bf_size: c.bf_size,
             max_rd_atomic: c.max_rd_atomic,
+            dc: c.dc,
         }
     }
     fn alloc_pd(ctx: &SimContext) -> Result<SimPd> {

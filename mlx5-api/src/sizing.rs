@@ -146,6 +146,7 @@ mod tests {
             max_wqe_sz_sq: 512,
             bf_size: 0,
             max_rd_atomic: 16,
+            dc: true,
         }
     }
 

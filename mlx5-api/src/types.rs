@@ -134,6 +134,11 @@ pub struct PortInfo {
     pub link_layer: LinkLayer,
     /// Active path MTU in bytes.
     pub active_mtu: u32,
+    /// InfiniBand: every address must carry a GRH (`IBV_QPF_GRH_REQUIRED` in
+    /// `ibv_port_attr.flags`, set on SR-IOV virtual functions). Address
+    /// vectors built for this port then carry one, and RC peers must send
+    /// their GID ([`local_info`](crate::RcQp::local_info) includes it).
+    pub grh_required: bool,
 }
 
 /// Device limits the front-end checks against.
@@ -151,6 +156,11 @@ pub struct DeviceCaps {
     /// (the simulator); 0 when it is per QP or unknown (hardware: each QP's
     /// `QpResources::bf_size` is what the send queue uses).
     pub bf_size: u32,
-    /// Most outstanding RDMA READs / atomics per QP (`max_qp_rd_atom`).
+    /// Most outstanding RDMA READs / atomics per QP (`max_qp_rd_atom`):
+    /// `ConnectParams::{max_rd_atomic, max_dest_rd_atomic}` are clamped to it.
     pub max_rd_atomic: u8,
+    /// The dynamically connected transport is available (DCI, DCT); a
+    /// ConnectX-4 Lx has none: `create_dci` / `create_dct` are then
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    pub dc: bool,
 }

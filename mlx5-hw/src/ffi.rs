@@ -734,6 +734,9 @@ pub const IBV_ACCESS_REMOTE_ATOMIC: c_int = 1 << 3;
 // enum ibv_qp_init_attr_mask
 /// `IBV_QP_INIT_ATTR_PD` (verbs.h).
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+/// `IBV_QPF_GRH_REQUIRED` (verbs_api.h): `ibv_port_attr.flags` bit of ports
+/// whose every address must carry a GRH.
+pub const IBV_QPF_GRH_REQUIRED: u8 = 1 << 0;
 /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` (verbs.h).
 pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
 /// `IBV_QP_EX_WITH_RDMA_WRITE` (verbs.h, `enum ibv_qp_create_send_ops_flags`).

@@ -260,6 +260,8 @@ pub struct PortDetails {
     pub sgid: [u8; 16],
     /// The port's MAC (RoCE; zero on InfiniBand or when unknown).
     pub mac: [u8; 6],
+    /// Every address must carry a GRH (`IBV_QPF_GRH_REQUIRED`).
+    pub grh_required: bool,
 }
 
 /// The opened device (`struct ibv_context *`), closed when the last object
@@ -471,6 +473,7 @@ impl CtxInner {
                 max_wqe_sz_sq: 0,
                 bf_size: 0,
                 max_rd_atomic: 0,
+                dc: false,
             },
             sgid_cache: Default::default(),
             async_pending: Default::default(),
@@ -600,6 +603,7 @@ impl CtxInner {
         };
         let sgid = if sgid_index == 0 { gid0 } else { self.query_gid(port, sgid_index)? };
         Ok(PortDetails {
+            grh_required: pa.flags & IBV_QPF_GRH_REQUIRED != 0,
             port_num: port,
             state: PortState::from_raw(pa.state),
             phys_state: pa.phys_state,
@@ -623,7 +627,14 @@ impl CtxInner {
             op: "ibv_query_port",
             reason: format!("unknown link layer {:?}", d.link_layer),
         })?;
-        Ok(LocalPath { port, link, lid: d.lid, sgid_index: d.sgid_index, sgid: d.sgid })
+        Ok(LocalPath {
+            port,
+            link,
+            lid: d.lid,
+            sgid_index: d.sgid_index,
+            sgid: d.sgid,
+            grh_required: d.grh_required,
+        })
     }
 }
 
@@ -673,6 +684,7 @@ fn device_info(name: &str, a: &ibv_device_attr, dv: &mlx5dv_context_ext) -> Devi
 ///   `mlx5dv_init_obj`, in [`QpResources::bf_size`], which the send queue
 ///   uses); v44 has no device-level flag for it.
 /// * `max_rd_atomic`: the smaller of responder and initiator depths.
+/// * `dc`: false on the parts of [`crate::dc_parts::NO_DC_PARTS`] (ConnectX-4 Lx).
 fn device_caps(a: &ibv_device_attr) -> DeviceCaps {
     let nonneg = |v: c_int| u32::try_from(v).unwrap_or(0);
     DeviceCaps {
@@ -682,6 +694,7 @@ fn device_caps(a: &ibv_device_attr) -> DeviceCaps {
         max_wqe_sz_sq: (32 + 16 * nonneg(a.max_sge)).min(1008),
         bf_size: 0,
         max_rd_atomic: nonneg(a.max_qp_rd_atom.min(a.max_qp_init_rd_atom)).min(255) as u8,
+        dc: !crate::dc_parts::NO_DC_PARTS.contains(&a.vendor_part_id),
     }
 }
 
@@ -984,6 +997,7 @@ impl Backend for Hw {
             mac: d.mac,
             link_layer,
             active_mtu,
+            grh_required: d.grh_required,
         })
     }
 
@@ -1243,6 +1257,7 @@ impl Backend for Hw {
                 lid: 0,
                 sgid_index: 0,
                 sgid: [0; 16],
+                grh_required: false,
             },
         };
         let (mut a, mask) = masks::modify_attr(qp.kind, from, t, &path)?;
@@ -1330,13 +1345,19 @@ mod tests {
                 max_cqe: (1 << 22) - 1,
                 max_wqe_sz_sq: 512,
                 bf_size: 0,
-                max_rd_atomic: 16
+                max_rd_atomic: 16,
+                dc: true,
             }
         );
         a.max_sge = 100;
         a.max_qp_wr = -1;
         let c = device_caps(&a);
         assert_eq!((c.max_wqe_sz_sq, c.max_qp_wr), (1008, 0));
+        // ConnectX-4 Lx (PCI 0x1015 = 4117) and its VF have no DC; ConnectX-5 (4119) has.
+        for (part, dc) in [(4117, false), (4118, false), (4119, true), (4123, true)] {
+            a.vendor_part_id = part;
+            assert_eq!(device_caps(&a).dc, dc, "{part}");
+        }
     }
 
     fn qp_create(kind: QpKind) -> QpCreate {

@@ -26,6 +26,8 @@
 
 #![deny(missing_docs, missing_debug_implementations)]
 pub(crate) mod async_events;
+/// mlx5 devices without the dynamically connected transport.
+pub mod dc_parts;
 pub mod decode;
 pub mod doorbell;
 pub mod error;

@@ -52,6 +52,8 @@ pub struct LocalPath {
     pub sgid_index: u8,
     /// The GID at `sgid_index` (the DCI / DCT default path carries it as `dgid` on RoCE).
     pub sgid: [u8; 16],
+    /// InfiniBand port that requires a GRH on every address (`IBV_QPF_GRH_REQUIRED`).
+    pub grh_required: bool,
 }
 
 /// The required mask bits (besides `IBV_QP_STATE`) of `kind` for `t`, as
@@ -142,6 +144,12 @@ pub fn modify_attr(
                                 r.qpn
                             )))
                         }
+                        (LinkLayer::InfiniBand, None) if path.grh_required => {
+                            return Err(invalid(format!(
+                                "port {} requires a GRH: the remote QP 0x{:x} needs its GID in RemoteQpInfo",
+                                path.port, r.qpn
+                            )))
+                        }
                         (LinkLayer::InfiniBand, None) => {}
                     }
                 }
@@ -156,9 +164,10 @@ pub fn modify_attr(
                     a.ah_attr.port_num = path.port;
                     a.ah_attr.grh.sgid_index = path.sgid_index;
                     a.ah_attr.grh.hop_limit = HOP_LIMIT;
-                    if path.link == LinkLayer::Ethernet {
-                        // RoCE addresses are GRH-only: the GRH flag makes the
-                        // kernel take the source GID entry.
+                    if path.link == LinkLayer::Ethernet || path.grh_required {
+                        // RoCE addresses are GRH-only, and so are those of a port
+                        // that requires a GRH: the GRH flag makes the kernel take
+                        // the source GID entry.
                         a.ah_attr.is_global = 1;
                         a.ah_attr.grh.dgid = ibv_gid { raw: path.sgid };
                     }
@@ -211,11 +220,23 @@ mod tests {
     use super::*;
     use mlx5_api::{AccessFlags, RemoteQpInfo};
 
-    const IB: LocalPath =
-        LocalPath { port: 1, link: LinkLayer::InfiniBand, lid: 9, sgid_index: 0, sgid: [0; 16] };
+    const IB: LocalPath = LocalPath {
+        port: 1,
+        link: LinkLayer::InfiniBand,
+        lid: 9,
+        sgid_index: 0,
+        sgid: [0; 16],
+        grh_required: false,
+    };
     const ROCE_GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1];
-    const ROCE: LocalPath =
-        LocalPath { port: 1, link: LinkLayer::Ethernet, lid: 0, sgid_index: 3, sgid: ROCE_GID };
+    const ROCE: LocalPath = LocalPath {
+        port: 1,
+        link: LinkLayer::Ethernet,
+        lid: 0,
+        sgid_index: 3,
+        sgid: ROCE_GID,
+        grh_required: false,
+    };
 
     fn init(qkey: Option<u32>) -> QpTransition {
         QpTransition::Init {

@@ -778,6 +778,10 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
         QpType::Dci => {
             let avb = read_av(wqe);
             let av = DatagramSeg::new_unchecked(&avb[..]);
+            let me = &st.hosts[h].cfg;
+            if me.grh_required && me.link_layer == LinkLayer::InfiniBand && !av.grh() {
+                return unanswered(st, h, qpn);
+            }
             let Some(rh) = resolve_av(st, h, &av) else {
                 return unanswered(st, h, qpn);
             };
@@ -1157,6 +1161,12 @@ fn execute_ud(
         return fail(syndrome::LOCAL_LENGTH_ERR);
     }
     let own_qkey = me.qps.get(&qpn).map_or(0, |q| q.attrs.qkey);
+    // A port that requires a GRH puts no packet without one on the wire
+    // [unverified: dropped, as the switch or PF does for a VF].
+    if me.cfg.grh_required && ll == LinkLayer::InfiniBand && !av.grh() {
+        st.hosts[h].stats.ud_dropped += 1;
+        return done;
+    }
     let Some(rh) = resolve_av(st, h, av) else {
         st.hosts[h].stats.ud_dropped += 1;
         return done;

@@ -384,14 +384,8 @@ impl Nic {
             mac: c.mac,
             link_layer: c.link_layer,
             active_mtu: engine::active_mtu(c.link_layer),
-            caps: NicCaps {
-                max_qp_wr: 32768,
-                max_sge: 30,
-                max_cqe: 4_194_304,
-                max_wqe_sz_sq: 1008,
-                bf_size: BF_SIZE,
-                max_rd_atomic: 16,
-            },
+            grh_required: c.grh_required,
+            caps: NicCaps { bf_size: BF_SIZE, ..c.caps },
         }
     }
 
@@ -572,6 +566,12 @@ impl Nic {
         if !host.pds.contains(&attr.pdn) {
             return Err(SimError::NoSuchPd(attr.pdn));
         }
+        if matches!(attr.qp_type, QpType::Dci | QpType::Dct) && !host.cfg.caps.dc {
+            // mlx5dv_create_qp on a device without DC fails with EOPNOTSUPP.
+            return Err(SimError::Unsupported {
+                what: "DC: this device has no dynamically connected transport",
+            });
+        }
         let cqs: &[u32] = match attr.qp_type {
             QpType::Dci => &[attr.send_cqn],
             QpType::Dct => &[attr.recv_cqn],
@@ -641,7 +641,19 @@ impl Nic {
         let h = self.host;
         let roce = st.hosts[h].cfg.link_layer == crate::LinkLayer::Ethernet;
         let host = &mut st.hosts[h];
+        let (max_rd, grh_required) = (host.cfg.caps.max_rd_atomic, host.cfg.grh_required && !roce);
         let qp = host.qps.get_mut(&qpn).ok_or(SimError::NoSuchQp(qpn))?;
+        // What the kernel refuses (EINVAL) before the QP changes.
+        if m.max_rd_atomic.is_some_and(|v| v > max_rd) || m.max_dest_rd_atomic.is_some_and(|v| v > max_rd) {
+            return Err(SimError::InvalidArgument {
+                what: "max_rd_atomic / max_dest_rd_atomic above the device's max_qp_rd_atom",
+            });
+        }
+        if grh_required && m.path.is_some_and(|p| p.dgid.is_none()) {
+            return Err(SimError::InvalidArgument {
+                what: "the port requires a GRH: the path needs a destination GID",
+            });
+        }
         let from = qp.state;
         let to = qp.apply_modify(m, roce)?;
         match to {

@@ -93,16 +93,43 @@ pub struct HostConfig {
     pub mac: [u8; 6],
     /// Link layer.
     pub link_layer: LinkLayer,
+    /// The capabilities the NIC reports and enforces ([`NicCaps::default`]: a
+    /// ConnectX-5-like device with DC).
+    pub caps: NicCaps,
+    /// InfiniBand: the port requires a GRH on every address (`IBV_QPF_GRH_REQUIRED`,
+    /// as on SR-IOV virtual functions): RC paths without a destination GID are
+    /// refused at INIT→RTR, UD and DC address vectors without a GRH are dropped.
+    pub grh_required: bool,
 }
 
 impl HostConfig {
+    /// The same host with other capabilities (e.g. no DC, like a ConnectX-4 Lx).
+    pub fn with_caps(mut self, caps: NicCaps) -> Self {
+        self.caps = caps;
+        self
+    }
+
+    /// The same host on a port that requires a GRH (an InfiniBand SR-IOV VF).
+    pub fn requiring_grh(mut self) -> Self {
+        self.grh_required = true;
+        self
+    }
+
     /// An InfiniBand host with link-local GID `fe80::<lid>` and MAC 0.
     pub fn infiniband(name: &str, lid: u16) -> Self {
         let mut gid = [0u8; 16];
         gid[0] = 0xfe;
         gid[1] = 0x80;
         gid[14..16].copy_from_slice(&lid.to_be_bytes());
-        HostConfig { name: name.to_string(), lid, gid, mac: [0; 6], link_layer: LinkLayer::InfiniBand }
+        HostConfig {
+            name: name.to_string(),
+            lid,
+            gid,
+            mac: [0; 6],
+            link_layer: LinkLayer::InfiniBand,
+            caps: NicCaps::default(),
+            grh_required: false,
+        }
     }
 
     /// A RoCE v2 host with GID `::ffff:a.b.c.d` and LID 0.
@@ -111,7 +138,15 @@ impl HostConfig {
         gid[10] = 0xff;
         gid[11] = 0xff;
         gid[12..16].copy_from_slice(&ipv4);
-        HostConfig { name: name.to_string(), lid: 0, gid, mac, link_layer: LinkLayer::Ethernet }
+        HostConfig {
+            name: name.to_string(),
+            lid: 0,
+            gid,
+            mac,
+            link_layer: LinkLayer::Ethernet,
+            caps: NicCaps::default(),
+            grh_required: false,
+        }
     }
 }
 
@@ -128,8 +163,26 @@ pub struct NicCaps {
     pub max_wqe_sz_sq: u32,
     /// BlueFlame register half size.
     pub bf_size: u32,
-    /// Max outstanding RDMA READ/atomic per QP.
+    /// Max outstanding RDMA READ/atomic per QP (`max_qp_rd_atom`); more at
+    /// INIT→RTR / RTR→RTS is refused, as the kernel does.
     pub max_rd_atomic: u8,
+    /// The dynamically connected transport (DCI, DCT) is available (not on a
+    /// ConnectX-4 Lx): without it, creating a DCI or DCT is refused.
+    pub dc: bool,
+}
+
+impl Default for NicCaps {
+    fn default() -> Self {
+        NicCaps {
+            max_qp_wr: 32768,
+            max_sge: 30,
+            max_cqe: 4_194_304,
+            max_wqe_sz_sq: 1008,
+            bf_size: 256,
+            max_rd_atomic: 16,
+            dc: true,
+        }
+    }
 }
 
 /// What `ibv_query_device`/`ibv_query_port` would report.
@@ -149,6 +202,8 @@ pub struct NicInfo {
     pub link_layer: LinkLayer,
     /// Active MTU in bytes (4096 IB, 1024 RoCE).
     pub active_mtu: u32,
+    /// The port requires a GRH (see [`HostConfig::grh_required`]).
+    pub grh_required: bool,
     /// Capabilities.
     pub caps: NicCaps,
 }

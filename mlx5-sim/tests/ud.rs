@@ -33,13 +33,7 @@ fn v6_host(name: &str, last: u8, mac_last: u8) -> HostConfig {
     let mut gid = [0u8; 16];
     gid[0] = 0xfd;
     gid[15] = last;
-    HostConfig {
-        name: name.into(),
-        lid: 0,
-        gid,
-        mac: [2, 0, 0, 0, 0, mac_last],
-        link_layer: LinkLayer::Ethernet,
-    }
+    HostConfig { gid, ..HostConfig::roce(name, [0; 4], [2, 0, 0, 0, 0, mac_last]) }
 }
 
 fn ud(net: Net) -> Ud {

@@ -532,7 +532,7 @@ pub fn cq_overrun_is_reported<B: Backend>(t: Bed<B>) {
 }
 
 macro_rules! conformance_suite {
-    ($m:ident, $bed:expr $(, #[$attr:meta])* $(,)?) => {
+    ($m:ident, $bed:expr $(, #[$attr:meta])* $(; dc: #[$dc:meta])* $(,)?) => {
         mod $m {
             use super::*;
             $(#[$attr])* #[test] fn rc_write_and_read() { scenarios::rc_write_and_read($bed) }
@@ -541,7 +541,7 @@ macro_rules! conformance_suite {
             $(#[$attr])* #[test] fn rc_remote_access_error_then_flush() { scenarios::rc_remote_access_error_then_flush($bed) }
             $(#[$attr])* #[test] fn rc_psn_mismatch_is_retry_exceeded() { scenarios::rc_psn_mismatch_is_retry_exceeded($bed) }
             $(#[$attr])* #[test] fn ud_send_recv() { scenarios::ud_send_recv($bed) }
-            $(#[$attr])* #[test] fn dc_write_and_send_through_srq() { scenarios::dc_write_and_send_through_srq($bed) }
+            $(#[$attr])* $(#[$dc])* #[test] fn dc_write_and_send_through_srq() { scenarios::dc_write_and_send_through_srq($bed) }
             $(#[$attr])* #[test] fn srq_shared_by_two_rc_qps() { scenarios::srq_shared_by_two_rc_qps($bed) }
             $(#[$attr])* #[test] fn cq_events_scatter_and_poll_into() { scenarios::cq_events_scatter_and_poll_into($bed) }
             $(#[$attr])* #[test] fn cq_compression_and_128_byte_cqes() { scenarios::cq_compression_and_128_byte_cqes($bed) }

@@ -1,0 +1,165 @@
+//! What a real port or device may lack or demand, on the simulator: ports that
+//! require a GRH (InfiniBand SR-IOV virtual functions), devices without DC
+//! (ConnectX-4 Lx), and a READ/atomic depth below the default 16.
+
+mod common;
+use common::*;
+use mlx5::model::{ExecMode, NicCaps};
+use mlx5::sim::HostConfig;
+use mlx5::{
+    AddressVector, ConnectParams, Error, QpConfig, QpState, RemoteQpInfo, Sge, Status, Syndrome, WqeFlags,
+};
+
+fn cfg() -> QpConfig {
+    QpConfig { max_send_wr: 16, max_recv_wr: 16, ..QpConfig::default() }
+}
+
+/// A fabric of two InfiniBand virtual functions whose ports require a GRH.
+fn vfs() -> (mlx5::model::Fabric, Vec<Node>) {
+    let hosts = (1..=2u16).map(|i| HostConfig::infiniband(&format!("vf{i}"), i).requiring_grh()).collect();
+    cluster_of(hosts, ExecMode::Deterministic)
+}
+
+#[test]
+fn grh_required_ports_get_grh_addresses_everywhere() {
+    let (fabric, mut n) = vfs();
+    assert!(n[0].port.grh_required);
+    // RC: local_info carries the GID, the path gets a GRH, traffic flows.
+    let a = n[0].ctx.create_rc_qp(&n[0].pd, &n[0].cq, &n[0].cq, &cfg()).unwrap();
+    let b = n[1].ctx.create_rc_qp(&n[1].pd, &n[1].cq, &n[1].cq, &cfg()).unwrap();
+    let (ia, ib) = (a.local_info().unwrap(), b.local_info().unwrap());
+    assert_eq!(ib.gid, Some(n[1].port.gid), "the GID goes along when the port requires a GRH");
+    a.activate(&ConnectParams::to(ib.clone())).unwrap();
+    b.activate(&ConnectParams::to(ia)).unwrap();
+    let (la, lk, rb, rk) = (n[0].mr.addr(), n[0].mr.lkey(), n[1].mr.addr(), n[1].mr.rkey());
+    a.wqe_builder(1)
+        .unwrap()
+        .ctrl_rdma_write(WqeFlags::SIGNALED)
+        .unwrap()
+        .rdma(rb, rk)
+        .unwrap()
+        .sge(Sge::new(la, 64, lk))
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert_eq!(n[0].drain()[0].0.status, Status::Success);
+    // A peer known by LID only cannot be reached from such a port: refused before RTR.
+    let c = n[0].ctx.create_rc_qp(&n[0].pd, &n[0].cq, &n[0].cq, &cfg()).unwrap();
+    let lid_only = RemoteQpInfo { gid: None, ..ib };
+    assert!(
+        matches!(c.activate(&ConnectParams::to(lid_only)), Err(Error::InvalidArgument(m)) if m.contains("GRH"))
+    );
+    assert_eq!(c.state(), QpState::Init, "nothing past INIT was changed");
+
+    // UD: the AV from the peer's info carries a GRH and is delivered; one without is dropped.
+    let ud = |x: &Node| {
+        let q = x.ctx.create_ud_qp(&x.pd, &x.cq, &x.cq, None, &cfg()).unwrap();
+        q.activate(&ConnectParams::default()).unwrap();
+        q
+    };
+    let (ua, ub) = (ud(&n[0]), ud(&n[1]));
+    for i in 0..2 {
+        ub.post_recv(i, &[Sge::new(rb + 4096, 40 + 64, n[1].mr.lkey())]).unwrap();
+    }
+    let with_grh = AddressVector::to_peer(&n[0].port, &ub.local_info().unwrap(), 0).unwrap();
+    let without = AddressVector::ib(n[1].port.lid, 0);
+    for (e, av) in [(10, with_grh), (11, without)] {
+        ua.wqe_builder(e)
+            .unwrap()
+            .ctrl_send(WqeFlags::SIGNALED)
+            .unwrap()
+            .datagram(&av, ub.qpn(), mlx5::DEFAULT_QKEY)
+            .unwrap()
+            .sge(Sge::new(la, 64, lk))
+            .unwrap()
+            .finish()
+            .unwrap();
+    }
+    assert_eq!(n[0].drain().len(), 2, "UD senders complete either way");
+    assert_eq!(n[1].drain().len(), 1, "only the datagram with a GRH arrived");
+    assert_eq!(fabric.nics()[0].stats().ud_dropped, 1);
+
+    // DC: between() gives a GRH AV; a DCI using a GRH-less AV gets no answer.
+    let dct = n[1]
+        .ctx
+        .create_dct(&n[1].pd, &n[1].cq, &n[1].srq, &QpConfig { dc_key: 5, ..QpConfig::default() })
+        .unwrap();
+    dct.activate(&ConnectParams::default()).unwrap();
+    let num = dct.dct_number().unwrap();
+    let dci = n[0].ctx.create_dci(&n[0].pd, &n[0].cq, &cfg()).unwrap();
+    dci.activate(&ConnectParams::default()).unwrap();
+    let av = AddressVector::between(&n[0].port, &n[1].port, 0);
+    dci.wqe_builder(20)
+        .unwrap()
+        .ctrl_rdma_write(WqeFlags::SIGNALED)
+        .unwrap()
+        .av(5, num, &av)
+        .unwrap()
+        .rdma(rb, rk)
+        .unwrap()
+        .sge(Sge::new(la, 64, lk))
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert_eq!(n[0].drain()[0].0.status, Status::Success);
+    dci.wqe_builder(21)
+        .unwrap()
+        .ctrl_rdma_write(WqeFlags::SIGNALED)
+        .unwrap()
+        .av(5, num, &without)
+        .unwrap()
+        .rdma(rb, rk)
+        .unwrap()
+        .sge(Sge::new(la, 64, lk))
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert!(
+        matches!(n[0].drain()[0].0.status, Status::Error(e) if e.syndrome == Syndrome::TransportRetryExceeded)
+    );
+}
+
+#[test]
+fn a_device_without_dc_refuses_dci_and_dct_with_a_typed_error() {
+    let no_dc = NicCaps { dc: false, ..NicCaps::default() };
+    let hosts = (1..=2u16).map(|i| HostConfig::infiniband(&format!("lx{i}"), i).with_caps(no_dc)).collect();
+    let (_f, n) = cluster_of(hosts, ExecMode::Deterministic);
+    assert!(!n[0].ctx.caps().dc);
+    assert!(
+        matches!(n[0].ctx.create_dci(&n[0].pd, &n[0].cq, &cfg()), Err(Error::Unsupported(m)) if m.contains("DC"))
+    );
+    assert!(matches!(
+        n[0].ctx.create_dct(&n[0].pd, &n[0].cq, &n[0].srq, &QpConfig::default()),
+        Err(Error::Unsupported(_))
+    ));
+    // Everything else still works.
+    assert!(n[0].ctx.create_rc_qp(&n[0].pd, &n[0].cq, &n[0].cq, &cfg()).is_ok());
+}
+
+/// The defaults ask for 16 outstanding READs / atomics; a device with fewer
+/// refuses that at RTR / RTS (as the kernel does): the front-end clamps.
+#[test]
+fn read_and_atomic_depth_is_clamped_to_the_device() {
+    let shallow = NicCaps { max_rd_atomic: 4, ..NicCaps::default() };
+    let hosts = (1..=2u16).map(|i| HostConfig::infiniband(&format!("h{i}"), i).with_caps(shallow)).collect();
+    let (_f, mut n) = cluster_of(hosts, ExecMode::Deterministic);
+    assert_eq!(n[0].ctx.caps().max_rd_atomic, 4);
+    let a = n[0].ctx.create_rc_qp(&n[0].pd, &n[0].cq, &n[0].cq, &cfg()).unwrap();
+    let b = n[1].ctx.create_rc_qp(&n[1].pd, &n[1].cq, &n[1].cq, &cfg()).unwrap();
+    let p = ConnectParams::default();
+    assert_eq!((p.max_rd_atomic, p.max_dest_rd_atomic), (16, 16));
+    a.activate(&ConnectParams::to(b.local_info().unwrap())).unwrap();
+    b.activate(&ConnectParams::to(a.local_info().unwrap())).unwrap();
+    let (la, lk, rb, rk) = (n[0].mr.addr(), n[0].mr.lkey(), n[1].mr.addr(), n[1].mr.rkey());
+    a.wqe_builder(1)
+        .unwrap()
+        .ctrl_rdma_read(WqeFlags::SIGNALED)
+        .unwrap()
+        .rdma(rb, rk)
+        .unwrap()
+        .sge(Sge::new(la, 64, lk))
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert_eq!(n[0].drain()[0].0.status, Status::Success);
+}
