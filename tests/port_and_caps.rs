@@ -163,3 +163,22 @@ fn read_and_atomic_depth_is_clamped_to_the_device() {
         .unwrap();
     assert_eq!(n[0].drain()[0].0.status, Status::Success);
 }
+
+/// `create_av` is the device's answer (on hardware: `ibv_create_ah`); on the
+/// simulator's flat fabric it is the AV built from the peer's info, on RoCE and
+/// on a GRH-required InfiniBand port alike.
+#[test]
+fn create_av_gives_the_peers_address() {
+    for roce in [false, true] {
+        let (_f, n) = if roce { cluster(2, Addressing::Roce, ExecMode::Deterministic) } else { vfs() };
+        let q = n[1].ctx.create_ud_qp(&n[1].pd, &n[1].cq, &n[1].cq, None, &cfg()).unwrap();
+        let peer = q.local_info().unwrap();
+        let av = n[0].pd.create_av(1, &peer).unwrap();
+        assert_eq!(av, AddressVector::to_peer(&n[0].port, &peer, 0).unwrap());
+        // The source GID index is the port's (RoCE v2), never a default 0 unless it is 0.
+        assert_eq!(
+            u32::from_be_bytes(av.as_bytes()[28..32].try_into().unwrap()) >> 20 & 0xff,
+            u32::from(n[0].port.sgid_index)
+        );
+    }
+}

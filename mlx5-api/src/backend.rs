@@ -231,6 +231,22 @@ pub trait Backend: Sized + 'static {
 
     /// Allocate a protection domain (`ibv_alloc_pd`).
     fn alloc_pd(ctx: &Self::Context) -> Result<Self::Pd>;
+    /// The address vector the device uses to reach `remote` from `port`
+    /// (`ibv_create_ah`, then the 48-byte `mlx5_wqe_av` of
+    /// `mlx5dv_init_obj(MLX5DV_OBJ_AH)`): on RoCE the kernel resolves the
+    /// next hop's MAC (a router's, across subnets) and picks the port's
+    /// RoCE v2 GID. The default builds it from the port's description
+    /// ([`AddressVector::to_peer`](crate::AddressVector::to_peer)), which is
+    /// what a fabric without routers resolves to.
+    fn create_av(
+        ctx: &Self::Context,
+        pd: &Self::Pd,
+        port: u8,
+        remote: &crate::connect::RemoteQpInfo,
+    ) -> Result<crate::AddressVector> {
+        let _ = pd;
+        crate::AddressVector::to_peer(&Self::query_port(ctx, port)?, remote, 0)
+    }
     /// Register `[addr, addr+len)`; returns the object and (lkey, rkey).
     ///
     /// # Safety

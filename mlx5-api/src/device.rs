@@ -376,6 +376,15 @@ impl<B: Backend> Clone for ProtectionDomain<B> {
 }
 
 impl<B: Backend> ProtectionDomain<B> {
+    /// The address vector (for UD and DC WQEs) that reaches `remote` from
+    /// `port`, as the device and kernel resolve it: `ibv_create_ah` on
+    /// hardware, so that RoCE traffic across a router goes to the router's
+    /// MAC and leaves from the port's RoCE v2 GID, and a port that requires
+    /// a GRH gets one. Build it once per peer; each WQE copies its 48 bytes.
+    pub fn create_av(&self, port: u8, remote: &crate::RemoteQpInfo) -> Result<crate::AddressVector> {
+        B::create_av(&self.inner.ctx.raw, &self.inner.raw, port, remote)
+    }
+
     /// Allocate `len` zeroed, page-aligned bytes and register them.
     pub fn alloc_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion<B>> {
         let buf = PageBuf::new(len)?;

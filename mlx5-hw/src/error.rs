@@ -72,6 +72,15 @@ pub enum HwError {
         /// What cannot be driven.
         what: String,
     },
+    /// A verbs call failed without saying why (`ibv_query_gid` returns -1
+    /// and leaves errno alone).
+    #[error("{op} failed: {reason}")]
+    NoErrno {
+        /// The verbs call.
+        op: &'static str,
+        /// What was asked.
+        reason: String,
+    },
 }
 
 struct NoDeviceDetail(Option<i32>);
@@ -152,6 +161,7 @@ impl From<HwError> for mlx5_api::Error {
         match e {
             HwError::Verbs { op, errno } => mlx5_api::Error::Verbs { op, errno, msg: strerror(errno) },
             HwError::Unsupported { op, .. } => mlx5_api::Error::Backend { op, reason: e.to_string() },
+            HwError::NoErrno { op, reason } => mlx5_api::Error::Backend { op, reason },
             HwError::LibraryNotFound { .. } | HwError::SymbolMissing { .. } => {
                 mlx5_api::Error::Backend { op: "load rdma-core", reason: e.to_string() }
             }

@@ -358,6 +358,22 @@ pub struct ibv_port_attr {
     pub port_cap_flags2: u16,
 }
 
+/// `struct ibv_gid_entry` (what `ibv_query_gid_ex` fills).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_gid_entry {
+    /// `ibv_gid_entry.gid`.
+    pub gid: ibv_gid,
+    /// `ibv_gid_entry.gid_index`.
+    pub gid_index: u32,
+    /// `ibv_gid_entry.port_num`.
+    pub port_num: u32,
+    /// `ibv_gid_entry.gid_type` (`enum ibv_gid_type`: 0 IB, 1 RoCE v1, 2 RoCE v2).
+    pub gid_type: u32,
+    /// `ibv_gid_entry.ndev_ifindex`.
+    pub ndev_ifindex: u32,
+}
+
 /// `union ibv_gid` (16 bytes; 8-byte aligned because of its `__be64` view).
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -860,8 +876,25 @@ pub struct mlx5dv_obj_pair<I, O> {
     pub out: *mut O,
 }
 
+/// `struct ibv_ah` (opaque here: only passed back to rdma-core).
+#[repr(C)]
+#[derive(Debug)]
+pub struct ibv_ah {
+    _private: [u8; 0],
+}
+
+/// `struct mlx5dv_ah`: the address handle's 48-byte `struct mlx5_wqe_av`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct mlx5dv_ah {
+    /// `mlx5dv_ah.av` (a `struct mlx5_wqe_av *`: the datagram segment's bytes).
+    pub av: *mut u8,
+    /// `mlx5dv_ah.comp_mask`.
+    pub comp_mask: u64,
+}
+
 /// `struct mlx5dv_obj` (every member, so that its size matches; only the
-/// QP, CQ and SRQ pairs are ever filled).
+/// QP, CQ, SRQ and AH pairs are ever filled).
 #[repr(C)]
 #[derive(Debug)]
 pub struct mlx5dv_obj {
@@ -876,7 +909,7 @@ pub struct mlx5dv_obj {
     /// `mlx5dv_obj.dm`.
     pub dm: mlx5dv_obj_pair<c_void, c_void>,
     /// `mlx5dv_obj.ah`.
-    pub ah: mlx5dv_obj_pair<c_void, c_void>,
+    pub ah: mlx5dv_obj_pair<ibv_ah, mlx5dv_ah>,
     /// `mlx5dv_obj.pd`.
     pub pd: mlx5dv_obj_pair<c_void, c_void>,
 }
@@ -1116,6 +1149,8 @@ pub const MLX5DV_OBJ_QP: u64 = 1 << 0;
 pub const MLX5DV_OBJ_CQ: u64 = 1 << 1;
 /// `MLX5DV_OBJ_SRQ` (mlx5dv.h).
 pub const MLX5DV_OBJ_SRQ: u64 = 1 << 2;
+/// `MLX5DV_OBJ_AH` (mlx5dv.h).
+pub const MLX5DV_OBJ_AH: u64 = 1 << 5;
 
 // enum mlx5dv_srq_comp_mask
 /// `MLX5DV_SRQ_MASK_SRQN` (mlx5dv.h).
@@ -1146,6 +1181,20 @@ pub type QueryPortFn =
 /// `QueryGidFn`.
 pub type QueryGidFn =
     unsafe extern "C" fn(context: *mut ibv_context, port_num: u8, index: c_int, gid: *mut ibv_gid) -> c_int;
+/// The C signature of rdma-core's `_ibv_query_gid_ex` (behind the header's
+/// inline `ibv_query_gid_ex`; exported since rdma-core v32): returns the errno.
+pub type QueryGidExFn = unsafe extern "C" fn(
+    context: *mut ibv_context,
+    port_num: u32,
+    gid_index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int;
+/// The C signature of rdma-core's `ibv_create_ah`.
+pub type CreateAhFn = unsafe extern "C" fn(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah;
+/// The C signature of rdma-core's `ibv_destroy_ah`.
+pub type DestroyAhFn = unsafe extern "C" fn(ah: *mut ibv_ah) -> c_int;
 /// The C signature of rdma-core's `ibv_alloc_pd`.
 pub type AllocPdFn = unsafe extern "C" fn(context: *mut ibv_context) -> *mut ibv_pd;
 /// The C signature of rdma-core's `ibv_dealloc_pd`.

@@ -558,11 +558,33 @@ impl CtxInner {
         gid::port_dir(Path::new(SYSFS_IB), &self.info.name, port)
     }
 
+    /// GID `index` of `port`. Through `_ibv_query_gid_ex` when rdma-core has
+    /// it: its failure carries the errno (`ENODATA` for an empty entry reads
+    /// as the zero GID, as `ibv_query_gid` does). `ibv_query_gid` itself
+    /// returns -1 without setting errno: that failure is reported as such,
+    /// not as a stale or invented errno.
     fn query_gid(&self, port: u8, index: u8) -> Result<[u8; 16], HwError> {
+        if let Some(ex) = self.rdma.query_gid_ex {
+            let mut e = ibv_gid_entry::default();
+            // SAFETY: a live context and an out-struct of the size passed.
+            let r = unsafe {
+                ex(self.ctx, u32::from(port), u32::from(index), &mut e, 0, size_of::<ibv_gid_entry>())
+            };
+            return match r {
+                0 => Ok(e.gid.raw),
+                libc::ENODATA => Ok([0; 16]),
+                r => Err(HwError::Verbs { op: "ibv_query_gid_ex", errno: crate::error::errno_from_ret(r) }),
+            };
+        }
         let mut g = ibv_gid::default();
         // SAFETY: a live context and a 16-byte out-union.
-        check("ibv_query_gid", unsafe { (self.rdma.query_gid)(self.ctx, port, index as c_int, &mut g) })?;
-        Ok(g.raw)
+        match unsafe { (self.rdma.query_gid)(self.ctx, port, index as c_int, &mut g) } {
+            0 => Ok(g.raw),
+            _ => Err(HwError::NoErrno {
+                op: "ibv_query_gid",
+                reason: format!("port {port} GID index {index} could not be read (rdma-core gives no errno)"),
+            }),
+        }
     }
 
     /// The RoCE v2 GID index of `port` (cached, revalidated), or 0.
@@ -1003,6 +1025,43 @@ impl Backend for Hw {
 
     fn device_caps(ctx: &HwContext) -> DeviceCaps {
         ctx.inner.caps.clone()
+    }
+
+    fn create_av(
+        ctx: &HwContext,
+        pd: &HwPd,
+        port: u8,
+        remote: &mlx5_api::RemoteQpInfo,
+    ) -> Result<mlx5_api::AddressVector> {
+        let c = &ctx.inner;
+        let mut attr = masks::ah_attr(&c.local_path(port)?, remote)?;
+        // SAFETY: a live PD and an attribute struct that outlives the call.
+        let ah = non_null("ibv_create_ah", unsafe { (c.rdma.create_ah)(pd.pd, &mut attr) })?;
+        let mut out = mlx5dv_ah { av: ptr::null_mut(), comp_mask: 0 };
+        // SAFETY: integers and null pointers only.
+        let mut obj: mlx5dv_obj = unsafe { std::mem::zeroed() };
+        obj.ah = mlx5dv_obj_pair { r#in: ah, out: &mut out };
+        // SAFETY: a live AH and an out-struct that outlives the call.
+        let r = check("mlx5dv_init_obj(AH)", unsafe { (c.rdma.dv_init_obj)(&mut obj, MLX5DV_OBJ_AH) });
+        let av = r.and_then(|()| {
+            if out.av.is_null() {
+                return Err(HwError::Unsupported {
+                    op: "mlx5dv_init_obj(AH)",
+                    what: "no address vector".into(),
+                });
+            }
+            let mut bytes = [0u8; 48];
+            // SAFETY: `av` points at the AH's 48-byte `struct mlx5_wqe_av`, live until
+            // the AH is destroyed below.
+            unsafe { ptr::copy_nonoverlapping(out.av, bytes.as_mut_ptr(), 48) };
+            Ok(mlx5_api::AddressVector::from_bytes(bytes))
+        });
+        // The AV is copied into each WQE: the AH itself is not needed afterwards.
+        // SAFETY: the AH created above, destroyed once.
+        let d = check("ibv_destroy_ah", unsafe { (c.rdma.destroy_ah)(ah) });
+        let av = av?;
+        d?;
+        Ok(av)
     }
 
     fn alloc_pd(ctx: &HwContext) -> Result<HwPd> {

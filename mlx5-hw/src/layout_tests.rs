@@ -368,6 +368,10 @@ fn facts() -> Vec<Fact> {
     fields!(v, mlx5dv_srq, "struct mlx5dv_srq", buf, dbrec, stride, head, tail, comp_mask, srqn);
 
     size!(v, mlx5dv_obj, "struct mlx5dv_obj");
+    size!(v, mlx5dv_ah, "struct mlx5dv_ah");
+    fields!(v, mlx5dv_ah, "struct mlx5dv_ah", av, comp_mask);
+    size!(v, ibv_gid_entry, "struct ibv_gid_entry");
+    fields!(v, ibv_gid_entry, "struct ibv_gid_entry", gid, gid_index, port_num, gid_type, ndev_ifindex);
     fields!(
         v,
         mlx5dv_obj,
@@ -543,6 +547,7 @@ fn facts() -> Vec<Fact> {
         IBV_QP_INIT_ATTR_PD,
         IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
         IBV_QPF_GRH_REQUIRED,
+        MLX5DV_OBJ_AH,
         IBV_QP_EX_WITH_RDMA_WRITE,
         IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
         IBV_QP_EX_WITH_SEND,

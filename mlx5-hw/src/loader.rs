@@ -38,7 +38,12 @@ pub const VERBS_SYMBOLS: &[&str] = &[
     "ibv_ack_cq_events",
     "ibv_get_async_event",
     "ibv_ack_async_event",
+    "ibv_create_ah",
+    "ibv_destroy_ah",
 ];
+
+/// Symbols of `libibverbs.so.1` used when present (older rdma-core lacks them).
+pub const OPTIONAL_VERBS_SYMBOLS: &[&str] = &["_ibv_query_gid_ex"];
 
 /// Every symbol loaded from `libmlx5.so.1`, in load order.
 pub const MLX5_SYMBOLS: &[&str] = &[
@@ -80,6 +85,11 @@ pub struct Rdma {
     pub(crate) ack_cq_events: AckCqEventsFn,
     pub(crate) get_async_event: GetAsyncEventFn,
     pub(crate) ack_async_event: AckAsyncEventFn,
+    pub(crate) create_ah: CreateAhFn,
+    pub(crate) destroy_ah: DestroyAhFn,
+    /// `_ibv_query_gid_ex` (rdma-core v32+): reports the errno and the GID type,
+    /// where `ibv_query_gid` returns -1 without setting errno.
+    pub(crate) query_gid_ex: Option<QueryGidExFn>,
     verbs_file: String,
     mlx5_file: String,
     _verbs: Library,
@@ -147,6 +157,9 @@ impl Rdma {
             let ack_cq_events = sym(&verbs, v, "ibv_ack_cq_events")?;
             let get_async_event = sym(&verbs, v, "ibv_get_async_event")?;
             let ack_async_event = sym(&verbs, v, "ibv_ack_async_event")?;
+            let create_ah = sym(&verbs, v, "ibv_create_ah")?;
+            let destroy_ah = sym(&verbs, v, "ibv_destroy_ah")?;
+            let query_gid_ex = sym(&verbs, v, "_ibv_query_gid_ex").ok();
             let mlx5 = open(mlx5_file)?;
             let m = mlx5_file;
             Ok(Rdma {
@@ -178,6 +191,9 @@ impl Rdma {
                 ack_cq_events,
                 get_async_event,
                 ack_async_event,
+                create_ah,
+                destroy_ah,
+                query_gid_ex,
                 verbs_file: verbs_file.to_string(),
                 mlx5_file: mlx5_file.to_string(),
                 _verbs: verbs,
@@ -231,6 +247,14 @@ mod tests {
         match Rdma::load_from(LIBIBVERBS, bogus) {
             Err(HwError::LibraryNotFound { file, .. }) => assert_eq!(file, bogus),
             other => panic!("expected LibraryNotFound for libmlx5, got {other:?}"),
+        }
+    }
+
+    /// Debian's rdma-core (v44) exports `_ibv_query_gid_ex` (v32+): it is used.
+    #[test]
+    fn optional_query_gid_ex_is_found_on_current_rdma_core() {
+        if let Ok(r) = Rdma::load() {
+            assert!(r.query_gid_ex.is_some(), "rdma-core v32+ exports {}", OPTIONAL_VERBS_SYMBOLS[0]);
         }
     }
 

@@ -56,6 +56,30 @@ pub struct LocalPath {
     pub grh_required: bool,
 }
 
+/// The `ibv_ah_attr` of an address handle from `path` to `remote` (for
+/// `ibv_create_ah`): RoCE and GRH-required ports are global, to the peer's
+/// GID from the port's source GID index; plain InfiniBand is by LID.
+pub fn ah_attr(path: &LocalPath, remote: &mlx5_api::RemoteQpInfo) -> Result<ibv_ah_attr> {
+    let mut a = ibv_ah_attr { dlid: remote.lid, port_num: path.port, ..ibv_ah_attr::default() };
+    let global = path.link == LinkLayer::Ethernet || path.grh_required;
+    match (global, remote.gid) {
+        (true, Some(dgid)) => {
+            a.is_global = 1;
+            a.grh.dgid = ibv_gid { raw: dgid.0 };
+            a.grh.sgid_index = path.sgid_index;
+            a.grh.hop_limit = HOP_LIMIT;
+        }
+        (true, None) => {
+            return Err(invalid(format!(
+                "port {} addresses by GID (RoCE or GRH required): the peer QP 0x{:x} needs its GID",
+                path.port, remote.qpn
+            )))
+        }
+        (false, _) => {}
+    }
+    Ok(a)
+}
+
 /// The required mask bits (besides `IBV_QP_STATE`) of `kind` for `t`, as
 /// in the table above, from the states the front-end issues them in.
 pub fn mask_for(kind: QpKind, t: &QpTransition) -> c_int {
@@ -430,6 +454,22 @@ mod tests {
         assert_eq!(a.min_rnr_timer, 0, "MIN_RNR_TIMER is not allowed at DCI RTR");
         let (a, _) = ok(QpKind::Dci, IBV_QPS_INIT, &rtr(None), &IB);
         assert_eq!((a.ah_attr.is_global, a.ah_attr.dlid, a.ah_attr.port_num), (0, 9, 1));
+    }
+
+    #[test]
+    fn address_handles_are_global_where_the_port_needs_it() {
+        let gid = mlx5_api::Gid(ROCE_GID);
+        let roce_peer = RemoteQpInfo::roce(0x10, gid, [2, 0, 0, 0, 0, 9]);
+        let a = ah_attr(&ROCE, &roce_peer).unwrap();
+        assert_eq!((a.is_global, a.grh.sgid_index, a.grh.hop_limit, a.port_num), (1, 3, HOP_LIMIT, 1));
+        assert_eq!(a.grh.dgid.raw, ROCE_GID, "the kernel resolves the MAC from the GID");
+        let a = ah_attr(&IB, &RemoteQpInfo::ib(0x10, 7)).unwrap();
+        assert_eq!((a.is_global, a.dlid), (0, 7));
+        let vf = LocalPath { grh_required: true, ..IB };
+        assert!(ah_attr(&vf, &RemoteQpInfo::ib(0x10, 7)).is_err());
+        let a = ah_attr(&vf, &RemoteQpInfo { gid: Some(gid), ..RemoteQpInfo::ib(0x10, 7) }).unwrap();
+        assert_eq!((a.is_global, a.dlid), (1, 7));
+        assert!(ah_attr(&ROCE, &RemoteQpInfo::ib(0x10, 7)).is_err());
     }
 
     #[test]

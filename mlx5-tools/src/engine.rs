@@ -220,7 +220,9 @@ impl<B: Backend> End<B> {
             match q {
                 TestQp::Rc(q) => q.activate(&params(&self.port, Some(p.clone()))).map_err(e("connect"))?,
                 TestQp::Ud(_) | TestQp::Dc { .. } => {
-                    let av = AddressVector::to_peer(&self.port, p, 0).map_err(e("peer address"))?;
+                    // The device's own address handle: on RoCE the kernel resolves
+                    // the next hop's MAC (a router's across subnets).
+                    let av = self._pd.create_av(self.port.port_num, p).map_err(e("peer address"))?;
                     self.peers.push(Peer { av, qpn: p.qpn });
                 }
             }

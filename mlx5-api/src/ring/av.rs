@@ -47,8 +47,12 @@ pub struct RoceAv {
 
 impl RoceAv {
     /// A RoCE v2 destination with the usual defaults: sgid index 0, traffic
-    /// class 0, hop limit 64, priority 0, UDP source port 0xc000. On
-    /// hardware prefer [`RoceAv::from_port`].
+    /// class 0, hop limit 64, priority 0, UDP source port 0xc000.
+    ///
+    /// GID index 0 of an mlx5 port is usually its RoCE **v1** entry: on
+    /// hardware use `RoceAv::from_port` (the port's RoCE v2 index), or let
+    /// the device build the whole AV with `ProtectionDomain::create_av`
+    /// (which also resolves a router's MAC).
     pub fn new(dgid: Gid, dmac: [u8; 6]) -> Self {
         RoceAv {
             dgid,
