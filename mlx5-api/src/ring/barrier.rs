@@ -21,12 +21,19 @@ pub fn udma_to_device_barrier() {
 }
 
 /// `udma_from_device_barrier`: order the CQE `op_own` load before loads of
-/// the rest of the CQE. The `op_own` load is an Acquire load, which is this
-/// barrier on x86 (loads are not reordered with loads) and on arm64 (`ldar`);
-/// the compiler fence keeps the compiler from hoisting the field loads.
+/// the rest of the CQE, as seen against the device's DMA writes. x86: loads
+/// are not reordered with loads, a compiler barrier is enough; arm64: `dmb
+/// oshld`, as rdma-core (`util/udma_barrier.h`): an acquire load (`ldar`)
+/// orders against other CPUs' stores, the outer-shareable barrier also
+/// against the device's.
 #[inline(always)]
 pub fn udma_from_device_barrier() {
     compiler_fence(Ordering::Acquire);
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction; no memory is accessed.
+    unsafe {
+        core::arch::asm!("dmb oshld", options(nostack, preserves_flags));
+    }
 }
 
 /// `mmio_flush_writes`: drain write-combining buffers (barrier C, spec
