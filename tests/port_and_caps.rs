@@ -182,3 +182,55 @@ fn create_av_gives_the_peers_address() {
         );
     }
 }
+
+/// A port that goes down raises `PortError` and its peers get no answer
+/// (retries exceeded); it comes back with `PortActive`.
+#[test]
+fn port_down_and_up_are_async_events() {
+    let (fabric, mut n) = cluster(2, Addressing::Ib, ExecMode::Deterministic);
+    let nic1 = fabric.nics()[1].clone();
+    let a = n[0].ctx.create_rc_qp(&n[0].pd, &n[0].cq, &n[0].cq, &cfg()).unwrap();
+    let b = n[1].ctx.create_rc_qp(&n[1].pd, &n[1].cq, &n[1].cq, &cfg()).unwrap();
+    a.activate(&ConnectParams::to(b.local_info().unwrap())).unwrap();
+    b.activate(&ConnectParams::to(a.local_info().unwrap())).unwrap();
+    nic1.set_port_active(false);
+    assert_eq!(n[1].ctx.async_event().unwrap(), Some(mlx5::AsyncEvent::PortError { port: 1 }));
+    let (la, lk, rb, rk) = (n[0].mr.addr(), n[0].mr.lkey(), n[1].mr.addr(), n[1].mr.rkey());
+    a.wqe_builder(1)
+        .unwrap()
+        .ctrl_rdma_write(WqeFlags::SIGNALED)
+        .unwrap()
+        .rdma(rb, rk)
+        .unwrap()
+        .sge(Sge::new(la, 8, lk))
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert!(
+        matches!(n[0].drain()[0].0.status, Status::Error(e) if e.syndrome == Syndrome::TransportRetryExceeded)
+    );
+    nic1.set_port_active(true);
+    assert_eq!(n[1].ctx.async_event().unwrap(), Some(mlx5::AsyncEvent::PortActive { port: 1 }));
+    assert_eq!(n[1].ctx.async_event().unwrap(), None);
+}
+
+/// A fatal device error: `DeviceFatal` is an async event, outstanding work is
+/// flushed, and a waiter returns `Error::DeviceFatal` instead of sleeping until
+/// its deadline.
+#[test]
+fn device_fatal_ends_waits_with_a_typed_error() {
+    let (fabric, mut n) = cluster(2, Addressing::Ib, ExecMode::Deterministic);
+    let q = n[0].ctx.create_rc_qp(&n[0].pd, &n[0].cq, &n[0].cq, &cfg()).unwrap();
+    let peer = n[1].ctx.create_rc_qp(&n[1].pd, &n[1].cq, &n[1].cq, &cfg()).unwrap();
+    q.activate(&ConnectParams::to(peer.local_info().unwrap())).unwrap();
+    q.post_recv(5, &[Sge::new(n[0].mr.addr(), 64, n[0].mr.lkey())]).unwrap();
+    fabric.nics()[0].inject_fatal();
+    assert_eq!(n[0].ctx.async_event().unwrap(), Some(mlx5::AsyncEvent::DeviceFatal));
+    let flushed = n[0].drain();
+    assert_eq!(flushed.len(), 1);
+    assert!(matches!(flushed[0].0.status, Status::Error(e) if e.syndrome == Syndrome::WrFlush));
+    let t0 = std::time::Instant::now();
+    let r = n[0].cq.wait(16, Some(std::time::Duration::from_secs(10)));
+    assert_eq!(r.err(), Some(Error::DeviceFatal));
+    assert!(t0.elapsed() < std::time::Duration::from_secs(5), "did not sleep to the deadline");
+}

@@ -271,6 +271,11 @@ pub trait Backend: Sized + 'static {
     fn cq_in_error(_cq: &Self::Cq) -> bool {
         false
     }
+    /// Whether the CQ's device reported a fatal error (`IBV_EVENT_DEVICE_FATAL`).
+    /// Called by waiters when idle, never on the poll path.
+    fn device_fatal(_cq: &Self::Cq) -> bool {
+        false
+    }
     /// A descriptor that becomes readable when an async event is pending
     /// for the CQ's device (waiters sleep on it too), if the backend has one.
     fn cq_async_fd(_cq: &Self::Cq) -> Option<std::os::fd::RawFd> {

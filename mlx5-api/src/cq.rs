@@ -273,6 +273,9 @@ impl<B: Backend, T> CqShared<B, T> {
         if B::cq_in_error(&self.raw) {
             return Err(Error::CqOverrun { cqn: self.desc.cqn });
         }
+        if B::device_fatal(&self.raw) {
+            return Err(Error::DeviceFatal);
+        }
         Ok(())
     }
 

@@ -129,6 +129,11 @@ pub enum Error {
     /// A wait ran out of time.
     #[error("timed out")]
     Timeout,
+    /// The device reported a fatal error (`IBV_EVENT_DEVICE_FATAL`): nothing
+    /// on it works any more (outstanding work completes with flush errors);
+    /// close its objects and the context.
+    #[error("the device reported a fatal error")]
+    DeviceFatal,
     /// An errno-carrying verbs failure (hardware backend).
     #[error("{op} failed: errno {errno} ({msg})")]
     Verbs {

@@ -308,6 +308,9 @@ impl Backend for Sim {
     fn cq_in_error(cq: &SimCq) -> bool {
         cq.nic.cq_error(cq.cqn).unwrap_or(false)
     }
+    fn device_fatal(cq: &SimCq) -> bool {
+        cq.nic.is_fatal()
+    }
     fn cq_needs_progress(cq: &SimCq) -> bool {
         cq.mode == ExecMode::Deterministic
     }
@@ -325,6 +328,9 @@ impl Backend for Sim {
         Ok(ctx.nic.take_async_event().map(|e| match e {
             model::AsyncEvent::CqOverrun { cqn } => crate::AsyncEvent::CqError { cqn },
             model::AsyncEvent::QpFatal { qpn } => crate::AsyncEvent::QpFatal { qpn },
+            model::AsyncEvent::PortError => crate::AsyncEvent::PortError { port: 1 },
+            model::AsyncEvent::PortActive => crate::AsyncEvent::PortActive { port: 1 },
+            model::AsyncEvent::DeviceFatal => crate::AsyncEvent::DeviceFatal,
         }))
     }
     fn channel_progress(ch: &SimChannel) -> bool {

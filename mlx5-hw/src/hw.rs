@@ -278,6 +278,8 @@ pub(crate) struct CtxInner {
     async_pending: std::cell::RefCell<std::collections::VecDeque<mlx5_api::AsyncEvent>>,
     /// CQs the device reported in error (`IBV_EVENT_CQ_ERR`).
     cq_errors: std::cell::RefCell<Vec<u32>>,
+    /// `IBV_EVENT_DEVICE_FATAL` was read.
+    fatal: std::cell::Cell<bool>,
 }
 
 impl std::fmt::Debug for CtxInner {
@@ -478,6 +480,7 @@ impl CtxInner {
             sgid_cache: Default::default(),
             async_pending: Default::default(),
             cq_errors: Default::default(),
+            fatal: Default::default(),
         };
         // From here on, an error closes the context (CtxInner's drop).
         // SAFETY: all-integer C struct: zero is a valid value.
@@ -540,6 +543,9 @@ impl CtxInner {
             // SAFETY: an event returned by ibv_get_async_event, acked once.
             unsafe { (self.rdma.ack_async_event)(&mut ev) };
             let event = to_event(ev.event_type, num);
+            if event == mlx5_api::AsyncEvent::DeviceFatal {
+                self.fatal.set(true);
+            }
             if let mlx5_api::AsyncEvent::CqError { cqn } = event {
                 let mut errs = self.cq_errors.borrow_mut();
                 if !errs.contains(&cqn) {
@@ -1129,6 +1135,10 @@ impl Backend for Hw {
         // the CQ is only in error when the device said so.
         let _ = cq.ctx.drain_async();
         cq.ctx.cq_errors.borrow().contains(&*cq._cqn)
+    }
+    fn device_fatal(cq: &HwCq) -> bool {
+        let _ = cq.ctx.drain_async();
+        cq.ctx.fatal.get()
     }
     fn cq_async_fd(cq: &HwCq) -> Option<std::os::fd::RawFd> {
         // SAFETY: a live context (prefix layout-tested).

@@ -90,6 +90,10 @@ pub(crate) struct Host {
     pub next_context: u32,
     pub stats: NicStats,
     pub events: Vec<AsyncEvent>,
+    /// The port is down: this host sends and receives nothing.
+    pub port_down: bool,
+    /// The device failed (`IBV_EVENT_DEVICE_FATAL`).
+    pub fatal: bool,
     pub next_pdn: u32,
     pub next_key: u32,
     pub next_cqn: u32,
@@ -156,6 +160,8 @@ impl Host {
             next_context: 1,
             stats: NicStats::default(),
             events: Vec::new(),
+            port_down: false,
+            fatal: false,
             next_pdn: base << 8,
             next_key: base << 16,
             next_cqn: base << 8,
@@ -230,7 +236,12 @@ impl Host {
         }
     }
 
-    fn push_event(&mut self, e: AsyncEvent) {
+    /// Whether packets can leave or reach this host (port up, device alive).
+    pub(crate) fn reachable(&self) -> bool {
+        !self.port_down && !self.fatal
+    }
+
+    pub(crate) fn push_event(&mut self, e: AsyncEvent) {
         if self.events.len() < MAX_EVENTS {
             self.events.push(e);
         }
@@ -503,8 +514,12 @@ fn resolve(
     dmac: Option<[u8; 6]>,
 ) -> Option<usize> {
     let ll = st.hosts[h].cfg.link_layer;
+    if !st.hosts[h].reachable() {
+        return None;
+    }
     st.hosts.iter().position(|o| {
         o.cfg.link_layer == ll
+            && o.reachable()
             && match ll {
                 LinkLayer::InfiniBand => o.cfg.lid == dlid && dlid != 0,
                 LinkLayer::Ethernet => Some(o.cfg.gid) == dgid && dmac.is_none_or(|m| m == o.cfg.mac),
@@ -517,8 +532,12 @@ fn resolve(
 fn resolve_av(st: &FabricState, h: usize, av: &DatagramSeg<&[u8]>) -> Option<usize> {
     let ll = st.hosts[h].cfg.link_layer;
     let (rlid, rgid, rmac, grh) = (av.rlid(), av.rgid(), av.rmac(), av.grh());
+    if !st.hosts[h].reachable() {
+        return None;
+    }
     st.hosts.iter().position(|o| {
         o.cfg.link_layer == ll
+            && o.reachable()
             && match ll {
                 LinkLayer::InfiniBand => rlid != 0 && o.cfg.lid == rlid && (!grh || o.cfg.gid == rgid),
                 LinkLayer::Ethernet => o.cfg.gid == rgid && o.cfg.mac == rmac,

@@ -870,6 +870,43 @@ impl Nic {
         self.state().hosts[self.host].stats
     }
 
+    /// Take the port down (`false`) or bring it back (`true`), raising
+    /// `PortError` / `PortActive`. While it is down this host sends and receives
+    /// nothing: RC and DC requests to or from it go unanswered (retries exceeded),
+    /// UD datagrams are dropped.
+    pub fn set_port_active(&self, active: bool) {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        if host.port_down == !active {
+            return;
+        }
+        host.port_down = !active;
+        host.push_event(if active { AsyncEvent::PortActive } else { AsyncEvent::PortError });
+    }
+
+    /// The device fails (`IBV_EVENT_DEVICE_FATAL`): every QP moves to ERR and its
+    /// outstanding work completes with flush errors (as rdma-core's mlx5 provider
+    /// reports in fatal state), and the host is unreachable from now on.
+    pub fn inject_fatal(&self) {
+        let mut st = self.state();
+        let h = self.host;
+        if st.hosts[h].fatal {
+            return;
+        }
+        st.hosts[h].fatal = true;
+        st.hosts[h].push_event(AsyncEvent::DeviceFatal);
+        let mut qpns: Vec<u32> = st.hosts[h].qps.keys().copied().collect();
+        qpns.sort_unstable();
+        for qpn in qpns {
+            engine::enter_err(&mut st, h, qpn);
+        }
+    }
+
+    /// Whether the device failed ([`Nic::inject_fatal`]).
+    pub fn is_fatal(&self) -> bool {
+        self.state().hosts[self.host].fatal
+    }
+
     /// Drains the async event queue.
     pub fn take_async_events(&self) -> Vec<AsyncEvent> {
         std::mem::take(&mut self.state().hosts[self.host].events)

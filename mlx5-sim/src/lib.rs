@@ -495,6 +495,14 @@ pub enum AsyncEvent {
         /// QP number.
         qpn: u32,
     },
+    /// The port went down ([`Nic::set_port_active`]`(false)`): nothing is sent or
+    /// received until it comes back.
+    PortError,
+    /// The port came (back) up.
+    PortActive,
+    /// The device failed ([`Nic::inject_fatal`]): every QP is in ERR and its work
+    /// flushed; nothing works any more.
+    DeviceFatal,
 }
 
 /// Counters of one NIC.

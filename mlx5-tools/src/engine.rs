@@ -400,6 +400,25 @@ impl<B: Backend> End<B> {
         }
     }
 
+    /// The device's asynchronous events since the last look: a port that went
+    /// down, a fatal device error or an object in error end the run with that
+    /// reason instead of a wait until the deadline.
+    pub fn alive(&self) -> RunResult<()> {
+        use mlx5_api::AsyncEvent as A;
+        while let Some(ev) = self.ctx.async_event().map_err(e("async event"))? {
+            match ev {
+                A::PortError { port } => return Err(format!("port {port} went down")),
+                A::DeviceFatal => return Err("the device reported a fatal error".into()),
+                A::CqError { cqn } => return Err(format!("CQ 0x{cqn:x} is in error (overrun)")),
+                A::QpFatal { qpn } | A::QpRequestError { qpn } | A::QpAccessError { qpn } => {
+                    return Err(format!("QP 0x{qpn:x} failed ({ev:?})"))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Ring QP `qp`'s doorbell for WQEs posted in a batch.
     pub fn ring(&self, qp: usize) {
         self.qps[qp].ring();
@@ -427,8 +446,16 @@ impl<B: Backend> End<B> {
 /// How long a wait may take before the run is declared hung.
 const HANG: Duration = Duration::from_secs(20);
 
-fn deadline_check(t0: Instant, what: &str) -> RunResult<()> {
-    if t0.elapsed() > HANG {
+/// A wait that made no progress: give up after [`HANG`], or at once when
+/// the device said why (port down, fatal error, a CQ or QP in error).
+pub fn deadline_check<B: Backend>(me: &End<B>, t0: Instant, what: &str) -> RunResult<()> {
+    let waited = t0.elapsed();
+    // Async events are read only once a wait is slow (a syscall on hardware):
+    // the latency loops spin here.
+    if waited > Duration::from_millis(10) {
+        me.alive()?;
+    }
+    if waited > HANG {
         return Err(format!("no progress for {} s while {what}", HANG.as_secs()));
     }
     Ok(())
@@ -507,7 +534,7 @@ pub fn step<B: Backend>(
         let mut done = false;
         while !done {
             me.poll(|entry, recv| done |= !recv && entry == i)?;
-            deadline_check(t0, "waiting for a completion")?;
+            deadline_check(me, t0, "waiting for a completion")?;
         }
     }
     Ok(())
@@ -520,14 +547,14 @@ pub fn wait_arrival<B: Backend>(c: &Config, size: u64, i: u64, me: &mut End<B>) 
         Verb::Write => {
             while me.landed(c, size) != mark_of(i) {
                 me.poll(|_, _| {})?;
-                deadline_check(t0, "waiting for the peer's WRITE")?;
+                deadline_check(me, t0, "waiting for the peer's WRITE")?;
             }
         }
         Verb::Send => {
             let mut got = false;
             while !got {
                 me.poll(|_, recv| got |= recv)?;
-                deadline_check(t0, "waiting for the peer's SEND")?;
+                deadline_check(me, t0, "waiting for the peer's SEND")?;
             }
             me.post_recv(c, 0)?;
         }
@@ -615,9 +642,7 @@ pub fn bw_stream<B: Backend>(
         if count.iter().all(|&n| n >= per_qp) && pending.iter().all(VecDeque::is_empty) {
             break;
         }
-        if idle.elapsed() > HANG {
-            return Err(format!("no completion for {} s", HANG.as_secs()));
-        }
+        deadline_check(a, idle, "waiting for completions")?;
     }
     Ok((posted, completed))
 }

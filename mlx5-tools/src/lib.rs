@@ -300,7 +300,9 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
                 if c.verb == Verb::Send {
                     let mut got = 0u64;
                     let want = c.iters * u64::from(c.qps);
+                    let mut t0 = std::time::Instant::now();
                     while got < want {
+                        engine::deadline_check(&me, t0, "waiting for the client's SENDs")?;
                         let qps_done = me.take_receives()?;
                         let k = qps_done.len() as u64;
                         for (j, q) in qps_done.into_iter().enumerate() {
@@ -308,6 +310,9 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
                             if got + (j as u64) + u64::from(c.rx_depth) < want {
                                 me.post_recv(c, q)?;
                             }
+                        }
+                        if k > 0 {
+                            t0 = std::time::Instant::now();
                         }
                         got += k;
                     }
@@ -368,5 +373,20 @@ mod tests {
             let server = server.join().unwrap();
             assert_eq!((client, server), (Ok(()), Ok(())), "{verb:?} {test:?} {conn}");
         }
+    }
+
+    /// A server whose port goes down stops with that reason, not after the
+    /// 20-second deadline.
+    #[test]
+    fn a_port_going_down_ends_the_wait_with_its_reason() {
+        let fabric = sim_fabric_in(mlx5_sim::ExecMode::Deterministic);
+        let devs = mlx5_api::sim::devices(&fabric);
+        let c = Config::new(Verb::Send, Test::Lat, Opts::try_parse_from(["t"]).unwrap()).unwrap();
+        let mut me = End::new(&devs[0], &c).unwrap();
+        fabric.nics()[0].set_port_active(false);
+        let t0 = std::time::Instant::now();
+        let e = engine::wait_arrival(&c, 2, 0, &mut me).unwrap_err();
+        assert!(e.contains("port 1 went down"), "{e}");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5));
     }
 }
