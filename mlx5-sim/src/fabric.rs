@@ -877,7 +877,7 @@ impl Nic {
     pub fn set_port_active(&self, active: bool) {
         let mut st = self.state();
         let host = &mut st.hosts[self.host];
-        if host.port_down == !active {
+        if host.port_down != active {
             return;
         }
         host.port_down = !active;
