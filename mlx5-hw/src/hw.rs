@@ -939,6 +939,17 @@ pub fn qp_init_attrs(attr: &QpCreate) -> Result<(ibv_qp_init_attr_ex, mlx5dv_qp_
     Ok((ex, dv))
 }
 
+/// A DCI / DCT the device refuses with `EOPNOTSUPP` has no DC (a part not
+/// yet in [`crate::dc_parts::NO_DC_PARTS`]): the same typed error as there.
+fn dc_unsupported(kind: QpKind, e: HwError) -> Error {
+    match (kind, &e) {
+        (QpKind::Dci | QpKind::Dct, HwError::Verbs { errno, .. }) if *errno == libc::EOPNOTSUPP => {
+            Error::Unsupported("DC: the device refused a DC QP (EOPNOTSUPP)".into())
+        }
+        _ => e.into(),
+    }
+}
+
 /// The `send_ops_flags` of a QP kind: what the WQE builder can post on it.
 pub fn send_ops(kind: QpKind) -> Option<u64> {
     const RDMA_AND_ATOMICS: u64 = IBV_QP_EX_WITH_SEND
@@ -1252,7 +1263,7 @@ impl Backend for Hw {
         let raw = unsafe { (c.rdma.dv_create_qp)(c.ctx, &mut ex, &mut dv) };
         let qp = HwQp {
             ctx: c.clone(),
-            qp: non_null("mlx5dv_create_qp", raw)?,
+            qp: non_null("mlx5dv_create_qp", raw).map_err(|e| dc_unsupported(attr.kind, e))?,
             kind: attr.kind,
             port: Cell::new(0),
         };

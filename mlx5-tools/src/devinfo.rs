@@ -108,6 +108,7 @@ fn caps_lines(c: &DeviceCaps) -> Vec<(String, String)> {
         ("max_cqe".into(), c.max_cqe.to_string()),
         ("max_qp_rd_atom".into(), c.max_rd_atomic.to_string()),
         ("max_sq_desc_sz".into(), c.max_wqe_sz_sq.to_string()),
+        ("DC (DCI/DCT)".into(), if c.dc { "supported" } else { "not supported" }.into()),
     ]
 }
 
@@ -133,7 +134,11 @@ pub fn sim_view<B: Backend>(name: &str, ctx: &Context<B>) -> Result<DevView, Str
             link_layer: Some(p.link_layer),
             gids: vec![(p.sgid_index, p.gid, "")],
         }],
-        verbose: caps_lines(ctx.caps()),
+        verbose: {
+            let mut v = caps_lines(ctx.caps());
+            v.push(("port 1 GRH required".into(), if p.grh_required { "yes" } else { "no" }.into()));
+            v
+        },
     })
 }
 
@@ -163,6 +168,12 @@ pub fn hw_view(ctx: &Context<Hw>) -> DevView {
     }
     let m = &i.mlx5;
     let mut verbose = caps_lines(ctx.caps());
+    for port in 1..=i.phys_port_cnt {
+        if let Ok(p) = hw.port_details(port) {
+            let g = if p.grh_required { "yes" } else { "no" };
+            verbose.push((format!("port {port} GRH required"), g.into()));
+        }
+    }
     verbose.push(("max_qp".into(), i.max_qp.to_string()));
     verbose.push(("max_srq_wr".into(), i.max_srq_wr.to_string()));
     verbose.push(("mlx5dv version".into(), format!("{} (flags 0x{:x})", m.version, m.flags)));
