@@ -446,7 +446,7 @@ impl<B: Backend> End<B> {
 /// How long a wait may take before the run is declared hung.
 const HANG: Duration = Duration::from_secs(20);
 
-/// A wait that made no progress: give up after [`HANG`], or at once when
+/// A wait that made no progress: give up after 20 s, or at once when
 /// the device said why (port down, fatal error, a CQ or QP in error).
 pub fn deadline_check<B: Backend>(me: &End<B>, t0: Instant, what: &str) -> RunResult<()> {
     let waited = t0.elapsed();
