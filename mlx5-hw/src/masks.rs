@@ -457,6 +457,23 @@ mod tests {
     }
 
     #[test]
+    fn grh_required_ports_make_dc_paths_global_and_refuse_lid_only_rc_peers() {
+        let vf = LocalPath { grh_required: true, sgid: [7; 16], ..IB };
+        for kind in [QpKind::Dci, QpKind::Dct] {
+            let (a, _) = ok(kind, IBV_QPS_INIT, &rtr(None), &vf);
+            assert_eq!((a.ah_attr.is_global, a.ah_attr.grh.dgid.raw), (1, [7; 16]), "{kind:?}");
+        }
+        let lid_only = QpTransition::Rtr {
+            remote: Some(RemoteQpInfo::ib(0x10, 7)),
+            path_mtu: 1024,
+            min_rnr_timer: 12,
+            max_dest_rd_atomic: 16,
+        };
+        assert!(modify_attr(QpKind::Rc, IBV_QPS_INIT, &lid_only, &vf).is_err());
+        assert!(modify_attr(QpKind::Rc, IBV_QPS_INIT, &lid_only, &IB).is_ok());
+    }
+
+    #[test]
     fn address_handles_are_global_where_the_port_needs_it() {
         let gid = mlx5_api::Gid(ROCE_GID);
         let roce_peer = RemoteQpInfo::roce(0x10, gid, [2, 0, 0, 0, 0, 9]);
