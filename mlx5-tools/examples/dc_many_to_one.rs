@@ -12,9 +12,7 @@ use std::time::Instant;
 use clap::Parser;
 
 use mlx5_api::sim::{devices, FabricConfig, HostConfig};
-use mlx5_api::{
-    AccessFlags, AddressVector, ConnectParams, LinkLayer, QpConfig, RoceAv, Sge, Status, WqeFlags,
-};
+use mlx5_api::{AccessFlags, ConnectParams, QpConfig, Sge, Status, WqeFlags};
 use mlx5_sim::{ExecMode, Fabric};
 
 /// N DC initiators on several simulated hosts writing to one DC target.
@@ -75,11 +73,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dct = target.create_dct(&pds[0], &tcq, &srq, &QpConfig { dc_key: KEY, ..QpConfig::default() })?;
     dct.activate(&ConnectParams::default())?;
     let dctn = dct.dct_number()?;
-    let port = target.query_port(1)?;
-    let av = match port.link_layer {
-        LinkLayer::InfiniBand => AddressVector::ib(port.lid, 0),
-        LinkLayer::Ethernet => AddressVector::roce_v2(&RoceAv::new(port.gid, port.mac)),
-    };
+    // What a client needs to address the target (DCT number and port address):
+    // each client host builds its AV from it, as the device resolves it.
+    let target_info = dct.local_info()?;
     for e in 0..srq.capacity() {
         srq.post_recv(e as u64, &[Sge { addr: zone.addr(), len: 0, lkey: zone.lkey() }])?;
     }
@@ -99,7 +95,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let cq = ctxs[host].create_cq(512, |_, _: u64| {})?;
             let dci = ctxs[host].create_dci(&pds[host], &cq, &cfg)?;
             dci.activate(&ConnectParams::default())?;
-            Ok((host, cq, dci))
+            let av = pds[host].create_av(1, &target_info)?;
+            Ok((av, cq, dci))
         })
         .collect::<Result<Vec<_>, mlx5_api::Error>>()?;
 
@@ -112,13 +109,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut got = 0u64;
     let t0 = Instant::now();
     while got < total {
-        for (c, (_, cq, dci)) in clients.iter_mut().enumerate() {
+        for (c, (av, cq, dci)) in clients.iter_mut().enumerate() {
             // Keep up to 64 WRITEs in flight per client.
             while posted[c] < u32::from(a.messages) && posted[c] - completed[c] < 64 {
                 let seq = posted[c];
                 dci.wqe_builder(seq as u64)?
                     .ctrl_rdma_write_imm(WqeFlags::SIGNALED, (c as u32) << 16 | seq)?
-                    .av(KEY, dctn, &av)?
+                    .av(KEY, dctn, av)?
                     .rdma(zone.addr() + (c * SLOT) as u64, zone.rkey())?
                     .inline(&payload)?
                     .finish()?;
@@ -158,7 +155,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         " {:>6} {:>6} {:>10} {:>10} {:>12} {:>14}",
         "client", "host", "DCI QPN", "messages", "bytes", "msg/s"
     );
-    for (c, (host, _, dci)) in clients.iter().enumerate() {
+    for (c, (_, _, dci)) in clients.iter().enumerate() {
+        let host = 1 + c % hosts_n;
         println!(
             " {:>6} {:>6} {:>10} {:>10} {:>12} {:>14.0}",
             c,
