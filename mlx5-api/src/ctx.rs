@@ -14,6 +14,8 @@ use crate::types::DeviceCaps;
 #[doc(hidden)]
 pub struct CtxInner<B: Backend> {
     pub(crate) raw: B::Context,
+    /// A number unique among the contexts of this process (errors name it).
+    pub(crate) id: u64,
     pub(crate) caps: DeviceCaps,
     next_uidx: Cell<u32>,
     /// The registers QPs of this context use, by address.
@@ -28,7 +30,9 @@ impl<B: Backend> std::fmt::Debug for CtxInner<B> {
 
 impl<B: Backend> CtxInner<B> {
     pub(crate) fn new(raw: B::Context, caps: DeviceCaps) -> Self {
-        CtxInner { raw, caps, next_uidx: Cell::new(1), regs: RefCell::new(Vec::new()) }
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        CtxInner { raw, id, caps, next_uidx: Cell::new(1), regs: RefCell::new(Vec::new()) }
     }
 
     /// The next CQE-version-1 user index (24 bits).

@@ -70,6 +70,11 @@ impl<B: Backend> Context<B> {
     pub fn caps(&self) -> &DeviceCaps {
         &self.inner.caps
     }
+    /// A number unique among the contexts opened by this process: what
+    /// [`Error::ForeignObject`] names.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
     /// A port's addressing, link layer and MTU.
     pub fn query_port(&self, port: u8) -> Result<PortInfo> {
         B::query_port(&self.inner.raw, port)
@@ -104,8 +109,12 @@ impl<B: Backend> Context<B> {
         }
         let channel = config.channel.map(|c| c.inner.clone());
         if let Some(ch) = &channel {
-            if !Rc::ptr_eq(ch.ctx(), &self.inner) {
-                return Err(Error::InvalidArgument("completion channel belongs to another context".into()));
+            if ch.ctx().id != self.inner.id {
+                return Err(Error::ForeignObject {
+                    what: "completion channel",
+                    owner: ch.ctx().id,
+                    used_with: self.inner.id,
+                });
             }
         }
         let (raw, res) =
@@ -232,6 +241,13 @@ impl<B: Backend> Context<B> {
         max_wr: u32,
         max_sge: u32,
     ) -> Result<SharedReceiveQueue<B, T>> {
+        if pd.inner.ctx.id != self.inner.id {
+            return Err(Error::ForeignObject {
+                what: "PD",
+                owner: pd.inner.ctx.id,
+                used_with: self.inner.id,
+            });
+        }
         let (wqe_cnt, stride) = srq_geometry(max_wr, max_sge, &self.inner.caps)?;
         let attr = SrqCreate { wqe_cnt, stride, max_sge, user_index: self.inner.next_user_index() };
         let (raw, res) = B::create_srq(&self.inner.raw, &pd.inner.raw, &attr)?;
@@ -249,8 +265,19 @@ impl<B: Backend> Context<B> {
         srq: Option<&Rc<SrqShared<B, T>>>,
         config: &QpConfig,
     ) -> Result<Rc<QpShared<B, T>>> {
-        if !Rc::ptr_eq(&pd.inner.ctx, &self.inner) {
-            return Err(Error::InvalidArgument("PD belongs to another context".into()));
+        let me = self.inner.id;
+        let foreign = |what, owner| Error::ForeignObject { what, owner, used_with: me };
+        if pd.inner.ctx.id != me {
+            return Err(foreign("PD", pd.inner.ctx.id));
+        }
+        if let Some(c) = send_cq.filter(|c| c._ctx.id != me) {
+            return Err(foreign("send CQ", c._ctx.id));
+        }
+        if recv_cq._ctx.id != me {
+            return Err(foreign("receive CQ", recv_cq._ctx.id));
+        }
+        if let Some(s) = srq.filter(|s| s.ctx_id() != me) {
+            return Err(foreign("SRQ", s.ctx_id()));
         }
         if matches!(kind, QpKind::Dci | QpKind::Dct) && !self.inner.caps.dc {
             return Err(Error::Unsupported(

@@ -101,6 +101,17 @@ pub enum Error {
         /// Why it failed.
         reason: String,
     },
+    /// An object of one context used with another (each `open()` is its own
+    /// context; the kernel keeps objects per context and refuses the mix).
+    #[error("{what} belongs to context {owner}, not to context {used_with}")]
+    ForeignObject {
+        /// The object (`PD`, `send CQ`, `receive CQ`, `SRQ`, `completion channel`).
+        what: &'static str,
+        /// The context it was created on ([`Context::id`](crate::Context::id)).
+        owner: u64,
+        /// The context it was used with.
+        used_with: u64,
+    },
     /// A QP asked for more than the device can size (`what`: the
     /// capability; `max`: the most this QP type and device accept, computed
     /// the way rdma-core's mlx5 provider sizes send WQEs), refused before

@@ -24,6 +24,13 @@ pub struct SrqShared<B: Backend, T> {
     _pd: Rc<PdInner<B>>,
 }
 
+impl<B: Backend, T> SrqShared<B, T> {
+    /// The id of the context the SRQ was created on.
+    pub(crate) fn ctx_id(&self) -> u64 {
+        self._pd.ctx.id
+    }
+}
+
 impl<B: Backend, T> std::fmt::Debug for SrqShared<B, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SrqShared").finish_non_exhaustive()

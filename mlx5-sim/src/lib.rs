@@ -157,7 +157,8 @@ pub struct NicCaps {
     pub max_qp_wr: u32,
     /// Max SGEs per WQE.
     pub max_sge: u32,
-    /// Max CQ entries.
+    /// Max CQ entries, as `ibv_query_device` reports it: `(1 << log_max_cq_sz) - 1`
+    /// (rdma-core allocates `cqe + 1` rounded up to a power of two).
     pub max_cqe: u32,
     /// Max send WQE size in bytes (63 DS).
     pub max_wqe_sz_sq: u32,
@@ -176,7 +177,7 @@ impl Default for NicCaps {
         NicCaps {
             max_qp_wr: 32768,
             max_sge: 30,
-            max_cqe: 4_194_304,
+            max_cqe: 4_194_303,
             max_wqe_sz_sq: 1008,
             bf_size: 256,
             max_rd_atomic: 16,

@@ -1,0 +1,175 @@
+//! Edge cases an adversary tries on the control path: sizes at and beyond the
+//! device's limits, absurd capability requests over the whole `u32` / `usize`
+//! range (a typed error, or an object whose promised capabilities work — never
+//! a panic), and objects of one context used with another.
+
+mod common;
+use common::*;
+use mlx5::model::ExecMode;
+use mlx5::sim::two_hosts;
+use mlx5::sim::Sim;
+use mlx5::{AccessFlags, ConnectParams, Error, QpConfig, RcQp, Sge, Status, WqeFlags};
+use proptest::prelude::*;
+
+/// The device's own `max_cqe` is a CQ size it accepts (it was refused: the
+/// simulator reported 2^22 and rdma-core's `cqe + 1` rounding then exceeded it).
+#[test]
+fn a_cq_of_the_devices_max_cqe_is_created() {
+    let (_f, a, _b) = two_hosts(ExecMode::Deterministic);
+    let ctx = a.open().unwrap();
+    let max = ctx.caps().max_cqe;
+    assert_eq!(max, (1 << 22) - 1, "as ibv_query_device reports it on ConnectX");
+    assert!(ctx.create_cq(max, |_, _: u64| {}).is_ok());
+    assert!(matches!(ctx.create_cq(max + 1, |_, _: u64| {}), Err(Error::InvalidArgument(_))));
+}
+
+/// A QP of one context refuses the PD, CQs and SRQ of another context of the
+/// same device, naming both contexts.
+#[test]
+fn objects_of_another_context_are_refused_naming_both() {
+    let (_f, dev, _b) = two_hosts(ExecMode::Deterministic);
+    let (c1, c2) = (dev.open().unwrap(), dev.open().unwrap());
+    assert_ne!(c1.id(), c2.id());
+    let pd1 = c1.alloc_pd().unwrap();
+    let pd2 = c2.alloc_pd().unwrap();
+    let cq1 = c1.create_cq(16, |_, _: u64| {}).unwrap();
+    let cq2 = c2.create_cq(16, |_, _: u64| {}).unwrap();
+    let srq2 = c2.create_srq::<u64>(&pd2, 16, 1).unwrap();
+    let cfg = QpConfig::default();
+    let foreign = |what| Error::ForeignObject { what, owner: c2.id(), used_with: c1.id() };
+    assert_eq!(c1.create_rc_qp(&pd1, &cq2, &cq1, &cfg).err(), Some(foreign("send CQ")));
+    assert_eq!(c1.create_rc_qp(&pd1, &cq1, &cq2, &cfg).err(), Some(foreign("receive CQ")));
+    assert_eq!(c1.create_rc_qp(&pd2, &cq1, &cq1, &cfg).err(), Some(foreign("PD")));
+    assert_eq!(c1.create_rc_qp_with_srq(&pd1, &cq1, &cq1, &srq2, &cfg).err(), Some(foreign("SRQ")));
+    assert_eq!(c1.create_srq::<u64>(&pd2, 16, 1).err(), Some(foreign("PD")));
+    let e = c1.create_rc_qp(&pd1, &cq2, &cq1, &cfg).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("context {}", c2.id())) && e.contains(&format!("context {}", c1.id())),
+        "{e}"
+    );
+    assert!(c1.create_rc_qp(&pd1, &cq1, &cq1, &cfg).is_ok());
+}
+
+/// Small values and values from the whole `u32` range, half and half.
+fn size() -> impl Strategy<Value = u32> {
+    prop_oneof![0u32..70, 0u32..2000, any::<u32>()]
+}
+
+fn connected(cfg: &QpConfig) -> Result<(Pair, RcQp<Sim, u64>), Error> {
+    let p = pair();
+    let q = p.a.ctx.create_rc_qp(&p.a.pd, &p.a.cq, &p.a.cq, cfg)?;
+    let peer = p.b.ctx.create_rc_qp(&p.b.pd, &p.b.cq, &p.b.cq, &small_cfg()).unwrap();
+    q.activate(&ConnectParams::to(peer.local_info().unwrap()))?;
+    peer.activate(&ConnectParams::to(q.local_info().unwrap())).unwrap();
+    // The peer receives what the property sends.
+    for i in 0..2 {
+        peer.post_recv(i, &[Sge::new(p.b.mr.addr() + 0x8000 * i, 0x8000, p.b.mr.lkey())]).unwrap();
+    }
+    std::mem::forget(peer); // kept alive with the fabric for the test's duration
+    Ok((p, q))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Every QP capability over the whole `u32` range: creation is a typed error,
+    /// or the QP does what it promised: a SEND with `max_inline_data` inline bytes
+    /// and one with `max_send_sge` SGEs arrive intact, `max_send_wr` WQEs fit the
+    /// send queue, `max_recv_wr` receives fit the receive queue.
+    #[test]
+    fn qp_caps_are_honoured_or_refused(
+        send_wr in size(), recv_wr in size(), send_sge in size(), recv_sge in size(), inline in size(),
+    ) {
+        let cfg = QpConfig {
+            max_send_wr: send_wr,
+            max_recv_wr: recv_wr,
+            max_send_sge: send_sge,
+            max_recv_sge: recv_sge,
+            max_inline_data: inline,
+            ..QpConfig::default()
+        };
+        let (mut p, q) = match connected(&cfg) {
+            Ok(x) => x,
+            Err(Error::CapsExceeded { .. } | Error::InvalidArgument(_)) => return Ok(()),
+            Err(e) => return Err(TestCaseError::fail(format!("untyped refusal {e:?}"))),
+        };
+        fill(&p.a.mr, 0, 4096, 5);
+        let (la, lk) = (p.a.mr.addr(), p.a.mr.lkey());
+        let mut sent = Vec::new();
+        if inline > 0 {
+            let data = bytes(&p.a.mr, 0, inline.min(4096) as usize);
+            prop_assert!(inline <= 4096);
+            q.wqe_builder(1).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap().inline(&data).unwrap().finish().unwrap();
+            sent.push(data);
+        }
+        if send_sge > 0 {
+            let b = q.wqe_builder(2).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
+            let mut b = b;
+            for i in 0..send_sge as u64 {
+                b = b.sge(Sge::new(la + i, 1, lk)).unwrap();
+            }
+            b.finish().unwrap();
+            sent.push(bytes(&p.a.mr, 0, send_sge as usize));
+        }
+        let done = p.a.drain();
+        prop_assert_eq!(done.len(), sent.len());
+        prop_assert!(done.iter().all(|(c, _)| c.status == Status::Success), "{:?}", done);
+        for (i, d) in sent.iter().enumerate() {
+            prop_assert_eq!(&bytes(&p.b.mr, 0x8000 * i, d.len()), d, "message {} intact", i);
+        }
+        // The queues hold what they promised.
+        for e in 0..send_wr as u64 {
+            q.wqe_builder(100 + e).unwrap().ctrl_nop(WqeFlags::NONE).unwrap().finish_batch().unwrap();
+        }
+        for e in 0..recv_wr as u64 {
+            q.post_recv(e, &[Sge::new(la, 8, lk)]).unwrap();
+        }
+    }
+
+    /// CQ, SRQ and MR sizes over the whole range: a typed error or a working object.
+    #[test]
+    fn cq_srq_and_mr_sizes_are_honoured_or_refused(
+        cqe in prop_oneof![0u32..5000, any::<u32>()],
+        srq_wr in size(), srq_sge in size(),
+        mr_len in prop_oneof![0usize..100_000, any::<u32>().prop_map(|v| v as usize), any::<usize>()],
+    ) {
+        let (_f, dev, _b) = two_hosts(ExecMode::Deterministic);
+        let ctx = dev.open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        // Large valid CQs cost 64 bytes per entry: sizes above 2^16 are only checked for refusal.
+        if cqe <= 1 << 16 || cqe > ctx.caps().max_cqe {
+            match ctx.create_cq(cqe, |_, _: u64| {}) {
+                Ok(_) => prop_assert!(cqe >= 1 && cqe <= ctx.caps().max_cqe),
+                Err(Error::InvalidArgument(_)) => prop_assert!(cqe == 0 || cqe > ctx.caps().max_cqe),
+                Err(e) => return Err(TestCaseError::fail(format!("untyped CQ refusal {e:?}"))),
+            }
+        }
+        match ctx.create_srq::<u64>(&pd, srq_wr, srq_sge) {
+            Ok(srq) => {
+                prop_assert!(srq.capacity() >= srq_wr);
+                let mr = pd.alloc_mr(64, AccessFlags::ALL).unwrap();
+                let sges: Vec<Sge> = (0..srq_sge).map(|_| Sge::new(mr.addr(), 1, mr.lkey())).collect();
+                for e in 0..srq_wr as u64 {
+                    srq.post_recv(e, &sges).unwrap();
+                }
+            }
+            Err(Error::InvalidArgument(_) | Error::CapsExceeded { .. }) => {}
+            Err(e) => return Err(TestCaseError::fail(format!("untyped SRQ refusal {e:?}"))),
+        }
+        // Only lengths a machine could back are tried for real.
+        if mr_len <= 1 << 30 || mr_len > isize::MAX as usize {
+            match pd.alloc_mr(mr_len, AccessFlags::ALL) {
+                Ok(mr) => {
+                    if mr_len > 0 {
+                        mr.write(mr_len - 1, &[0xa5]).unwrap();
+                        let mut b = [0u8];
+                        mr.read(mr_len - 1, &mut b).unwrap();
+                        prop_assert_eq!(b[0], 0xa5);
+                        prop_assert!(mr.write(mr_len, &[1]).is_err(), "one past the end is refused");
+                    }
+                }
+                Err(_) => prop_assert!(mr_len == 0 || mr_len > 1 << 30),
+            }
+        }
+    }
+}
