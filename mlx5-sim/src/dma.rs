@@ -7,7 +7,7 @@
 //! checked region and a local buffer. Region checks and copies happen under the fabric
 //! lock, and `dereg_mr` takes the same lock, so a region stays registered while it is used.
 
-use std::collections::HashMap;
+use std::mem::MaybeUninit;
 
 use crate::access;
 
@@ -84,7 +84,7 @@ impl Region {
 /// The MRs of one host, keyed by lkey (the model uses the same value as rkey).
 #[derive(Debug, Default)]
 pub(crate) struct MrTable {
-    mrs: HashMap<u32, Mr>,
+    mrs: crate::idmap::IdMap<Mr>,
 }
 
 impl MrTable {
@@ -148,17 +148,18 @@ impl Src<'_> {
     }
 }
 
-/// A fixed-capacity list of checked regions (no heap allocation).
+/// A fixed-capacity list of checked regions (no heap allocation, and no
+/// initialisation of the unused capacity: building one per WQE is cheap).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Sgl {
-    regions: [Region; MAX_SGL],
+    regions: [MaybeUninit<Region>; MAX_SGL],
     n: usize,
     total: u64,
 }
 
 impl Sgl {
     pub(crate) const fn new() -> Sgl {
-        Sgl { regions: [Region::EMPTY; MAX_SGL], n: 0, total: 0 }
+        Sgl { regions: [const { MaybeUninit::uninit() }; MAX_SGL], n: 0, total: 0 }
     }
 
     /// Appends a region; false when full.
@@ -166,7 +167,7 @@ impl Sgl {
         if self.n == MAX_SGL {
             return false;
         }
-        self.regions[self.n] = r;
+        self.regions[self.n].write(r);
         self.n += 1;
         self.total += r.len;
         true
@@ -177,7 +178,9 @@ impl Sgl {
     }
 
     pub(crate) fn regions(&self) -> &[Region] {
-        &self.regions[..self.n]
+        // SAFETY: the first `n` entries were written by `push`; MaybeUninit<Region>
+        // has Region's layout.
+        unsafe { std::slice::from_raw_parts(self.regions.as_ptr().cast::<Region>(), self.n) }
     }
 
     /// The list without its first `n` bytes (sub-ranges of checked regions).
@@ -192,6 +195,35 @@ impl Sgl {
             n = 0;
         }
         out
+    }
+}
+
+/// A fixed-capacity list of data sources (as [`Sgl`]: no heap, no initialisation
+/// of the unused capacity).
+#[derive(Debug)]
+pub(crate) struct SrcList<'a> {
+    srcs: [MaybeUninit<Src<'a>>; MAX_SGL],
+    n: usize,
+}
+
+impl<'a> SrcList<'a> {
+    pub(crate) const fn new() -> Self {
+        SrcList { srcs: [const { MaybeUninit::uninit() }; MAX_SGL], n: 0 }
+    }
+
+    /// Appends a source; false when full.
+    pub(crate) fn push(&mut self, s: Src<'a>) -> bool {
+        if self.n == MAX_SGL {
+            return false;
+        }
+        self.srcs[self.n].write(s);
+        self.n += 1;
+        true
+    }
+
+    pub(crate) fn as_slice(&self) -> &[Src<'a>] {
+        // SAFETY: the first `n` entries were written by `push`.
+        unsafe { std::slice::from_raw_parts(self.srcs.as_ptr().cast::<Src<'a>>(), self.n) }
     }
 }
 
@@ -253,44 +285,55 @@ pub(crate) fn gather(src: &[Src<'_>], out: &mut [u8]) -> usize {
     at
 }
 
-/// Streams the concatenation of `src` into the concatenation of `dst` through a stack
-/// buffer, stopping when either runs out. Returns the number of bytes copied.
+/// Copies `n` bytes from offset `soff` of `src` to offset `doff` of `dst`, as
+/// `memmove` (the two may overlap: a WRITE between two ranges of one host's memory);
+/// false (nothing copied) if either range is out of its region.
+fn copy_region(src: &Region, soff: u64, dst: &Region, doff: u64, n: u64) -> bool {
+    let fits = |r: &Region, off: u64| off.checked_add(n).is_some_and(|end| end <= r.len);
+    if !fits(src, soff) || !fits(dst, doff) {
+        return false;
+    }
+    // SAFETY: both regions were checked against registered MRs, whose memory the user
+    // guaranteed valid until dereg_mr (reg_mr's contract; dereg takes the fabric lock
+    // we hold); `copy` allows the ranges to overlap.
+    unsafe {
+        std::ptr::copy(
+            (src.addr + soff) as usize as *const u8,
+            (dst.addr + doff) as usize as *mut u8,
+            n as usize,
+        )
+    };
+    true
+}
+
+/// Streams the concatenation of `src` into the concatenation of `dst`, piece by
+/// piece and without a bounce buffer, stopping when either runs out. Returns the
+/// number of bytes copied.
 pub(crate) fn stream(src: &[Src<'_>], dst: &[Region]) -> u64 {
-    let mut buf = [0u8; 4096];
     let (mut di, mut doff) = (0usize, 0u64);
     let mut copied = 0u64;
     for s in src {
         let slen = s.len();
         let mut soff = 0u64;
         while soff < slen {
-            let n = (slen - soff).min(buf.len() as u64) as usize;
-            let chunk = &mut buf[..n];
+            while di < dst.len() && doff == dst[di].len {
+                di += 1;
+                doff = 0;
+            }
+            let Some(d) = dst.get(di) else {
+                return copied;
+            };
+            let m = (slen - soff).min(d.len - doff);
             let ok = match s {
-                Src::Bytes(b) => {
-                    chunk.copy_from_slice(&b[soff as usize..soff as usize + n]);
-                    true
-                }
-                Src::Mem(r) => read(r, soff, chunk),
+                Src::Bytes(b) => write(d, doff, &b[soff as usize..(soff + m) as usize]),
+                Src::Mem(r) => copy_region(r, soff, d, doff, m),
             };
             if !ok {
                 return copied;
             }
-            let mut w = 0usize;
-            while w < n {
-                while di < dst.len() && doff == dst[di].len {
-                    di += 1;
-                    doff = 0;
-                }
-                let Some(d) = dst.get(di) else {
-                    return copied;
-                };
-                let m = ((d.len - doff) as usize).min(n - w);
-                write(d, doff, &chunk[w..w + m]);
-                w += m;
-                doff += m as u64;
-                copied += m as u64;
-            }
-            soff += n as u64;
+            soff += m;
+            doff += m;
+            copied += m;
         }
     }
     copied

@@ -2,10 +2,10 @@
 //! under the fabric lock), receive-queue consumption, RNR, error and flush semantics, and
 //! CQE generation (spec §5–§8).
 
-use std::collections::{HashMap, HashSet};
+use crate::idmap::{IdMap, IdSet};
 
 use crate::cq::Cq;
-use crate::dma::{self, MrTable, Region, Sgl, Src, MAX_SGL};
+use crate::dma::{self, MrTable, Region, Sgl, Src, SrcList, MAX_SGL};
 use crate::qp::{Qp, Shadow, MAX_RQ_STRIDE};
 use crate::srq::Srq;
 use crate::wire::{
@@ -74,19 +74,19 @@ pub(crate) struct UarCtx {
 #[derive(Debug)]
 pub(crate) struct Host {
     pub cfg: HostConfig,
-    pub pds: HashSet<u32>,
+    pub pds: IdSet,
     pub mrs: MrTable,
-    pub cqs: HashMap<u32, Cq>,
-    pub qps: HashMap<u32, Qp>,
-    pub srqs: HashMap<u32, Srq>,
+    pub cqs: IdMap<Cq>,
+    pub qps: IdMap<Qp>,
+    pub srqs: IdMap<Srq>,
     /// DCT number → QP handle of the DCT (only DCTs in RTR or later have a number).
-    pub dcts: HashMap<u32, u32>,
-    pub uars: HashMap<u32, Uar>,
+    pub dcts: IdMap<u32>,
+    pub uars: IdMap<Uar>,
     /// UAR pages (4 KiB, ordinary memory), never freed before the host.
     pub uar_pages: Vec<crate::mem::DevMem>,
     /// Registers of freed pages' slots ready for reuse.
     pub free_regs: Vec<u32>,
-    pub contexts: HashMap<u32, UarCtx>,
+    pub contexts: IdMap<UarCtx>,
     pub next_context: u32,
     pub stats: NicStats,
     pub events: Vec<AsyncEvent>,
@@ -102,7 +102,7 @@ pub(crate) struct Host {
     pub next_srqn: u32,
     pub next_dct: u32,
     /// Completion channels (`ibv_comp_channel`).
-    pub channels: HashMap<u32, Channel>,
+    pub channels: IdMap<Channel>,
     pub next_channel: u32,
     /// The page CQ doorbells (arm requests) are stored into at offset 0x20 in watch mode.
     pub cq_page: crate::mem::DevMem,
@@ -147,16 +147,16 @@ impl Host {
         let base = (idx as u32 % 0xff) + 1;
         Host {
             cfg,
-            pds: HashSet::new(),
+            pds: IdSet::default(),
             mrs: MrTable::default(),
-            cqs: HashMap::new(),
-            qps: HashMap::new(),
-            srqs: HashMap::new(),
-            dcts: HashMap::new(),
-            uars: HashMap::new(),
+            cqs: IdMap::default(),
+            qps: IdMap::default(),
+            srqs: IdMap::default(),
+            dcts: IdMap::default(),
+            uars: IdMap::default(),
             uar_pages: Vec::new(),
             free_regs: Vec::new(),
-            contexts: HashMap::new(),
+            contexts: IdMap::default(),
             next_context: 1,
             stats: NicStats::default(),
             events: Vec::new(),
@@ -171,7 +171,7 @@ impl Host {
             // DCT numbers come from their own range (bit 23 set), so a driver that puts the
             // DCT's QP handle into an address vector reaches nothing.
             next_dct: 0x80_0000 | (base << 12),
-            channels: HashMap::new(),
+            channels: IdMap::default(),
             next_channel: 1,
             cq_page: crate::mem::DevMem::new(4096, 4096).expect("a 4 KiB page"),
             scratch: Vec::new(),
@@ -260,6 +260,8 @@ pub(crate) struct FabricState {
     pub dirty: Vec<(usize, u32)>,
     /// The network: simulated time, link faults, capture.
     pub net: crate::net::Net,
+    /// Scratch for the WQE being executed ([`process_sq`]).
+    pub wqe_scratch: Option<Box<[u8; MAX_WQE_DS * DS_SIZE]>>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -717,8 +719,7 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
         op,
         opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL | opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM
     );
-    let mut srcs = [Src::Bytes(&[]); MAX_SGL];
-    let mut n_src = 0;
+    let mut srcs = SrcList::new();
     let mut sink = Sgl::new();
     let mut local_err = false;
     {
@@ -729,19 +730,14 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
             }
             match p {
                 Piece::Inline { off, len } => {
-                    if n_src < MAX_SGL {
-                        srcs[n_src] = Src::Bytes(&wqe[off..off + len]);
-                        n_src += 1;
-                    }
+                    // At most MAX_SGL pieces fit a WQE: never full here.
+                    let _ = srcs.push(Src::Bytes(&wqe[off..off + len]));
                 }
                 Piece::Sge { len: 0, .. } => {} // zero-length SGE: 0 bytes, not checked
                 Piece::Sge { len, lkey, addr } => {
                     let need = if gather { 0 } else { access::LOCAL_WRITE };
                     match mrs.check(lkey, addr, u64::from(len), need, pdn) {
-                        Ok(r) if gather && n_src < MAX_SGL => {
-                            srcs[n_src] = Src::Mem(r);
-                            n_src += 1;
-                        }
+                        Ok(r) if gather && srcs.push(Src::Mem(r)) => {}
                         Ok(r) if !gather && sink.push(r) => {}
                         _ => local_err = true,
                     }
@@ -752,7 +748,7 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
     if local_err {
         return fail(syndrome::LOCAL_PROT_ERR);
     }
-    let srcs = &srcs[..n_src];
+    let srcs = srcs.as_slice();
     let src_lid = st.hosts[h].cfg.lid;
 
     // 2. Destination.
@@ -891,10 +887,17 @@ pub(crate) fn respond(
     let rh = tgt.h;
     let nak = |synd| Outcome::Fail { synd, responder: tgt.err_on_nak.then_some((rh, tgt.qpn)) };
     let len = w.len;
-    let mut rbuf = [0u8; MAX_RQ_STRIDE as usize];
     let consumes =
         matches!(op, opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL | opcode::RDMA_WRITE_IMM);
-    let recv = if consumes { peek_recv(&st.hosts[rh], tgt.recv, &mut rbuf) } else { None };
+    // The receive WQE's copy, zeroed only when a receive is consumed (not per WRITE).
+    let mut rbuf_store: Option<[u8; MAX_RQ_STRIDE as usize]> = None;
+    let recv = if consumes {
+        let b = rbuf_store.insert([0u8; MAX_RQ_STRIDE as usize]);
+        peek_recv(&st.hosts[rh], tgt.recv, b)
+    } else {
+        None
+    };
+    let rbuf: &[u8] = rbuf_store.as_ref().map_or(&[], |b| &b[..]);
     let rmrs = &st.hosts[rh].mrs;
     // The CQE for a consumed receive WQE: source QPN only in flags_rqpn (g/SL/L3 bits 0
     // for RC and DC [unverified, spec §11.2]).
@@ -1286,8 +1289,21 @@ pub(crate) fn active_mtu(ll: LinkLayer) -> u32 {
 
 /// Executes WQEs of QP `qpn` from its hardware counter up to the producer in dbrec word 1.
 /// `retry`: retry the WQE the SQ is RNR-blocked at (one tick elapsed).
-pub(crate) fn process_sq(st: &mut FabricState, h: usize, qpn: u32, mut retry: bool) {
-    let mut buf = [0u8; MAX_WQE_DS * DS_SIZE];
+pub(crate) fn process_sq(st: &mut FabricState, h: usize, qpn: u32, retry: bool) {
+    // A WQE's copy: a buffer kept in the fabric state, not a fresh zeroed array per
+    // call (a nested call, if one ever happens, gets a new one).
+    let mut buf = st.wqe_scratch.take().unwrap_or_else(|| Box::new([0u8; MAX_WQE_DS * DS_SIZE]));
+    process_sq_in(st, h, qpn, retry, &mut buf);
+    st.wqe_scratch = Some(buf);
+}
+
+fn process_sq_in(
+    st: &mut FabricState,
+    h: usize,
+    qpn: u32,
+    mut retry: bool,
+    buf: &mut [u8; MAX_WQE_DS * DS_SIZE],
+) {
     loop {
         let Some(qp) = st.hosts[h].qps.get(&qpn) else {
             return;
@@ -1304,7 +1320,7 @@ pub(crate) fn process_sq(st: &mut FabricState, h: usize, qpn: u32, mut retry: bo
             return;
         }
         let avail = producer.wrapping_sub(counter);
-        let (ctrl, len) = qp.fetch_wqe(counter, &mut buf);
+        let (ctrl, len) = qp.fetch_wqe(counter, buf);
         let parsed = match len {
             None => Err("WQE larger than the ring"),
             Some(_) if ctrl.qpn != qpn => Err("QPN in ctrl is not this QP"),

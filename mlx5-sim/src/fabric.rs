@@ -261,6 +261,7 @@ impl Fabric {
                     hosts: Vec::new(),
                     clock: 0,
                     net: crate::net::Net::default(),
+                    wqe_scratch: None,
                     dirty: Vec::new(),
                 })),
                 links: Mutex::new(Vec::new()),

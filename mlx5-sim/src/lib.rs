@@ -20,6 +20,7 @@ pub mod dma;
 mod engine;
 mod fabric;
 mod fabric_net;
+mod idmap;
 mod lossy;
 mod mem;
 mod net;

@@ -327,6 +327,7 @@ mod tests {
             clock: 0,
             dirty: Vec::new(),
             net: crate::net::Net::new(1),
+            wqe_scratch: None,
         }
     }
 

@@ -1,0 +1,247 @@
+//! How the simulator scales: 64-byte RDMA WRITEs with 64 in flight over 1 to
+//! 4096 QPs and 2 to 16 hosts, in deterministic and threaded mode (msg/s and
+//! ns per message), and RDMA WRITE / READ bandwidth from 64 B to 4 MiB against
+//! a plain `memcpy` of the same size in the same run.
+//!
+//! ```text
+//! cargo run --release -p mlx5-tools --example sim_scaling [-- --messages 200000 --json]
+//! ```
+
+use std::time::Instant;
+
+use clap::Parser;
+
+use mlx5_api::sim::{devices, FabricConfig, HostConfig, Sim};
+use mlx5_api::{AccessFlags, CompletionQueue, ConnectParams, MemoryRegion, QpConfig, RcQp, Status, WqeFlags};
+use mlx5_sim::{ExecMode, Fabric};
+
+/// The simulator's scaling benchmark.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Messages per message-rate run.
+    #[arg(long, default_value_t = 200_000)]
+    messages: u32,
+    /// Runs per figure (the best is kept).
+    #[arg(long, default_value_t = 3)]
+    runs: u32,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Only the message-rate table (no bandwidth).
+    #[arg(long)]
+    rate_only: bool,
+    /// Only deterministic mode (e.g. under a profiler).
+    #[arg(long)]
+    deterministic_only: bool,
+    /// Only this configuration, `HOSTS:QPS` (e.g. under a profiler).
+    #[arg(long)]
+    only: Option<String>,
+}
+
+struct Host {
+    cq: CompletionQueue<Sim, u64>,
+    mr: MemoryRegion<Sim>,
+    pd: mlx5_api::ProtectionDomain<Sim>,
+    ctx: mlx5_api::Context<Sim>,
+}
+
+/// A fabric, its hosts, and the requester QPs with their host.
+type Bed = (Fabric, Vec<Host>, Vec<(usize, RcQp<Sim, u64>)>);
+
+/// `hosts` hosts; `qps` RC QPs, QP i from host 2k to host 2k+1 of pair k = i mod hosts/2.
+fn setup(hosts: usize, qps: usize, mode: ExecMode, mr_len: usize) -> Bed {
+    let fabric = Fabric::new(FabricConfig { mode, ..FabricConfig::default() });
+    for i in 0..hosts {
+        fabric.add_host(HostConfig::infiniband(&format!("h{i}"), i as u16 + 1));
+    }
+    let hs: Vec<Host> = devices(&fabric)
+        .iter()
+        .map(|d| {
+            let ctx = d.open().unwrap();
+            let pd = ctx.alloc_pd().unwrap();
+            let cq = ctx.create_cq(16384, |_, _: u64| {}).unwrap();
+            let mr = pd.alloc_mr(mr_len, AccessFlags::ALL).unwrap();
+            Host { cq, mr, pd, ctx }
+        })
+        .collect();
+    let cfg = QpConfig { max_send_wr: 64, max_recv_wr: 1, max_inline_data: 64, ..QpConfig::default() };
+    let mut out = Vec::new();
+    for i in 0..qps {
+        let k = i % (hosts / 2);
+        let (a, b) = (2 * k, 2 * k + 1);
+        let qa = hs[a].ctx.create_rc_qp(&hs[a].pd, &hs[a].cq, &hs[a].cq, &cfg).unwrap();
+        let qb = hs[b].ctx.create_rc_qp(&hs[b].pd, &hs[b].cq, &hs[b].cq, &cfg).unwrap();
+        qa.activate(&ConnectParams::to(qb.local_info().unwrap())).unwrap();
+        qb.activate(&ConnectParams::to(qa.local_info().unwrap())).unwrap();
+        std::mem::forget(qb); // the responder lives as long as the fabric
+        out.push((a, qa));
+    }
+    (fabric, hs, out)
+}
+
+/// ns per 64-byte WRITE, 64 in flight in all, QPs served round robin.
+fn rate(hosts: usize, qps: usize, mode: ExecMode, n: u32) -> f64 {
+    let (_f, hs, qs) = setup(hosts, qps, mode, 1 << 16);
+    let data = [7u8; 64];
+    let mut outstanding = 0u32;
+    let mut done = 0u32;
+    let t0 = Instant::now();
+    let mut posted = 0u32;
+    while done < n {
+        while posted < n && outstanding < 64 {
+            let (h, q) = &qs[posted as usize % qs.len()];
+            let dst = &hs[h + 1].mr;
+            q.wqe_builder(u64::from(posted))
+                .unwrap()
+                .ctrl_rdma_write(WqeFlags::SIGNALED)
+                .unwrap()
+                .rdma(dst.addr(), dst.rkey())
+                .unwrap()
+                .inline(&data)
+                .unwrap()
+                .finish()
+                .unwrap();
+            posted += 1;
+            outstanding += 1;
+        }
+        for k in 0..hosts / 2 {
+            hs[2 * k].cq.poll_with(64, |c, _| {
+                debug_assert_eq!(c.status, Status::Success);
+                done += 1;
+                outstanding -= 1;
+            });
+        }
+    }
+    t0.elapsed().as_nanos() as f64 / f64::from(n)
+}
+
+/// Best ns per message of `runs` runs.
+fn best(runs: u32, f: impl Fn() -> f64) -> f64 {
+    (0..runs).map(|_| f()).fold(f64::MAX, f64::min)
+}
+
+/// Bytes per second of `size`-byte WRITEs (or READs), one QP, 16 in flight.
+fn bandwidth(size: usize, read: bool, total: usize) -> f64 {
+    let (_f, hs, qs) = setup(2, 1, ExecMode::Deterministic, size.max(64));
+    let (h, q) = &qs[0];
+    let (me, peer) = (&hs[*h], &hs[h + 1]);
+    let n = (total / size).max(4) as u32;
+    let (mut posted, mut done) = (0u32, 0u32);
+    let t0 = Instant::now();
+    while done < n {
+        while posted < n && posted - done < 16 {
+            let b = q.wqe_builder(u64::from(posted)).unwrap();
+            let (raddr, rkey, sge) = (peer.mr.addr(), peer.mr.rkey(), me.mr.sge(0, size as u32).unwrap());
+            if read {
+                b.ctrl_rdma_read(WqeFlags::SIGNALED)
+                    .unwrap()
+                    .rdma(raddr, rkey)
+                    .unwrap()
+                    .sge(sge)
+                    .unwrap()
+                    .finish()
+                    .unwrap();
+            } else {
+                b.ctrl_rdma_write(WqeFlags::SIGNALED)
+                    .unwrap()
+                    .rdma(raddr, rkey)
+                    .unwrap()
+                    .sge(sge)
+                    .unwrap()
+                    .finish()
+                    .unwrap();
+            }
+            posted += 1;
+        }
+        me.cq.poll_with(64, |_, _| done += 1);
+    }
+    (n as usize * size) as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// Bytes per second of a plain copy of `size` bytes, same total.
+fn memcpy_bw(size: usize, total: usize) -> f64 {
+    let src = vec![1u8; size];
+    let mut dst = vec![0u8; size];
+    let n = (total / size).max(4);
+    let t0 = Instant::now();
+    for i in 0..n {
+        dst.copy_from_slice(&src);
+        std::hint::black_box(&mut dst[i % size]);
+    }
+    (n * size) as f64 / t0.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let a = Args::parse();
+    let mut rows = Vec::new();
+    let one = |mode| best(a.runs, || rate(2, 1, mode, a.messages));
+    let modes: &[(ExecMode, &str)] = if a.deterministic_only {
+        &[(ExecMode::Deterministic, "deterministic")]
+    } else {
+        &[(ExecMode::Deterministic, "deterministic"), (ExecMode::Threaded, "threaded")]
+    };
+    for &(mode, name) in modes {
+        let base = if a.only.is_some() { 1.0 } else { one(mode) };
+        let configs: Vec<(usize, usize)> = match &a.only {
+            Some(o) => {
+                let (h, q) = o.split_once(':').expect("--only HOSTS:QPS");
+                vec![(h.parse().expect("hosts"), q.parse().expect("QPs"))]
+            }
+            None => vec![(2, 1), (2, 64), (2, 1024), (2, 4096), (4, 64), (16, 64)],
+        };
+        for &(hosts, qps) in &configs {
+            let ns = if (hosts, qps) == (2, 1) && a.only.is_none() {
+                base
+            } else {
+                best(a.runs, || rate(hosts, qps, mode, a.messages))
+            };
+            rows.push((name, hosts, qps, ns, ns / base));
+        }
+    }
+    let mut bw = Vec::new();
+    if !a.rate_only {
+        for size in [64usize, 4096, 65536, 1 << 20, 4 << 20] {
+            let total = (256usize << 20).min(size * 200_000);
+            let m = (0..a.runs).map(|_| memcpy_bw(size, total)).fold(0.0, f64::max);
+            let w = (0..a.runs).map(|_| bandwidth(size, false, total)).fold(0.0, f64::max);
+            let r = (0..a.runs).map(|_| bandwidth(size, true, total)).fold(0.0, f64::max);
+            bw.push((size, w, r, m));
+        }
+    }
+    if a.json {
+        let r: Vec<String> = rows
+            .iter()
+            .map(|(m, h, q, ns, x)| format!("{{\"mode\": \"{m}\", \"hosts\": {h}, \"qps\": {q}, \"ns_per_msg\": {ns:.1}, \"msg_per_s\": {:.0}, \"vs_1qp\": {x:.2}}}", 1e9 / ns))
+            .collect();
+        let b: Vec<String> = bw
+            .iter()
+            .map(|(s, w, r, m)| {
+                format!(
+                    "{{\"bytes\": {s}, \"write_Bps\": {w:.0}, \"read_Bps\": {r:.0}, \"memcpy_Bps\": {m:.0}}}"
+                )
+            })
+            .collect();
+        println!("{{\"rate\": [{}], \"bandwidth\": [{}]}}", r.join(", "), b.join(", "));
+        return;
+    }
+    println!("{:<14} {:>5} {:>5} {:>10} {:>12} {:>8}", "mode", "hosts", "QPs", "ns/msg", "msg/s", "vs 1 QP");
+    for (m, h, q, ns, x) in &rows {
+        println!("{m:<14} {h:>5} {q:>5} {ns:>10.1} {:>12.0} {x:>8.2}", 1e9 / ns);
+    }
+    if !bw.is_empty() {
+        println!(
+            "\n{:>8} {:>14} {:>14} {:>14} {:>7} {:>7}",
+            "bytes", "WRITE MB/s", "READ MB/s", "memcpy MB/s", "W/cpy", "R/cpy"
+        );
+        for (s, w, r, m) in &bw {
+            println!(
+                "{s:>8} {:>14.0} {:>14.0} {:>14.0} {:>7.2} {:>7.2}",
+                w / 1e6,
+                r / 1e6,
+                m / 1e6,
+                w / m,
+                r / m
+            );
+        }
+    }
+}
