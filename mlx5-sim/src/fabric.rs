@@ -67,6 +67,8 @@ enum Msg {
 struct Progress {
     done: Mutex<u64>,
     cv: Condvar,
+    /// Threads blocked in `quiesce` (the NIC thread wakes the condvar only then).
+    waiters: std::sync::atomic::AtomicUsize,
 }
 
 /// The sending side of a NIC thread.
@@ -197,6 +199,20 @@ impl std::fmt::Debug for Fabric {
     }
 }
 
+/// Most doorbells a NIC thread handles under one hold of the fabric lock.
+const BATCH: u32 = 64;
+
+fn handle(st: &mut FabricState, h: usize, msg: &Msg) {
+    match msg {
+        Msg::Db { uar, offset, value } => engine::doorbell(st, h, *uar, *offset, *value, None),
+        Msg::Bf { uar, offset, len, valid_len, data } => {
+            bf_write(st, h, *uar, *offset, &data[..usize::from(*len)], *valid_len)
+        }
+        Msg::CqDb { value } => engine::cq_doorbell(st, h, *value),
+        Msg::Tick => engine::tick(st, h),
+    }
+}
+
 fn nic_thread(state: State, h: usize, rx: Receiver<Msg>, progress: Arc<Progress>) {
     let mut wait = None;
     loop {
@@ -211,23 +227,31 @@ fn nic_thread(state: State, h: usize, rx: Receiver<Msg>, progress: Arc<Progress>
                 Err(_) => return,
             },
         };
+        let mut handled = 0u64;
         {
             let mut st = lock(&state);
             match &msg {
-                Some(Msg::Db { uar, offset, value }) => {
-                    engine::doorbell(&mut st, h, *uar, *offset, *value, None)
+                Some(m) => {
+                    handle(&mut st, h, m);
+                    handled = 1;
+                    // Whatever else is queued, under the same hold of the lock: one
+                    // lock, one tick-interval scan and one wake-up per batch, not per
+                    // doorbell.
+                    while handled < u64::from(BATCH) {
+                        let Ok(m) = rx.try_recv() else { break };
+                        handle(&mut st, h, &m);
+                        handled += 1;
+                    }
                 }
-                Some(Msg::Bf { uar, offset, len, valid_len, data }) => {
-                    bf_write(&mut st, h, *uar, *offset, &data[..usize::from(*len)], *valid_len)
-                }
-                Some(Msg::CqDb { value }) => engine::cq_doorbell(&mut st, h, *value),
-                Some(Msg::Tick) | None => engine::tick(&mut st, h),
+                None => engine::tick(&mut st, h),
             }
             wait = engine::tick_interval(&st, h);
         }
-        if msg.is_some() {
-            *progress.done.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-            progress.cv.notify_all();
+        if handled > 0 {
+            *progress.done.lock().unwrap_or_else(|e| e.into_inner()) += handled;
+            if progress.waiters.load(Ordering::Acquire) > 0 {
+                progress.cv.notify_all();
+            }
         }
     }
 }
@@ -860,8 +884,14 @@ impl Nic {
         if let Some(l) = &self.link {
             let target = l.sent.load(Ordering::SeqCst);
             let mut done = l.progress.done.lock().unwrap_or_else(|e| e.into_inner());
-            while *done < target {
-                done = l.progress.cv.wait(done).unwrap_or_else(|e| e.into_inner());
+            if *done < target {
+                // Registered under the `done` lock, so the NIC thread, which bumps
+                // `done` under it before looking at `waiters`, cannot miss us.
+                l.progress.waiters.fetch_add(1, Ordering::AcqRel);
+                while *done < target {
+                    done = l.progress.cv.wait(done).unwrap_or_else(|e| e.into_inner());
+                }
+                l.progress.waiters.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
