@@ -337,7 +337,12 @@ fn push_cqe_data(
             if cq.has_pending() && !st.dirty.contains(&(h, cqn)) {
                 st.dirty.push((h, cqn));
             }
-            deliver_event(&mut st.hosts[h], cqn);
+            // The event for an armed CQ, without looking the CQ up again.
+            if let Some(ch) = cq.take_event().then_some(cq.channel).flatten() {
+                if let Some(ch) = host.channels.get_mut(&ch) {
+                    ch.signal(cqn);
+                }
+            }
         }
         Err(_) => {
             host.stats.cq_overruns += 1;
@@ -705,7 +710,7 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
     let Some(me) = st.hosts[h].qps.get(&qpn) else {
         return fail(syndrome::LOCAL_QP_OP_ERR);
     };
-    let (pdn, path, qtype) = (me.pdn, me.attrs.path, me.qp_type);
+    let (pdn, path, qtype, mtu) = (me.pdn, me.attrs.path, me.qp_type, me.attrs.path_mtu.max(256));
     // Requester scatter-to-CQE: RC only, and only for a signaled WQE (an unsignaled one
     // has no CQE to carry the data, so it goes to memory) [model choice, spec §5.7].
     let req_scatter = if qtype == QpType::Rc && me.scatter_to_cqe && w.ctrl.fm_ce_se & 0x08 != 0 {
@@ -818,7 +823,7 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
     if st.net.active() {
         return crate::lossy::execute(st, h, qpn, tgt, w, srcs, &sink, src_lid, req_scatter);
     }
-    let (rh, rqpn, mtu) = (tgt.h, tgt.qpn, path_mtu_of(st, h, qpn));
+    let (rh, rqpn) = (tgt.h, tgt.qpn);
     let out = respond(st, tgt, w, srcs, &sink, qpn, src_lid, req_scatter);
     if qtype == QpType::Rc {
         if let Outcome::Done { byte_cnt } | Outcome::DoneInline { byte_cnt, .. } = out {
