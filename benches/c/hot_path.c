@@ -1,0 +1,137 @@
+/*
+ * The C baseline of benches/hot_path.rs: what hand-written C with mlx5dv.h's
+ * helpers spends on the same work, counted by callgrind the same way
+ * (benches/callgrind.sh: N and 2N operations, the difference over N).
+ *
+ *   hot_path_c post N  N signaled 1-SGE RDMA_WRITEs into a send ring in
+ *                      ordinary memory: ctrl (mlx5dv_set_ctrl_seg), raddr,
+ *                      data (mlx5dv_set_data_seg), wr-id slot, doorbell
+ *                      record, 8-byte doorbell store; as rdma-core's fast
+ *                      path does, minus its generic ibv_send_wr handling.
+ *   hot_path_c poll N  N requester CQEs (written as a NIC would, owner bits
+ *                      alternating per lap) polled: owner check, opcode,
+ *                      wqe_counter, wr-id, consumer index and its record.
+ *
+ * Like the Rust bench, no device: the "NIC" is memory. x86: the barriers are
+ * compiler barriers (udma_to_device_barrier) and sfence for the doorbell.
+ */
+#include <infiniband/mlx5dv.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <endian.h>
+
+#define barrier() asm volatile("" ::: "memory")
+
+struct sq {
+	uint8_t *buf;
+	uint32_t wqe_cnt; /* WQEBBs, power of two */
+	uint32_t pi;
+	uint32_t qpn;
+	uint64_t *wrid;
+	volatile uint32_t *dbrec;
+	volatile uint64_t *db;
+};
+
+__attribute__((noinline)) void post_phase(struct sq *q, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t idx = q->pi & (q->wqe_cnt - 1);
+		uint8_t *w = q->buf + ((size_t)idx << 6);
+		struct mlx5_wqe_ctrl_seg *ctrl = (void *)w;
+		struct mlx5_wqe_raddr_seg *raddr = (void *)(w + 16);
+		struct mlx5_wqe_data_seg *data = (void *)(w + 32);
+		mlx5dv_set_ctrl_seg(ctrl, q->pi, MLX5_OPCODE_RDMA_WRITE, 0, q->qpn,
+				    MLX5_WQE_CTRL_CQ_UPDATE, 3, 0, 0);
+		raddr->raddr = htobe64(0x555500001000ULL);
+		raddr->rkey = htobe32(0x5678);
+		raddr->reserved = 0;
+		mlx5dv_set_data_seg(data, 64, 0x1234, 0x7f1234560000ULL);
+		q->wrid[idx] = i;
+		q->pi++;
+		barrier(); /* udma_to_device_barrier on x86 */
+		q->dbrec[MLX5_SND_DBR] = htobe32(q->pi & 0xffff);
+		barrier(); /* mmio_wc_start */
+		*q->db = *(uint64_t *)ctrl;
+		asm volatile("sfence" ::: "memory"); /* mmio_flush_writes */
+	}
+}
+
+struct cq {
+	struct mlx5_cqe64 *buf;
+	uint32_t cqe_cnt;
+	uint32_t ci;
+	volatile uint32_t *dbrec;
+	uint64_t *wrid; /* the SQ's wr-id slots */
+	uint32_t sq_mask;
+};
+
+__attribute__((noinline)) uint64_t poll_phase(struct cq *c, uint32_t n, uint32_t *errors)
+{
+	uint64_t sum = 0;
+	uint32_t got = 0;
+	while (got < n) {
+		struct mlx5_cqe64 *cqe = &c->buf[c->ci & (c->cqe_cnt - 1)];
+		uint8_t op_own = ((volatile struct mlx5_cqe64 *)cqe)->op_own;
+		if ((op_own & MLX5_CQE_OWNER_MASK) != !!(c->ci & c->cqe_cnt) ||
+		    (op_own >> 4) == MLX5_CQE_INVALID)
+			continue;
+		barrier(); /* udma_from_device_barrier on x86 */
+		*errors += (op_own >> 4) != MLX5_CQE_REQ;
+		uint16_t wqe_counter = be16toh(cqe->wqe_counter);
+		sum += c->wrid[wqe_counter & c->sq_mask];
+		c->ci++;
+		c->dbrec[0 /* set_ci */] = htobe32(c->ci & 0xffffff);
+		got++;
+	}
+	return sum;
+}
+
+static void *page_alloc(size_t len)
+{
+	void *p;
+	if (posix_memalign(&p, 4096, len))
+		exit(1);
+	memset(p, 0, len);
+	return p;
+}
+
+static uint32_t pow2(uint32_t v)
+{
+	uint32_t p = 64;
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+int main(int argc, char **argv)
+{
+	const char *what = argc > 1 ? argv[1] : "post";
+	uint32_t n = argc > 2 ? (uint32_t)atoi(argv[2]) : 1000;
+	uint32_t cnt = pow2(n);
+	uint64_t *wrid = page_alloc(cnt * sizeof(uint64_t));
+	if (!strcmp(what, "post")) {
+		uint32_t *dbrec = page_alloc(64);
+		uint64_t *db = page_alloc(4096);
+		struct sq q = { page_alloc((size_t)cnt << 6), cnt, 0, 0x108, wrid, dbrec, db };
+		post_phase(&q, n);
+		printf("posted %u\n", q.pi);
+		return q.pi != n;
+	}
+	/* poll: N completions of WQEs 0..N-1, as the NIC writes them (first lap: owner 0). */
+	struct mlx5_cqe64 *cqes = page_alloc((size_t)cnt * sizeof(*cqes));
+	for (uint32_t i = 0; i < cnt; i++)
+		cqes[i].op_own = MLX5_CQE_INVALID << 4;
+	for (uint32_t i = 0; i < n; i++) {
+		wrid[i & (cnt - 1)] = i;
+		cqes[i].wqe_counter = htobe16(i);
+		cqes[i].sop_drop_qpn = htobe32(0x108);
+		cqes[i].op_own = MLX5_CQE_REQ << 4;
+	}
+	struct cq c = { cqes, cnt, 0, page_alloc(64), wrid, cnt - 1 };
+	uint32_t errors = 0;
+	uint64_t sum = poll_phase(&c, n, &errors);
+	printf("polled %u, sum %llu, errors %u\n", c.ci, (unsigned long long)sum, errors);
+	return errors != 0 || sum != (uint64_t)n * (n - 1) / 2;
+}
