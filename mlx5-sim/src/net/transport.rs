@@ -194,30 +194,28 @@ pub(crate) fn deliver(st: &mut FabricState, m: &Msg, reachable: bool, ends: &mut
                 }
                 continue;
             }
-            // Requester logic.
-            match w {
+            // Requester logic. Whatever completes the message was sent by the
+            // responder after it executed it: `committed` holds its outcome.
+            let complete = match w {
                 Wire::Ack { upto } => {
                     acked = acked.max(upto + 1);
-                    if !read_like && acked == m.req_pkts {
-                        return finish(st, now, committed.map_or(Delivery::Rnr, Delivery::Answered));
-                    }
+                    !read_like && acked == m.req_pkts
                 }
                 Wire::ReadResponse { k } => {
                     if k == got {
                         got += 1;
                     }
-                    if got == m.resp_pkts {
-                        return finish(st, now, committed.map_or(Delivery::Rnr, Delivery::Answered));
-                    }
+                    got == m.resp_pkts
                 }
-                Wire::AtomicAck => {
-                    return finish(st, now, committed.map_or(Delivery::Rnr, Delivery::Answered));
+                Wire::AtomicAck | Wire::NakError => true,
+                _ => false,
+            };
+            if complete {
+                if let Some(o) = committed.take() {
+                    return finish(st, now, Delivery::Answered(o));
                 }
-                Wire::NakError => {
-                    if let Some(o) = committed.take() {
-                        return finish(st, now, Delivery::Answered(o));
-                    }
-                }
+            }
+            match w {
                 Wire::RnrNak => {
                     return finish(st, now, Delivery::Rnr);
                 }
@@ -234,7 +232,11 @@ pub(crate) fn deliver(st: &mut FabricState, m: &Msg, reachable: bool, ends: &mut
                     // Go back to the PSN the responder expects.
                     last_tx = transmit(st, &mut q, ends, m, burst(acked), now, true);
                 }
-                Wire::Req { .. } => {}
+                Wire::Req { .. }
+                | Wire::Ack { .. }
+                | Wire::ReadResponse { .. }
+                | Wire::AtomicAck
+                | Wire::NakError => {}
             }
         }
         // Nothing in flight and no answer: the local ACK timer runs out.
