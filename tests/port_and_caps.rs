@@ -6,12 +6,51 @@ mod common;
 use common::*;
 use mlx5::model::{ExecMode, NicCaps};
 use mlx5::sim::HostConfig;
+use mlx5::sim::Sim;
 use mlx5::{
-    AddressVector, ConnectParams, Error, QpConfig, QpState, RemoteQpInfo, Sge, Status, Syndrome, WqeFlags,
+    AddressVector, ConnectParams, Error, QpConfig, QpState, RcQp, RemoteQpInfo, Sge, Status, Syndrome,
+    WqeFlags,
 };
 
 fn cfg() -> QpConfig {
     QpConfig { max_send_wr: 16, max_recv_wr: 16, ..QpConfig::default() }
+}
+
+/// A connected RC pair between nodes 0 and 1, brought up from each other's
+/// `local_info()`.
+fn rc_pair(n: &[Node]) -> (RcQp<Sim, u64>, RcQp<Sim, u64>) {
+    let a = n[0].ctx.create_rc_qp(&n[0].pd, &n[0].cq, &n[0].cq, &cfg()).unwrap();
+    let b = n[1].ctx.create_rc_qp(&n[1].pd, &n[1].cq, &n[1].cq, &cfg()).unwrap();
+    let (ia, ib) = (a.local_info().unwrap(), b.local_info().unwrap());
+    a.activate(&ConnectParams::to(ib)).unwrap();
+    b.activate(&ConnectParams::to(ia)).unwrap();
+    (a, b)
+}
+
+/// A signaled 64-byte WRITE (or READ) from node 0 to node 1 on `qp`; its status.
+fn one_op(n: &mut [Node], qp: &RcQp<Sim, u64>, read: bool) -> Status {
+    let (la, lk, rb, rk) = (n[0].mr.addr(), n[0].mr.lkey(), n[1].mr.addr(), n[1].mr.rkey());
+    let b = qp.wqe_builder(1).unwrap();
+    if read {
+        b.ctrl_rdma_read(WqeFlags::SIGNALED)
+            .unwrap()
+            .rdma(rb, rk)
+            .unwrap()
+            .sge(Sge::new(la, 64, lk))
+            .unwrap()
+            .finish()
+            .unwrap();
+    } else {
+        b.ctrl_rdma_write(WqeFlags::SIGNALED)
+            .unwrap()
+            .rdma(rb, rk)
+            .unwrap()
+            .sge(Sge::new(la, 64, lk))
+            .unwrap()
+            .finish()
+            .unwrap();
+    }
+    n[0].drain()[0].0.status
 }
 
 /// A fabric of two InfiniBand virtual functions whose ports require a GRH.
@@ -25,24 +64,11 @@ fn grh_required_ports_get_grh_addresses_everywhere() {
     let (fabric, mut n) = vfs();
     assert!(n[0].port.grh_required);
     // RC: local_info carries the GID, the path gets a GRH, traffic flows.
-    let a = n[0].ctx.create_rc_qp(&n[0].pd, &n[0].cq, &n[0].cq, &cfg()).unwrap();
-    let b = n[1].ctx.create_rc_qp(&n[1].pd, &n[1].cq, &n[1].cq, &cfg()).unwrap();
-    let (ia, ib) = (a.local_info().unwrap(), b.local_info().unwrap());
+    let (a, b) = rc_pair(&n);
+    let ib = b.local_info().unwrap();
     assert_eq!(ib.gid, Some(n[1].port.gid), "the GID goes along when the port requires a GRH");
-    a.activate(&ConnectParams::to(ib.clone())).unwrap();
-    b.activate(&ConnectParams::to(ia)).unwrap();
+    assert_eq!(one_op(&mut n, &a, false), Status::Success);
     let (la, lk, rb, rk) = (n[0].mr.addr(), n[0].mr.lkey(), n[1].mr.addr(), n[1].mr.rkey());
-    a.wqe_builder(1)
-        .unwrap()
-        .ctrl_rdma_write(WqeFlags::SIGNALED)
-        .unwrap()
-        .rdma(rb, rk)
-        .unwrap()
-        .sge(Sge::new(la, 64, lk))
-        .unwrap()
-        .finish()
-        .unwrap();
-    assert_eq!(n[0].drain()[0].0.status, Status::Success);
     // A peer known by LID only cannot be reached from such a port: refused before RTR.
     let c = n[0].ctx.create_rc_qp(&n[0].pd, &n[0].cq, &n[0].cq, &cfg()).unwrap();
     let lid_only = RemoteQpInfo { gid: None, ..ib };
@@ -89,34 +115,14 @@ fn grh_required_ports_get_grh_addresses_everywhere() {
     let dci = n[0].ctx.create_dci(&n[0].pd, &n[0].cq, &cfg()).unwrap();
     dci.activate(&ConnectParams::default()).unwrap();
     let av = AddressVector::between(&n[0].port, &n[1].port, 0);
-    dci.wqe_builder(20)
-        .unwrap()
-        .ctrl_rdma_write(WqeFlags::SIGNALED)
-        .unwrap()
-        .av(5, num, &av)
-        .unwrap()
-        .rdma(rb, rk)
-        .unwrap()
-        .sge(Sge::new(la, 64, lk))
-        .unwrap()
-        .finish()
-        .unwrap();
-    assert_eq!(n[0].drain()[0].0.status, Status::Success);
-    dci.wqe_builder(21)
-        .unwrap()
-        .ctrl_rdma_write(WqeFlags::SIGNALED)
-        .unwrap()
-        .av(5, num, &without)
-        .unwrap()
-        .rdma(rb, rk)
-        .unwrap()
-        .sge(Sge::new(la, 64, lk))
-        .unwrap()
-        .finish()
-        .unwrap();
-    assert!(
-        matches!(n[0].drain()[0].0.status, Status::Error(e) if e.syndrome == Syndrome::TransportRetryExceeded)
-    );
+    let mut dc_write = |av: &AddressVector| {
+        let b = dci.wqe_builder(20).unwrap().ctrl_rdma_write(WqeFlags::SIGNALED).unwrap();
+        b.av(5, num, av).unwrap().rdma(rb, rk).unwrap().sge(Sge::new(la, 64, lk)).unwrap().finish().unwrap();
+        n[0].drain()[0].0.status
+    };
+    assert_eq!(dc_write(&av), Status::Success);
+    let st = dc_write(&without);
+    assert!(matches!(st, Status::Error(e) if e.syndrome == Syndrome::TransportRetryExceeded), "{st:?}");
 }
 
 #[test]
@@ -144,24 +150,10 @@ fn read_and_atomic_depth_is_clamped_to_the_device() {
     let hosts = (1..=2u16).map(|i| HostConfig::infiniband(&format!("h{i}"), i).with_caps(shallow)).collect();
     let (_f, mut n) = cluster_of(hosts, ExecMode::Deterministic);
     assert_eq!(n[0].ctx.caps().max_rd_atomic, 4);
-    let a = n[0].ctx.create_rc_qp(&n[0].pd, &n[0].cq, &n[0].cq, &cfg()).unwrap();
-    let b = n[1].ctx.create_rc_qp(&n[1].pd, &n[1].cq, &n[1].cq, &cfg()).unwrap();
     let p = ConnectParams::default();
     assert_eq!((p.max_rd_atomic, p.max_dest_rd_atomic), (16, 16));
-    a.activate(&ConnectParams::to(b.local_info().unwrap())).unwrap();
-    b.activate(&ConnectParams::to(a.local_info().unwrap())).unwrap();
-    let (la, lk, rb, rk) = (n[0].mr.addr(), n[0].mr.lkey(), n[1].mr.addr(), n[1].mr.rkey());
-    a.wqe_builder(1)
-        .unwrap()
-        .ctrl_rdma_read(WqeFlags::SIGNALED)
-        .unwrap()
-        .rdma(rb, rk)
-        .unwrap()
-        .sge(Sge::new(la, 64, lk))
-        .unwrap()
-        .finish()
-        .unwrap();
-    assert_eq!(n[0].drain()[0].0.status, Status::Success);
+    let (a, _b) = rc_pair(&n);
+    assert_eq!(one_op(&mut n, &a, true), Status::Success);
 }
 
 /// `create_av` is the device's answer (on hardware: `ibv_create_ah`); on the
@@ -189,25 +181,11 @@ fn create_av_gives_the_peers_address() {
 fn port_down_and_up_are_async_events() {
     let (fabric, mut n) = cluster(2, Addressing::Ib, ExecMode::Deterministic);
     let nic1 = fabric.nics()[1].clone();
-    let a = n[0].ctx.create_rc_qp(&n[0].pd, &n[0].cq, &n[0].cq, &cfg()).unwrap();
-    let b = n[1].ctx.create_rc_qp(&n[1].pd, &n[1].cq, &n[1].cq, &cfg()).unwrap();
-    a.activate(&ConnectParams::to(b.local_info().unwrap())).unwrap();
-    b.activate(&ConnectParams::to(a.local_info().unwrap())).unwrap();
+    let (a, _b) = rc_pair(&n);
     nic1.set_port_active(false);
     assert_eq!(n[1].ctx.async_event().unwrap(), Some(mlx5::AsyncEvent::PortError { port: 1 }));
-    let (la, lk, rb, rk) = (n[0].mr.addr(), n[0].mr.lkey(), n[1].mr.addr(), n[1].mr.rkey());
-    a.wqe_builder(1)
-        .unwrap()
-        .ctrl_rdma_write(WqeFlags::SIGNALED)
-        .unwrap()
-        .rdma(rb, rk)
-        .unwrap()
-        .sge(Sge::new(la, 8, lk))
-        .unwrap()
-        .finish()
-        .unwrap();
     assert!(
-        matches!(n[0].drain()[0].0.status, Status::Error(e) if e.syndrome == Syndrome::TransportRetryExceeded)
+        matches!(one_op(&mut n, &a, false), Status::Error(e) if e.syndrome == Syndrome::TransportRetryExceeded)
     );
     nic1.set_port_active(true);
     assert_eq!(n[1].ctx.async_event().unwrap(), Some(mlx5::AsyncEvent::PortActive { port: 1 }));
