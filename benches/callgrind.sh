@@ -27,12 +27,20 @@ per_op() { # binary what phase
   local a b; a=$(count "$1" "$2" "$n" "$3"); b=$(count "$1" "$2" $((2 * n)) "$3")
   echo $(( (b - a) / n ))
 }
-for what in post poll poll_zip; do
-  phase=${what%_zip}_phase
+# post: a signaled 1-SGE RDMA_WRITE; post_inline: a 32-byte inline SEND;
+# post_ud: a UD SEND with its AV; post_dc: a DCI RDMA_WRITE with its AV;
+# post_bf: the RDMA_WRITE rung by BlueFlame; recv: a 1-SGE receive;
+# poll: a requester CQE; poll_zip: the same, compressed; poll_resp: a
+# responder CQE; poll_err: a flush error CQE.
+for what in post post_inline post_ud post_dc post_bf recv poll poll_zip poll_resp poll_err; do
+  case $what in
+    poll*) phase=poll_phase ;;
+    *) phase=${what}_phase ;;
+  esac
   rust=$(per_op "$bin" "$what" "$phase")
   c="-"
   if [ -n "$cbin" ] && [ "$what" != poll_zip ]; then
     c=$(per_op "$cbin" "$what" "$phase")
   fi
-  echo "$what: $rust instructions per operation (C with mlx5dv.h: $c)"
+  printf '%-12s %5s instructions per operation (C with mlx5dv.h: %s)\n' "$what:" "$rust" "$c"
 done

@@ -8,6 +8,12 @@
 //! simulator (posted as one batch), then N CQEs polled by a `MonoCq` whose
 //! callback reads the status and the entry. Only `post_phase` /
 //! `poll_phase` are counted (`--toggle-collect`).
+//!
+//! Further post kinds (ring-only backend, counted in `post_phase` too):
+//! `post_inline` (a 32-byte inline SEND), `post_ud` (a UD SEND with its
+//! address vector), `post_dc` (a DCI RDMA_WRITE with its AV), `post_bf` (the
+//! RDMA_WRITE rung by BlueFlame), `recv` (a 1-SGE receive). Further polls:
+//! `poll_resp` (responder CQEs of N SENDs) and `poll_err` (N flush error CQEs).
 
 use std::hint::black_box;
 
@@ -35,6 +41,126 @@ fn post_phase(qp: &mlx5::RcQp<RingOnly, u64>, n: u64) {
             .unwrap()
             .finish()
             .unwrap();
+    }
+}
+
+/// A ring-only context, PD and CQ (nothing executes: doorbells are logged).
+fn ring_only() -> (
+    mlx5::Context<RingOnly>,
+    mlx5::ProtectionDomain<RingOnly>,
+    mlx5::MonoCq<RingOnly, u64, impl FnMut(mlx5::Completion, u64)>,
+) {
+    let ctx = Device::<RingOnly>::new(RingOnlyDevice::new(1, 256)).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_mono_cq(64, |_, _: u64| {}).unwrap();
+    (ctx, pd, cq)
+}
+
+/// The other post kinds, each `n` times into `post_phase`-like loops.
+fn post_kind(kind: &str, n: u32) {
+    let (ctx, pd, cq) = ring_only();
+    let cfg = QpConfig { max_inline_data: 64, ..cfg(n) };
+    let av = mlx5::AddressVector::ib(2, 0);
+    match kind {
+        "post_inline" => {
+            let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).unwrap();
+            qp.activate(&ConnectParams::to(RemoteQpInfo::ib(2, 2))).unwrap();
+            post_inline_phase(&qp, black_box(n as u64));
+        }
+        "post_bf" => {
+            let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).unwrap();
+            qp.activate(&ConnectParams::to(RemoteQpInfo::ib(2, 2))).unwrap();
+            post_bf_phase(&qp, black_box(n as u64));
+        }
+        "post_ud" => {
+            let qp = ctx.create_ud_qp(&pd, &cq, &cq, None, &cfg).unwrap();
+            qp.activate(&ConnectParams::default()).unwrap();
+            post_ud_phase(&qp, &av, black_box(n as u64));
+        }
+        "post_dc" => {
+            let qp = ctx.create_dci(&pd, &cq, &cfg).unwrap();
+            qp.activate(&ConnectParams::default()).unwrap();
+            post_dc_phase(&qp, &av, black_box(n as u64));
+        }
+        _ => {
+            let qp = ctx
+                .create_rc_qp(&pd, &cq, &cq, &QpConfig { max_recv_wr: n.next_power_of_two(), ..cfg })
+                .unwrap();
+            qp.activate(&ConnectParams::to(RemoteQpInfo::ib(2, 2))).unwrap();
+            recv_phase(&qp, black_box(n as u64));
+        }
+    }
+}
+
+#[inline(never)]
+fn post_inline_phase(qp: &mlx5::RcQp<RingOnly, u64>, n: u64) {
+    let data = [0x5a; 32];
+    for i in 0..n {
+        qp.wqe_builder(i)
+            .unwrap()
+            .ctrl_send(WqeFlags::SIGNALED)
+            .unwrap()
+            .inline(&data)
+            .unwrap()
+            .finish()
+            .unwrap();
+    }
+}
+
+#[inline(never)]
+fn post_bf_phase(qp: &mlx5::RcQp<RingOnly, u64>, n: u64) {
+    for i in 0..n {
+        qp.wqe_builder(i)
+            .unwrap()
+            .ctrl_rdma_write(WqeFlags::SIGNALED)
+            .unwrap()
+            .rdma(0x5555_0000_1000, 0x5678)
+            .unwrap()
+            .sge(Sge::new(0x7f12_3456_0000, 64, 0x1234))
+            .unwrap()
+            .finish_with_blueflame()
+            .unwrap();
+    }
+}
+
+#[inline(never)]
+fn post_ud_phase(qp: &mlx5::UdQp<RingOnly, u64>, av: &mlx5::AddressVector, n: u64) {
+    for i in 0..n {
+        qp.wqe_builder(i)
+            .unwrap()
+            .ctrl_send(WqeFlags::SIGNALED)
+            .unwrap()
+            .datagram(av, 0x99, 0x1111_1111)
+            .unwrap()
+            .sge(Sge::new(0x7f12_3456_0000, 64, 0x1234))
+            .unwrap()
+            .finish()
+            .unwrap();
+    }
+}
+
+#[inline(never)]
+fn post_dc_phase(qp: &mlx5::Dci<RingOnly, u64>, av: &mlx5::AddressVector, n: u64) {
+    for i in 0..n {
+        qp.wqe_builder(i)
+            .unwrap()
+            .ctrl_rdma_write(WqeFlags::SIGNALED)
+            .unwrap()
+            .av(0xdc, 0x80_0001, av)
+            .unwrap()
+            .rdma(0x5555_0000_1000, 0x5678)
+            .unwrap()
+            .sge(Sge::new(0x7f12_3456_0000, 64, 0x1234))
+            .unwrap()
+            .finish()
+            .unwrap();
+    }
+}
+
+#[inline(never)]
+fn recv_phase(qp: &mlx5::RcQp<RingOnly, u64>, n: u64) {
+    for i in 0..n {
+        qp.post_recv(i, &[Sge::new(0x7f12_3456_0000, 64, 0x1234)]).unwrap();
     }
 }
 
@@ -101,6 +227,46 @@ fn poll(n: u32, compressed: bool) {
     assert_eq!(sum, (n as u64) * (n as u64 - 1) / 2);
 }
 
+/// Responder CQEs (`poll_resp`: N SENDs received) or flush error CQEs
+/// (`poll_err`: N receives flushed by moving the QP to ERR), polled as in `poll`.
+fn poll_other(kind: &str, n: u32) {
+    let (_fabric, da, db) = two_hosts(ExecMode::Deterministic);
+    let (ca, cb) = (da.open().unwrap(), db.open().unwrap());
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let mut sum = 0u64;
+    let mut cqb = cb.create_mono_cq(n.next_power_of_two(), |_, e: u64| sum = sum.wrapping_add(e)).unwrap();
+    let cqa = ca.create_mono_cq(n.next_power_of_two(), |_, _: u64| {}).unwrap();
+    let big = QpConfig { max_recv_wr: n.next_power_of_two(), ..cfg(n) };
+    let qa = ca.create_rc_qp(&pa, &cqa, &cqa, &big).unwrap();
+    let qb = cb.create_rc_qp(&pb, &cqb, &cqb, &big).unwrap();
+    let p = ConnectParams::default();
+    qa.activate(&ConnectParams { remote: Some(qb.local_info().unwrap()), ..p.clone() }).unwrap();
+    qb.activate(&ConnectParams { remote: Some(qa.local_info().unwrap()), ..p.clone() }).unwrap();
+    let rb = pb.alloc_mr(4096, AccessFlags::ALL).unwrap();
+    for i in 0..n as u64 {
+        qb.post_recv(i, &[Sge::new(rb.addr(), 64, rb.lkey())]).unwrap();
+    }
+    if kind == "poll_resp" {
+        for i in 0..n as u64 {
+            qa.wqe_builder(i)
+                .unwrap()
+                .ctrl_send(WqeFlags::NONE)
+                .unwrap()
+                .inline(&[1; 8])
+                .unwrap()
+                .finish_batch()
+                .unwrap();
+        }
+        qa.ring_sq_doorbell();
+    } else {
+        qb.modify_to_error().unwrap();
+    }
+    let got = poll_phase(&mut cqb, black_box(n));
+    drop(cqb);
+    assert_eq!(got, n);
+    assert_eq!(sum, (n as u64) * (n as u64 - 1) / 2);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `cargo bench` passes --bench: run a small smoke round and exit.
@@ -112,10 +278,17 @@ fn main() {
         // The same, with CQE compression on: the simulator writes the burst
         // as sessions of up to 64 completions.
         "poll_zip" => poll(n, true),
+        "poll_resp" | "poll_err" => poll_other(what, n),
+        "post_inline" | "post_ud" | "post_dc" | "post_bf" | "recv" => post_kind(what, n),
         _ => {
             post(64);
             poll(64, false);
             poll(64, true);
+            for k in ["post_inline", "post_ud", "post_dc", "post_bf", "recv"] {
+                post_kind(k, 64);
+            }
+            poll_other("poll_resp", 64);
+            poll_other("poll_err", 64);
         }
     }
 }

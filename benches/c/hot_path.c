@@ -58,6 +58,125 @@ __attribute__((noinline)) void post_phase(struct sq *q, uint64_t n)
 	}
 }
 
+/* A 32-byte inline SEND: ctrl, inline header, data (3 DS). */
+__attribute__((noinline)) void post_inline_phase(struct sq *q, uint64_t n)
+{
+	static const uint8_t data[32] = { 0x5a };
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t idx = q->pi & (q->wqe_cnt - 1);
+		uint8_t *w = q->buf + ((size_t)idx << 6);
+		struct mlx5_wqe_ctrl_seg *ctrl = (void *)w;
+		struct mlx5_wqe_inl_data_seg *inl = (void *)(w + 16);
+		mlx5dv_set_ctrl_seg(ctrl, q->pi, MLX5_OPCODE_SEND, 0, q->qpn, MLX5_WQE_CTRL_CQ_UPDATE, 4, 0, 0);
+		inl->byte_count = htobe32(32 | MLX5_INLINE_SEG);
+		memcpy(inl + 1, data, 32);
+		q->wrid[idx] = i;
+		q->pi++;
+		barrier();
+		q->dbrec[MLX5_SND_DBR] = htobe32(q->pi & 0xffff);
+		barrier();
+		*q->db = *(uint64_t *)ctrl;
+		asm volatile("sfence" ::: "memory");
+	}
+}
+
+/* A UD SEND: ctrl, datagram segment (the pre-built AV copied, then Q_Key and
+ * QPN, as rdma-core's post_send does with an address handle), data; 5 DS. */
+__attribute__((noinline)) void post_ud_phase(struct sq *q, struct mlx5_wqe_av *av, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t idx = q->pi & (q->wqe_cnt - 1);
+		uint8_t *w = q->buf + ((size_t)idx << 6);
+		struct mlx5_wqe_ctrl_seg *ctrl = (void *)w;
+		mlx5dv_set_ctrl_seg(ctrl, q->pi, MLX5_OPCODE_SEND, 0, q->qpn, MLX5_WQE_CTRL_CQ_UPDATE, 5, 0, 0);
+		struct mlx5_wqe_datagram_seg *dg = (void *)(w + 16);
+		memcpy(&dg->av, av, sizeof(dg->av));
+		dg->av.key.qkey.qkey = htobe32(0x11111111);
+		dg->av.dqp_dct = htobe32(0x99 | MLX5_EXTENDED_UD_AV);
+		/* The data segment is the first DS of the second WQEBB (ring wrap aside). */
+		uint8_t *w2 = q->buf + (((size_t)(idx + 1) & (q->wqe_cnt - 1)) << 6);
+		mlx5dv_set_data_seg((void *)w2, 64, 0x1234, 0x7f1234560000ULL);
+		q->wrid[idx] = i;
+		q->pi += 2;
+		barrier();
+		q->dbrec[MLX5_SND_DBR] = htobe32(q->pi & 0xffff);
+		barrier();
+		*q->db = *(uint64_t *)ctrl;
+		asm volatile("sfence" ::: "memory");
+	}
+}
+
+/* A DCI RDMA_WRITE: ctrl, AV with DC key and DCT number, raddr, data; 6 DS. */
+__attribute__((noinline)) void post_dc_phase(struct sq *q, struct mlx5_wqe_av *av, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t idx = q->pi & (q->wqe_cnt - 1);
+		uint8_t *w = q->buf + ((size_t)idx << 6);
+		struct mlx5_wqe_ctrl_seg *ctrl = (void *)w;
+		mlx5dv_set_ctrl_seg(ctrl, q->pi, MLX5_OPCODE_RDMA_WRITE, 0, q->qpn, MLX5_WQE_CTRL_CQ_UPDATE, 6, 0, 0);
+		struct mlx5_wqe_datagram_seg *dg = (void *)(w + 16);
+		memcpy(&dg->av, av, sizeof(dg->av));
+		dg->av.key.dc_key = htobe64(0xdc);
+		dg->av.dqp_dct = htobe32(0x800001 | MLX5_EXTENDED_UD_AV);
+		uint8_t *w2 = q->buf + (((size_t)(idx + 1) & (q->wqe_cnt - 1)) << 6);
+		struct mlx5_wqe_raddr_seg *raddr = (void *)w2;
+		raddr->raddr = htobe64(0x555500001000ULL);
+		raddr->rkey = htobe32(0x5678);
+		raddr->reserved = 0;
+		mlx5dv_set_data_seg((void *)(w2 + 16), 64, 0x1234, 0x7f1234560000ULL);
+		q->wrid[idx] = i;
+		q->pi += 2;
+		barrier();
+		q->dbrec[MLX5_SND_DBR] = htobe32(q->pi & 0xffff);
+		barrier();
+		*q->db = *(uint64_t *)ctrl;
+		asm volatile("sfence" ::: "memory");
+	}
+}
+
+/* The RDMA_WRITE of post_phase, rung by BlueFlame: the 64-byte WQE copied to the
+ * register with four 16-byte stores (rdma-core's x86 mmio_memcpy_x64). */
+__attribute__((noinline)) void post_bf_phase(struct sq *q, uint8_t *bf, uint64_t n)
+{
+	uint32_t bf_off = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t idx = q->pi & (q->wqe_cnt - 1);
+		uint8_t *w = q->buf + ((size_t)idx << 6);
+		struct mlx5_wqe_ctrl_seg *ctrl = (void *)w;
+		struct mlx5_wqe_raddr_seg *raddr = (void *)(w + 16);
+		mlx5dv_set_ctrl_seg(ctrl, q->pi, MLX5_OPCODE_RDMA_WRITE, 0, q->qpn, MLX5_WQE_CTRL_CQ_UPDATE, 3, 0, 0);
+		raddr->raddr = htobe64(0x555500001000ULL);
+		raddr->rkey = htobe32(0x5678);
+		raddr->reserved = 0;
+		mlx5dv_set_data_seg((void *)(w + 32), 64, 0x1234, 0x7f1234560000ULL);
+		q->wrid[idx] = i;
+		q->pi++;
+		barrier();
+		q->dbrec[MLX5_SND_DBR] = htobe32(q->pi & 0xffff);
+		barrier();
+		__uint128_t *d = (void *)(bf + bf_off), *src = (void *)w;
+		for (int k = 0; k < 4; k++)
+			((volatile __uint128_t *)d)[k] = src[k];
+		asm volatile("sfence" ::: "memory");
+		bf_off ^= 256;
+	}
+}
+
+/* A 1-SGE receive into a 16-byte-stride RQ, then its doorbell record. */
+__attribute__((noinline)) void recv_phase(struct mlx5_wqe_data_seg *rq, uint32_t cnt, volatile uint32_t *dbrec,
+					  uint64_t *wrid, uint64_t n)
+{
+	uint32_t head = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t idx = head & (cnt - 1);
+		mlx5dv_set_data_seg(&rq[idx], 64, 0x1234, 0x7f1234560000ULL);
+		wrid[idx] = i;
+		head++;
+		barrier();
+		dbrec[MLX5_RCV_DBR] = htobe32(head & 0xffff);
+	}
+}
+
 struct cq {
 	struct mlx5_cqe64 *buf;
 	uint32_t cqe_cnt;
@@ -78,7 +197,9 @@ __attribute__((noinline)) uint64_t poll_phase(struct cq *c, uint32_t n, uint32_t
 		    (op_own >> 4) == MLX5_CQE_INVALID)
 			continue;
 		barrier(); /* udma_from_device_barrier on x86 */
-		*errors += (op_own >> 4) != MLX5_CQE_REQ;
+		/* Errors are counted, and report their syndrome (as ibv_wc's status). */
+		if ((op_own >> 4) == MLX5_CQE_REQ_ERR || (op_own >> 4) == MLX5_CQE_RESP_ERR)
+			*errors += ((struct mlx5_err_cqe *)cqe)->syndrome != 0;
 		uint16_t wqe_counter = be16toh(cqe->wqe_counter);
 		sum += c->wrid[wqe_counter & c->sq_mask];
 		c->ci++;
@@ -111,27 +232,49 @@ int main(int argc, char **argv)
 	uint32_t n = argc > 2 ? (uint32_t)atoi(argv[2]) : 1000;
 	uint32_t cnt = pow2(n);
 	uint64_t *wrid = page_alloc(cnt * sizeof(uint64_t));
-	if (!strcmp(what, "post")) {
+	if (!strncmp(what, "post", 4)) {
 		uint32_t *dbrec = page_alloc(64);
 		uint64_t *db = page_alloc(4096);
-		struct sq q = { page_alloc((size_t)cnt << 6), cnt, 0, 0x108, wrid, dbrec, db };
-		post_phase(&q, n);
-		printf("posted %u\n", q.pi);
-		return q.pi != n;
+		/* Room for two WQEBBs per WQE (UD, DC), with a wr-id slot per WQEBB. */
+		uint64_t *wrid2 = page_alloc(2 * cnt * sizeof(uint64_t));
+		struct sq q = { page_alloc((size_t)cnt << 7), 2 * cnt, 0, 0x108, wrid2, dbrec, db };
+		struct mlx5_wqe_av av = { 0 };
+		av.rlid = htobe16(2);
+		if (!strcmp(what, "post"))
+			post_phase(&q, n);
+		else if (!strcmp(what, "post_inline"))
+			post_inline_phase(&q, n);
+		else if (!strcmp(what, "post_ud"))
+			post_ud_phase(&q, &av, n);
+		else if (!strcmp(what, "post_dc"))
+			post_dc_phase(&q, &av, n);
+		else if (!strcmp(what, "post_bf"))
+			post_bf_phase(&q, page_alloc(4096), n);
+		printf("posted %u WQEBBs\n", q.pi);
+		return 0;
+	}
+	if (!strcmp(what, "recv")) {
+		recv_phase(page_alloc((size_t)cnt * 16), cnt, page_alloc(64), wrid, n);
+		return 0;
 	}
 	/* poll: N completions of WQEs 0..N-1, as the NIC writes them (first lap: owner 0). */
 	struct mlx5_cqe64 *cqes = page_alloc((size_t)cnt * sizeof(*cqes));
 	for (uint32_t i = 0; i < cnt; i++)
 		cqes[i].op_own = MLX5_CQE_INVALID << 4;
+	/* poll: requester CQEs; poll_resp: responder SEND CQEs; poll_err: flush error CQEs. */
+	uint8_t op = !strcmp(what, "poll_resp") ? MLX5_CQE_RESP_SEND
+		   : !strcmp(what, "poll_err")  ? MLX5_CQE_RESP_ERR : MLX5_CQE_REQ;
 	for (uint32_t i = 0; i < n; i++) {
 		wrid[i & (cnt - 1)] = i;
 		cqes[i].wqe_counter = htobe16(i);
 		cqes[i].sop_drop_qpn = htobe32(0x108);
-		cqes[i].op_own = MLX5_CQE_REQ << 4;
+		cqes[i].op_own = op << 4;
+		if (op == MLX5_CQE_RESP_ERR)
+			((struct mlx5_err_cqe *)&cqes[i])->syndrome = MLX5_CQE_SYNDROME_WR_FLUSH_ERR;
 	}
 	struct cq c = { cqes, cnt, 0, page_alloc(64), wrid, cnt - 1 };
 	uint32_t errors = 0;
 	uint64_t sum = poll_phase(&c, n, &errors);
 	printf("polled %u, sum %llu, errors %u\n", c.ci, (unsigned long long)sum, errors);
-	return errors != 0 || sum != (uint64_t)n * (n - 1) / 2;
+	return (op == MLX5_CQE_RESP_ERR ? errors != n : errors != 0) || sum != (uint64_t)n * (n - 1) / 2;
 }
