@@ -28,19 +28,26 @@ fn cfg(n: u32) -> Cfg {
     QpConfig { max_send_wr: n.next_power_of_two().max(64), max_recv_wr: 16, ..QpConfig::default() }
 }
 
+/// The signaled 1-SGE RDMA_WRITE of `post` and `post_bf`, ready to finish.
+#[inline(always)]
+fn write_1sge(
+    qp: &mlx5::RcQp<RingOnly, u64>,
+    i: u64,
+) -> mlx5::WqeBuilder<'_, RingOnly, u64, mlx5::wqe::state::Data> {
+    qp.wqe_builder(i)
+        .unwrap()
+        .ctrl_rdma_write(WqeFlags::SIGNALED)
+        .unwrap()
+        .rdma(0x5555_0000_1000, 0x5678)
+        .unwrap()
+        .sge(Sge::new(0x7f12_3456_0000, 64, 0x1234))
+        .unwrap()
+}
+
 #[inline(never)]
 fn post_phase(qp: &mlx5::RcQp<RingOnly, u64>, n: u64) {
     for i in 0..n {
-        qp.wqe_builder(i)
-            .unwrap()
-            .ctrl_rdma_write(WqeFlags::SIGNALED)
-            .unwrap()
-            .rdma(0x5555_0000_1000, 0x5678)
-            .unwrap()
-            .sge(Sge::new(0x7f12_3456_0000, 64, 0x1234))
-            .unwrap()
-            .finish()
-            .unwrap();
+        write_1sge(qp, i).finish().unwrap();
     }
 }
 
@@ -106,16 +113,7 @@ fn post_inline_phase(qp: &mlx5::RcQp<RingOnly, u64>, n: u64) {
 #[inline(never)]
 fn post_bf_phase(qp: &mlx5::RcQp<RingOnly, u64>, n: u64) {
     for i in 0..n {
-        qp.wqe_builder(i)
-            .unwrap()
-            .ctrl_rdma_write(WqeFlags::SIGNALED)
-            .unwrap()
-            .rdma(0x5555_0000_1000, 0x5678)
-            .unwrap()
-            .sge(Sge::new(0x7f12_3456_0000, 64, 0x1234))
-            .unwrap()
-            .finish_with_blueflame()
-            .unwrap();
+        write_1sge(qp, i).finish_with_blueflame().unwrap();
     }
 }
 

@@ -12,8 +12,8 @@
  *                      alternating per lap) polled: owner check, opcode,
  *                      wqe_counter, wr-id, consumer index and its record.
  *
- * Like the Rust bench, no device: the "NIC" is memory. x86: the barriers are
- * compiler barriers (udma_to_device_barrier) and sfence for the doorbell.
+ * Like the Rust bench, no device: the "NIC" is memory. x86 barriers as in
+ * rdma-core's util/udma_barrier.h (see ring_db).
  */
 #include <infiniband/mlx5dv.h>
 #include <stdint.h>
@@ -34,6 +34,21 @@ struct sq {
 	volatile uint64_t *db;
 };
 
+/* After a WQE of `nbb` WQEBBs at slot `idx`: its wr-id, the producer, then as
+ * rdma-core orders them on x86: udma_to_device_barrier (a compiler barrier),
+ * the doorbell record, mmio_wc_start (sfence), the 8-byte doorbell,
+ * mmio_flush_writes (sfence). */
+static inline void ring_db(struct sq *q, struct mlx5_wqe_ctrl_seg *ctrl, uint32_t idx, uint32_t nbb, uint64_t i)
+{
+	q->wrid[idx] = i;
+	q->pi += nbb;
+	barrier();
+	q->dbrec[MLX5_SND_DBR] = htobe32(q->pi & 0xffff);
+	asm volatile("sfence" ::: "memory");
+	*q->db = *(uint64_t *)ctrl;
+	asm volatile("sfence" ::: "memory");
+}
+
 __attribute__((noinline)) void post_phase(struct sq *q, uint64_t n)
 {
 	for (uint64_t i = 0; i < n; i++) {
@@ -48,13 +63,7 @@ __attribute__((noinline)) void post_phase(struct sq *q, uint64_t n)
 		raddr->rkey = htobe32(0x5678);
 		raddr->reserved = 0;
 		mlx5dv_set_data_seg(data, 64, 0x1234, 0x7f1234560000ULL);
-		q->wrid[idx] = i;
-		q->pi++;
-		barrier(); /* udma_to_device_barrier on x86 */
-		q->dbrec[MLX5_SND_DBR] = htobe32(q->pi & 0xffff);
-		barrier(); /* mmio_wc_start */
-		*q->db = *(uint64_t *)ctrl;
-		asm volatile("sfence" ::: "memory"); /* mmio_flush_writes */
+		ring_db(q, ctrl, idx, 1, i);
 	}
 }
 
@@ -70,13 +79,7 @@ __attribute__((noinline)) void post_inline_phase(struct sq *q, uint64_t n)
 		mlx5dv_set_ctrl_seg(ctrl, q->pi, MLX5_OPCODE_SEND, 0, q->qpn, MLX5_WQE_CTRL_CQ_UPDATE, 4, 0, 0);
 		inl->byte_count = htobe32(32 | MLX5_INLINE_SEG);
 		memcpy(inl + 1, data, 32);
-		q->wrid[idx] = i;
-		q->pi++;
-		barrier();
-		q->dbrec[MLX5_SND_DBR] = htobe32(q->pi & 0xffff);
-		barrier();
-		*q->db = *(uint64_t *)ctrl;
-		asm volatile("sfence" ::: "memory");
+		ring_db(q, ctrl, idx, 1, i);
 	}
 }
 
@@ -96,13 +99,7 @@ __attribute__((noinline)) void post_ud_phase(struct sq *q, struct mlx5_wqe_av *a
 		/* The data segment is the first DS of the second WQEBB (ring wrap aside). */
 		uint8_t *w2 = q->buf + (((size_t)(idx + 1) & (q->wqe_cnt - 1)) << 6);
 		mlx5dv_set_data_seg((void *)w2, 64, 0x1234, 0x7f1234560000ULL);
-		q->wrid[idx] = i;
-		q->pi += 2;
-		barrier();
-		q->dbrec[MLX5_SND_DBR] = htobe32(q->pi & 0xffff);
-		barrier();
-		*q->db = *(uint64_t *)ctrl;
-		asm volatile("sfence" ::: "memory");
+		ring_db(q, ctrl, idx, 2, i);
 	}
 }
 
@@ -124,13 +121,7 @@ __attribute__((noinline)) void post_dc_phase(struct sq *q, struct mlx5_wqe_av *a
 		raddr->rkey = htobe32(0x5678);
 		raddr->reserved = 0;
 		mlx5dv_set_data_seg((void *)(w2 + 16), 64, 0x1234, 0x7f1234560000ULL);
-		q->wrid[idx] = i;
-		q->pi += 2;
-		barrier();
-		q->dbrec[MLX5_SND_DBR] = htobe32(q->pi & 0xffff);
-		barrier();
-		*q->db = *(uint64_t *)ctrl;
-		asm volatile("sfence" ::: "memory");
+		ring_db(q, ctrl, idx, 2, i);
 	}
 }
 
@@ -153,7 +144,7 @@ __attribute__((noinline)) void post_bf_phase(struct sq *q, uint8_t *bf, uint64_t
 		q->pi++;
 		barrier();
 		q->dbrec[MLX5_SND_DBR] = htobe32(q->pi & 0xffff);
-		barrier();
+		asm volatile("sfence" ::: "memory"); /* mmio_wc_start */
 		__uint128_t *d = (void *)(bf + bf_off), *src = (void *)w;
 		for (int k = 0; k < 4; k++)
 			((volatile __uint128_t *)d)[k] = src[k];

@@ -12,10 +12,6 @@ use crate::wire::{opcode, syndrome};
 use crate::wqe::SendWqe;
 use crate::QpType;
 
-/// The largest local ACK timeout code: timeout 0 (wait forever) is modelled as this one,
-/// so that a lost packet still ends in bounded simulated time [model choice].
-const MAX_TIMEOUT: u8 = 31;
-
 /// The RNR NAK timer of IBA table 45 in nanoseconds (code 0: 655.36 ms).
 pub(crate) fn rnr_timer_ns(code: u8) -> u64 {
     const UNITS_10US: [u64; 32] = [
@@ -233,15 +229,7 @@ pub(crate) fn execute(
         opcode::ATOMIC_CS | opcode::ATOMIC_FA => (1, 1, true),
         _ => (len.div_ceil(mtu).max(1), 0, false),
     };
-    let m = Msg {
-        req: h,
-        resp: tgt.h,
-        req_pkts,
-        resp_pkts,
-        atomic,
-        timeout: if timeout == 0 { MAX_TIMEOUT } else { timeout },
-        retry_cnt,
-    };
+    let m = Msg { req: h, resp: tgt.h, req_pkts, resp_pkts, atomic, timeout, retry_cnt };
     let mut ends = MsgEnds {
         tgt,
         w,
@@ -257,7 +245,7 @@ pub(crate) fn execute(
         data: None,
         committed: None,
     };
-    let d = transport::deliver(st, &m, true, &mut ends);
+    let d = transport::deliver(st, &m, &mut ends);
     if qtype == QpType::Rc && matches!(ends.committed, Some((true, _))) {
         engine::advance_psns(st, (h, qpn), (tgt.h, tgt.qpn), engine::packets(op_, len, mtu));
     }
@@ -283,9 +271,8 @@ pub(crate) fn execute(
 /// attempt times out, on the simulated clock, until the retries are spent.
 pub(crate) fn silent_peer(st: &mut FabricState, h: usize, qpn: u32) {
     let Some(q) = st.hosts[h].qps.get(&qpn) else { return };
-    let t = if q.attrs.timeout == 0 { MAX_TIMEOUT } else { q.attrs.timeout };
     let tries = u64::from(q.attrs.retry_cnt) + 1;
-    st.net.now_ns += tries * (4096u64 << t);
+    st.net.now_ns += tries * transport::local_ack_timeout_ns(q.attrs.timeout);
     let s = &mut st.hosts[h].stats;
     s.ack_timeouts += tries;
     s.retransmits += tries - 1;

@@ -34,8 +34,7 @@ pub(crate) struct Msg {
     pub resp_pkts: u32,
     /// An atomic: its one response is an ATOMIC ACKNOWLEDGE.
     pub atomic: bool,
-    /// Local ACK timeout code: 4.096 µs × 2^timeout (the engine maps 0, "wait
-    /// forever", to 31).
+    /// The QP's local ACK timeout code ([`local_ack_timeout_ns`]).
     pub timeout: u8,
     /// Transport retries.
     pub retry_cnt: u8,
@@ -93,11 +92,19 @@ pub(crate) enum Delivery {
     RetryExceeded { committed: Option<Outcome> },
 }
 
-/// Deliver one message. `reachable`: whether a responder exists at all (else every
-/// request is lost in silence and the retries run out).
-pub(crate) fn deliver(st: &mut FabricState, m: &Msg, reachable: bool, ends: &mut impl Ends) -> Delivery {
+/// The local ACK timeout of code `t` (IBA 9.7.6.1.3): 4.096 µs × 2^t. Code 0
+/// means "wait forever"; it is modelled as 31 (about 2.4 h of simulated time),
+/// so that a lost packet still ends in bounded simulated time [model choice].
+pub(crate) fn local_ack_timeout_ns(t: u8) -> u64 {
+    let t = if t == 0 { 31 } else { t.min(31) };
+    4096u64 << t
+}
+
+/// Deliver one message to a responder that exists (a peer that does not is
+/// `lossy::silent_peer`: only the clock moves).
+pub(crate) fn deliver(st: &mut FabricState, m: &Msg, ends: &mut impl Ends) -> Delivery {
     let read_like = m.resp_pkts > 0;
-    let timeout_ns = 4096u64 << m.timeout.min(31);
+    let timeout_ns = local_ack_timeout_ns(m.timeout);
     let mut retries = m.retry_cnt;
     let mut q = Queue::default();
     let mut now = st.net.now_ns;
@@ -108,7 +115,7 @@ pub(crate) fn deliver(st: &mut FabricState, m: &Msg, reachable: bool, ends: &mut
     let mut epsn = 0u32;
     let mut nak_sent = false;
     let mut committed: Option<Outcome> = None;
-    let mut dead = !reachable;
+    let mut dead = false;
 
     let first_req = |acked: u32, got: u32| if read_like { got.min(m.resp_pkts - 1) } else { acked };
     let burst = |from: u32| if read_like { from..from + 1 } else { from..m.req_pkts };
@@ -357,7 +364,7 @@ mod tests {
         let mut st = state();
         st.net.script = script.iter().copied().collect();
         let mut log = Log { commits: 0, sent: Vec::new() };
-        let d = deliver(&mut st, &m, true, &mut log);
+        let d = deliver(&mut st, &m, &mut log);
         (st, log, d)
     }
 
