@@ -195,7 +195,7 @@ impl<B: Backend> End<B> {
                     dct.activate(&up).map_err(e("activate DCT"))?;
                     TestQp::Dc { dci, dct }
                 }
-                (Connection::Dc, None) => unreachable!("DC creates its SRQ above"),
+                (Connection::Dc, None) => return Err("DC needs its SRQ".into()),
             });
         }
         let mr = pd.alloc_mr(2 * half(c) as usize, AccessFlags::ALL).map_err(e("register memory"))?;
