@@ -18,7 +18,7 @@
 use std::hint::black_box;
 
 use mlx5::model::ExecMode;
-use mlx5::ring_only::{RingOnly, RingOnlyDevice};
+use mlx5::ring_only::{RingOnly, RingOnlyDevice, Unlogged};
 use mlx5::sim::two_hosts;
 use mlx5::{AccessFlags, ConnectParams, Device, QpConfig, RemoteQpInfo, Sge, WqeFlags};
 
@@ -31,9 +31,9 @@ fn cfg(n: u32) -> Cfg {
 /// The signaled 1-SGE RDMA_WRITE of `post` and `post_bf`, ready to finish.
 #[inline(always)]
 fn write_1sge(
-    qp: &mlx5::RcQp<RingOnly, u64>,
+    qp: &mlx5::RcQp<RingOnly<Unlogged>, u64>,
     i: u64,
-) -> mlx5::WqeBuilder<'_, RingOnly, u64, mlx5::wqe::state::Data> {
+) -> mlx5::WqeBuilder<'_, RingOnly<Unlogged>, u64, mlx5::wqe::state::Data> {
     qp.wqe_builder(i)
         .unwrap()
         .ctrl_rdma_write(WqeFlags::SIGNALED)
@@ -45,15 +45,15 @@ fn write_1sge(
 }
 
 #[inline(never)]
-fn post_phase(qp: &mlx5::RcQp<RingOnly, u64>, n: u64) {
+fn post_phase(qp: &mlx5::RcQp<RingOnly<Unlogged>, u64>, n: u64) {
     for i in 0..n {
         write_1sge(qp, i).finish().unwrap();
     }
 }
 
 /// A ring-only context and PD (nothing executes: doorbells are logged).
-fn ring_only() -> (mlx5::Context<RingOnly>, mlx5::ProtectionDomain<RingOnly>) {
-    let ctx = Device::<RingOnly>::new(RingOnlyDevice::new(1, 256)).open().unwrap();
+fn ring_only() -> (mlx5::Context<RingOnly<Unlogged>>, mlx5::ProtectionDomain<RingOnly<Unlogged>>) {
+    let ctx = Device::<RingOnly<Unlogged>>::new(RingOnlyDevice::new(1, 256)).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     (ctx, pd)
 }
@@ -96,7 +96,7 @@ fn post_kind(kind: &str, n: u32) {
 }
 
 #[inline(never)]
-fn post_inline_phase(qp: &mlx5::RcQp<RingOnly, u64>, n: u64) {
+fn post_inline_phase(qp: &mlx5::RcQp<RingOnly<Unlogged>, u64>, n: u64) {
     let data = [0x5a; 32];
     for i in 0..n {
         qp.wqe_builder(i)
@@ -111,14 +111,14 @@ fn post_inline_phase(qp: &mlx5::RcQp<RingOnly, u64>, n: u64) {
 }
 
 #[inline(never)]
-fn post_bf_phase(qp: &mlx5::RcQp<RingOnly, u64>, n: u64) {
+fn post_bf_phase(qp: &mlx5::RcQp<RingOnly<Unlogged>, u64>, n: u64) {
     for i in 0..n {
         write_1sge(qp, i).finish_with_blueflame().unwrap();
     }
 }
 
 #[inline(never)]
-fn post_ud_phase(qp: &mlx5::UdQp<RingOnly, u64>, av: &mlx5::AddressVector, n: u64) {
+fn post_ud_phase(qp: &mlx5::UdQp<RingOnly<Unlogged>, u64>, av: &mlx5::AddressVector, n: u64) {
     for i in 0..n {
         qp.wqe_builder(i)
             .unwrap()
@@ -134,7 +134,7 @@ fn post_ud_phase(qp: &mlx5::UdQp<RingOnly, u64>, av: &mlx5::AddressVector, n: u6
 }
 
 #[inline(never)]
-fn post_dc_phase(qp: &mlx5::Dci<RingOnly, u64>, av: &mlx5::AddressVector, n: u64) {
+fn post_dc_phase(qp: &mlx5::Dci<RingOnly<Unlogged>, u64>, av: &mlx5::AddressVector, n: u64) {
     for i in 0..n {
         qp.wqe_builder(i)
             .unwrap()
@@ -152,14 +152,14 @@ fn post_dc_phase(qp: &mlx5::Dci<RingOnly, u64>, av: &mlx5::AddressVector, n: u64
 }
 
 #[inline(never)]
-fn recv_phase(qp: &mlx5::RcQp<RingOnly, u64>, n: u64) {
+fn recv_phase(qp: &mlx5::RcQp<RingOnly<Unlogged>, u64>, n: u64) {
     for i in 0..n {
         qp.post_recv(i, &[Sge::new(0x7f12_3456_0000, 64, 0x1234)]).unwrap();
     }
 }
 
 fn post(n: u32) {
-    let ctx = Device::<RingOnly>::new(RingOnlyDevice::new(1, 256)).open().unwrap();
+    let ctx = Device::<RingOnly<Unlogged>>::new(RingOnlyDevice::new(1, 256)).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_mono_cq(64, |_, _: u64| {}).unwrap();
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg(n)).unwrap();

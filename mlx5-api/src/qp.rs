@@ -112,7 +112,13 @@ impl<B: Backend, T> QpShared<B, T> {
     }
 
     fn sq(&self) -> &crate::wq::SendQueue<B, T> {
-        self.wq.sq.as_ref().expect("only QP kinds with a send queue expose it")
+        match &self.wq.sq {
+            Some(sq) => sq,
+            // SAFETY: only the handles of kinds with a send queue (RC, UD,
+            // DCI: `send_queue!`) call this, and `create_qp` gives every
+            // kind but DCT one; `QpShared` never changes `sq` afterwards.
+            None => unsafe { std::hint::unreachable_unchecked() },
+        }
     }
 
     #[inline(always)]

@@ -6,18 +6,42 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::cell::Cell;
+use std::marker::PhantomData;
 use std::rc::Rc;
 
 use crate::backend::{
     Backend, CqCreate, CqResources, QpCreate, QpKind, QpResources, QpTransition, SrqCreate, SrqResources,
 };
 use crate::error::{Error, Result};
-use crate::ring::Mmio;
+use crate::ring::{HostMmio, Mmio};
 use crate::types::{AccessFlags, DeviceCaps, LinkLayer, PortInfo};
 
-/// The ring-only backend marker.
+/// The ring-only backend marker. `M` says what its doorbell register does:
+/// [`Logged`] (the default) records every doorbell and BlueFlame write in
+/// the device's [`DoorbellLog`]; [`Unlogged`] writes each QP's register
+/// memory as [`HostMmio`] writes a real register (same stores, same
+/// barriers) and records nothing: the post path as it costs on hardware,
+/// for measuring it.
 #[derive(Debug)]
-pub struct RingOnly;
+pub struct RingOnly<M: RoMode = Logged>(PhantomData<M>);
+
+/// What a ring-only register does with a write (see [`RingOnly`]).
+pub trait RoMode: std::fmt::Debug + 'static {
+    /// Whether writes are recorded in the [`DoorbellLog`].
+    const LOGGED: bool;
+}
+/// Doorbells are recorded in the device's [`DoorbellLog`].
+#[derive(Debug)]
+pub struct Logged;
+impl RoMode for Logged {
+    const LOGGED: bool = true;
+}
+/// Doorbells are written to register memory, as on hardware; nothing is recorded.
+#[derive(Debug)]
+pub struct Unlogged;
+impl RoMode for Unlogged {
+    const LOGGED: bool = false;
+}
 
 /// What the doorbell register saw.
 #[derive(Debug)]
@@ -95,10 +119,11 @@ impl Drop for Region {
 
 /// A ring-only CQ: its buffer is initialised like rdma-core's and never written.
 #[derive(Debug)]
-pub struct RoCq {
+pub struct RoCq<M: RoMode> {
     _buf: Region,
     _dbrec: Region,
-    uar: RoUar,
+    _uar_page: Region,
+    uar: RoUar<M>,
 }
 /// A ring-only QP: RQ, SQ, doorbell record and register memory.
 #[derive(Debug)]
@@ -115,21 +140,29 @@ pub struct RoSrq {
     _buf: Region,
     _dbrec: Region,
 }
-/// The doorbell register: records into the device's log.
+/// The doorbell register: records into the device's log, or (unlogged)
+/// writes the register memory as hardware's is written.
 #[derive(Debug)]
-pub struct RoUar {
+pub struct RoUar<M: RoMode> {
     log: Rc<DoorbellLog>,
+    _mode: PhantomData<M>,
 }
 
-impl Backend for RingOnly {
+impl<M: RoMode> RoUar<M> {
+    fn of(dev: &RingOnlyDevice) -> Self {
+        RoUar { log: dev.log.clone(), _mode: PhantomData }
+    }
+}
+
+impl<M: RoMode> Backend for RingOnly<M> {
     type Device = RingOnlyDevice;
     type Context = RingOnlyDevice;
     type Pd = ();
     type Mr = ();
-    type Cq = RoCq;
+    type Cq = RoCq<M>;
     type Qp = RoQp;
     type Srq = RoSrq;
-    type Uar = RoUar;
+    type Uar = RoUar<M>;
     /// No events: a ring-only device never completes anything.
     type Channel = ();
 
@@ -176,7 +209,7 @@ impl Backend for RingOnly {
         dev.next_key.set(k + 1);
         Ok(((), k, k))
     }
-    fn create_cq(dev: &RingOnlyDevice, attr: &CqCreate, _: Option<&()>) -> Result<(RoCq, CqResources)> {
+    fn create_cq(dev: &RingOnlyDevice, attr: &CqCreate, _: Option<&()>) -> Result<(RoCq<M>, CqResources)> {
         let cnt = (attr.cqe + 1).next_power_of_two();
         let size = attr.cqe_size as usize;
         let buf = Region::new(cnt as usize * size)?;
@@ -185,17 +218,19 @@ impl Backend for RingOnly {
             unsafe { *buf.ptr.add(i * size + size - 1) = 0xf0 };
         }
         let dbrec = Region::new(64)?;
+        // The arm doorbell goes to offset 0x20 of this page when unlogged.
+        let uar_page = Region::new(4096)?;
         let res = CqResources {
             buf: buf.ptr,
             cqe_cnt: cnt,
             cqe_size: attr.cqe_size,
             dbrec: dbrec.ptr as *mut u32,
             cqn: 1,
-            cq_uar: std::ptr::null_mut(),
+            cq_uar: uar_page.ptr,
         };
-        Ok((RoCq { _buf: buf, _dbrec: dbrec, uar: RoUar { log: dev.log.clone() } }, res))
+        Ok((RoCq { _buf: buf, _dbrec: dbrec, _uar_page: uar_page, uar: RoUar::of(dev) }, res))
     }
-    fn cq_uar(cq: &RoCq) -> &RoUar {
+    fn cq_uar(cq: &RoCq<M>) -> &RoUar<M> {
         &cq.uar
     }
     fn create_channel(_: &RingOnlyDevice) -> Result<()> {
@@ -227,17 +262,17 @@ impl Backend for RingOnly {
     fn create_qp(
         dev: &RingOnlyDevice,
         _: &(),
-        _: Option<&RoCq>,
-        _: &RoCq,
+        _: Option<&RoCq<M>>,
+        _: &RoCq<M>,
         _: Option<&RoSrq>,
         attr: &QpCreate,
-    ) -> Result<(RoQp, QpResources<RoUar>)> {
+    ) -> Result<(RoQp, QpResources<RoUar<M>>)> {
         let rq_bytes = (attr.rq_wqe_cnt * attr.rq_stride) as usize;
         let rq_bytes = rq_bytes.next_multiple_of(4096);
         let buf = Region::new(rq_bytes + attr.sq_wqe_cnt as usize * 64)?;
         let dbrec = Region::new(64)?;
         // Its own register (two BlueFlame halves): the toggle is per register.
-        let reg = Region::new(512)?;
+        let reg = Region::new((2 * dev.bf_size as usize).max(512))?;
         let qpn = dev.next_qpn.get();
         dev.next_qpn.set(qpn + 1);
         let res = QpResources {
@@ -249,7 +284,7 @@ impl Backend for RingOnly {
             rq_wqe_cnt: attr.rq_wqe_cnt,
             rq_stride: attr.rq_stride,
             dbrec: dbrec.ptr as *mut u32,
-            uar: RoUar { log: dev.log.clone() },
+            uar: RoUar::of(dev),
             bf_reg: reg.ptr,
             bf_size: dev.bf_size,
         };
@@ -267,20 +302,39 @@ impl Backend for RingOnly {
     }
 }
 
-impl Mmio for RoUar {
+impl<M: RoMode> Mmio for RoUar<M> {
     #[inline(always)]
-    unsafe fn write_db(&self, _reg: *mut u8, offset: u32, ctrl: [u8; 8]) {
+    unsafe fn write_db(&self, reg: *mut u8, offset: u32, ctrl: [u8; 8]) {
+        if !M::LOGGED {
+            // SAFETY: forwarded: a QP's register memory (two halves of
+            // `bf_size`) or a CQ's UAR page.
+            return unsafe { HostMmio.write_db(reg, offset, ctrl) };
+        }
         self.log.doorbells.set(self.log.doorbells.get() + 1);
         self.log.last_doorbell.set((offset, ctrl));
     }
-    unsafe fn write_bf(&self, _reg: *mut u8, offset: u32, head: &[u8], tail: &[u8]) {
+    #[inline(always)]
+    unsafe fn write_bf(&self, reg: *mut u8, offset: u32, head: &[u8], tail: &[u8]) {
+        if M::LOGGED {
+            log_bf(&self.log, offset, head, tail)
+        } else {
+            // SAFETY: as in `write_db`.
+            unsafe { HostMmio.write_bf(reg, offset, head, tail) }
+        }
+    }
+}
+
+/// Record a BlueFlame write: its offset, length and first 64 bytes.
+#[inline(never)]
+fn log_bf(log: &DoorbellLog, offset: u32, head: &[u8], tail: &[u8]) {
+    {
         let mut first = [0u8; 64];
         let h = head.len().min(64);
         first[..h].copy_from_slice(&head[..h]);
         if h < 64 {
             first[h..].copy_from_slice(&tail[..64 - h]);
         }
-        self.log.blueflames.set(self.log.blueflames.get() + 1);
-        self.log.last_blueflame.set((offset, head.len() + tail.len(), first));
+        log.blueflames.set(log.blueflames.get() + 1);
+        log.last_blueflame.set((offset, head.len() + tail.len(), first));
     }
 }

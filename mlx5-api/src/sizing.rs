@@ -67,6 +67,13 @@ pub fn sq_overhead(kind: QpKind) -> u32 {
 pub fn qp_geometry(kind: QpKind, caps: &QpCaps, dev: &DeviceCaps) -> Result<QpGeometry> {
     let max_desc = dev.max_wqe_sz_sq.min(MAX_DS * DS_BYTES);
     let exceeded = |what, asked, max| Error::CapsExceeded { what, asked, max };
+    // The post path relies on this: a WQE of one WQEBB always fits.
+    if max_desc < WQEBB_BYTES {
+        return Err(Error::InvalidArgument(format!(
+            "the device's send descriptor ({} bytes) is smaller than one WQEBB",
+            dev.max_wqe_sz_sq
+        )));
+    }
     if caps.max_send_wr == 0 {
         return Err(Error::InvalidArgument("max_send_wr must be at least 1".into()));
     }
@@ -158,6 +165,17 @@ mod tests {
             max_recv_sge: 1,
             max_inline_data: inline,
         }
+    }
+
+    /// The post path counts on one WQEBB always fitting a WQE: a device
+    /// whose send descriptor is smaller is refused at creation.
+    #[test]
+    fn a_send_descriptor_below_one_wqebb_is_refused() {
+        let tiny = DeviceCaps { max_wqe_sz_sq: 48, ..cx5() };
+        let e = qp_geometry(QpKind::Rc, &caps(1, 0, 0), &tiny).unwrap_err();
+        assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("48 bytes")), "{e}");
+        let g = qp_geometry(QpKind::Rc, &caps(1, 0, 0), &DeviceCaps { max_wqe_sz_sq: 64, ..cx5() }).unwrap();
+        assert_eq!(g.max_wqe_ds, 4);
     }
 
     /// Values worked out from rdma-core's formulas by hand (see the module doc).

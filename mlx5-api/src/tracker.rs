@@ -43,10 +43,16 @@ impl<T> Tracker<T> {
         unsafe { self.slots.get_unchecked((counter & self.mask) as usize) }
     }
 
-    /// Record the WQE of `nbb` WQEBBs at counter `start` (a free slot).
+    /// Record the WQE of `nbb` WQEBBs whose first WQEBB is ring slot `slot`
+    /// (a free slot).
+    ///
+    /// # Safety
+    /// `slot` is below the `wqe_cnt` the table was made for (the ring's).
     #[inline(always)]
-    pub fn record(&self, start: u32, nbb: u32, opcode: u8, entry: T) {
-        let s = self.slot(start);
+    pub unsafe fn record(&self, slot: u32, nbb: u32, opcode: u8, entry: T) {
+        debug_assert!(slot <= self.mask);
+        // SAFETY: in range (caller contract).
+        let s = unsafe { self.slots.get_unchecked(slot as usize) };
         s.meta.set(nbb as u16 | (opcode as u16) << 8);
         // SAFETY: single-threaded; the slot is free (outside [ci, pi)), so
         // nothing live is overwritten and no reference into it exists.
@@ -59,6 +65,22 @@ impl<T> Tracker<T> {
     /// starts at that index.
     #[inline(always)]
     pub fn retire(&self, pi: u32, ci: u32, wqe_counter: u16) -> Option<Retired<T>> {
+        if ci as u16 == wqe_counter && pi != ci {
+            // The oldest WQE (every WQE signaled): no walk.
+            let s = self.slot(ci);
+            let meta = s.meta.get();
+            // SAFETY: `ci` is a WQE start in [ci, pi): its entry is live; it
+            // is moved out once and the counter moves past it.
+            let entry = unsafe { (*s.entry.get()).assume_init_read() };
+            let next = ci.wrapping_add((meta & 0xff).max(1) as u32);
+            return Some(Retired { entry, opcode: (meta >> 8) as u8, ci: next });
+        }
+        self.retire_walk(pi, ci, wqe_counter)
+    }
+
+    /// [`Tracker::retire`] past unsignaled WQEs.
+    #[inline(never)]
+    fn retire_walk(&self, pi: u32, ci: u32, wqe_counter: u16) -> Option<Retired<T>> {
         let dist = (wqe_counter as u32).wrapping_sub(ci) & 0xffff;
         if dist >= pi.wrapping_sub(ci) {
             return None;
@@ -123,6 +145,18 @@ impl<T> RecvTracker<T> {
         unsafe { *self.entries[i as usize].get() = Some(entry) };
     }
 
+    /// [`RecvTracker::put`] without the bounds check.
+    ///
+    /// # Safety
+    /// `i` is below the table's size (a slot of the ring that sized it).
+    #[inline(always)]
+    pub unsafe fn put_unchecked(&self, i: u32, entry: T) {
+        debug_assert!((i as usize) < self.entries.len());
+        // SAFETY: in range (caller contract); single-threaded; no reference
+        // into the slot outlives this call.
+        unsafe { *self.entries.get_unchecked(i as usize).get() = Some(entry) };
+    }
+
     /// Take the entry of slot `i`, if any.
     #[inline(always)]
     pub fn take(&self, i: u32) -> Option<T> {
@@ -148,9 +182,12 @@ mod tests {
     fn retire_walks_unsignaled_wqes_and_drops_their_entries() {
         let t = Tracker::new(8);
         let live = Rc::new(());
-        t.record(0, 1, 0x08, live.clone());
-        t.record(1, 2, 0x0a, live.clone());
-        t.record(3, 1, 0x10, live.clone());
+        // SAFETY (here and below): slots below 8.
+        unsafe {
+            t.record(0, 1, 0x08, live.clone());
+            t.record(1, 2, 0x0a, live.clone());
+            t.record(3, 1, 0x10, live.clone());
+        }
         assert_eq!(Rc::strong_count(&live), 4);
         assert!(t.retire(4, 0, 2).is_none(), "2 is inside a WQE, not its start");
         assert!(t.retire(4, 0, 4).is_none(), "4 is not posted");
@@ -165,8 +202,11 @@ mod tests {
     fn clear_drops_live_entries_across_the_wrap() {
         let t = Tracker::new(4);
         let live = Rc::new(());
-        t.record(6, 1, 0, live.clone());
-        t.record(7, 2, 0, live.clone());
+        // SAFETY: counters 6 and 7 are slots 2 and 3 of 4.
+        unsafe {
+            t.record(6 & 3, 1, 0, live.clone());
+            t.record(7 & 3, 2, 0, live.clone());
+        }
         t.clear(9, 6);
         assert_eq!(Rc::strong_count(&live), 1);
     }

@@ -71,9 +71,12 @@ impl<T> RecvQueue<T> {
 
     #[inline(always)]
     pub(crate) fn post(&self, entry: T, sges: &[Sge]) -> Result<(), PostError> {
-        // SAFETY: the descriptor describes the backend QP's live ring; single-threaded.
-        let slot = unsafe { self.desc.post(sges, 0)? };
-        self.tracker.put(slot, entry);
+        // SAFETY: the descriptor describes the backend QP's live ring;
+        // single-threaded. The wr-id array is left to C posters: entries
+        // are tracked here.
+        let slot = unsafe { self.desc.post_untracked(sges)? };
+        // SAFETY: a slot of the ring, whose wqe_cnt sized the tracker.
+        unsafe { self.tracker.put_unchecked(slot, entry) };
         Ok(())
     }
 

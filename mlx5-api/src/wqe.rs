@@ -26,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::ring::seg::{
     self, set_atomic_seg, set_ctrl_seg, set_data_ptr_seg, set_datagram_seg, set_raddr_seg,
 };
+use crate::ring::seg::{DS_BYTES, WQEBB_BYTES};
 use crate::ring::sq::{copy_in, ds_ptr, over_budget};
 use crate::ring::Sge;
 use crate::types::WqeFlags;
@@ -94,12 +95,15 @@ pub struct WqeBuilder<'q, B: Backend, T, S> {
     /// stores into the ring do not force reloads of them.
     buf: *mut u8,
     mask: usize,
+    /// The WQE's first WQEBB (DS 0 to 3 never wrap) and its ring slot.
+    wqe: *mut u8,
+    slot: u32,
     /// Counter of the WQE's first WQEBB.
     start: u32,
     /// DS units written so far, ctrl included.
     ds: u32,
-    /// Largest DS count this WQE may reach (ring space and size limit).
-    budget: u32,
+    /// Free WQEBBs at the start (at least 1).
+    free: u32,
     nsge: u32,
     /// Message bytes so far (gather SGEs or inline).
     msg_len: u32,
@@ -116,18 +120,24 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
     #[inline(always)]
     pub(crate) fn new(sq: &'q SendQueue<B, T>, entry: T, state: S) -> Result<Self> {
         let d = &sq.desc;
-        let free = d.free();
+        // Everything the post reads from the descriptor, before the Acquire
+        // load of the consumer (after it, each would be loaded again).
+        let (buf, wqe_cnt, start) = (d.buf, d.wqe_cnt, d.producer());
+        let free = wqe_cnt - start.wrapping_sub(d.consumer());
         if free == 0 {
             return Err(Error::SqFull { needed: 1, free: 0 });
         }
+        let slot = start & (wqe_cnt - 1);
         Ok(WqeBuilder {
             sq,
             entry,
-            buf: d.buf,
-            mask: d.byte_mask(),
-            start: d.producer(),
+            buf,
+            mask: (wqe_cnt * WQEBB_BYTES) as usize - 1,
+            wqe: buf.wrapping_add(slot as usize * WQEBB_BYTES as usize),
+            slot,
+            start,
             ds: 1,
-            budget: d.max_ds.min(free * 4),
+            free,
             nsge: 0,
             msg_len: 0,
             opcode: 0,
@@ -159,9 +169,11 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
             entry,
             buf,
             mask,
+            wqe,
+            slot,
             start,
             ds,
-            budget,
+            free,
             nsge,
             msg_len,
             opcode,
@@ -175,9 +187,11 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
             entry,
             buf,
             mask,
+            wqe,
+            slot,
             start,
             ds,
-            budget,
+            free,
             nsge,
             msg_len,
             opcode,
@@ -198,20 +212,35 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         Ok(b)
     }
 
-    /// Check that the WQE may grow to `ds` DS before writing its next segment.
+    /// Check that the WQE may grow to `ds` DS before writing its next
+    /// segment. One WQEBB always fits: `new` found one free, and a QP's
+    /// WQEs may be at least one WQEBB (`max_ds >= 4`, checked at creation
+    /// by `qp_geometry`), so the check costs nothing for the segments that
+    /// the builder's state puts in the first WQEBB.
     #[inline(always)]
     fn reserve(&self, ds: u32) -> Result<()> {
-        if ds <= self.budget {
+        if ds <= 4 || (ds <= self.sq.desc.max_ds && ds.div_ceil(4) <= self.free) {
             Ok(())
         } else {
-            Err(over_budget(ds, self.sq.desc.max_ds, self.sq.desc.free()).into())
+            Err(over_budget(ds, self.sq.desc.max_ds, self.free).into())
         }
     }
 
-    /// The next DS of the WQE, in the ring (modulo rule of spec §1.3).
+    /// DS `i` of the WQE, in the ring (modulo rule of spec §1.3; the first
+    /// WQEBB never wraps).
+    #[inline(always)]
+    fn ds_at(&self, i: u32) -> *mut [u8; 16] {
+        if i < 4 {
+            self.wqe.wrapping_add(i as usize * DS_BYTES as usize) as *mut [u8; 16]
+        } else {
+            ds_ptr(self.buf, self.mask, self.start, i)
+        }
+    }
+
+    /// The next DS of the WQE, in the ring.
     #[inline(always)]
     fn next_ds(&mut self) -> &'q mut [u8; 16] {
-        let p = ds_ptr(self.buf, self.mask, self.start, self.ds);
+        let p = self.ds_at(self.ds);
         self.ds += 1;
         // SAFETY: the DS lies in a free slot of the live ring (`reserve`
         // was checked against the free space); the device does not read it
@@ -254,20 +283,30 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         Ok(())
     }
 
-    /// Write the ctrl segment (spec §2.1), record the WQE and advance the
-    /// producer; the doorbell is left to the caller, who gets the ctrl
-    /// segment's first 8 bytes (the doorbell value).
+    /// Write the ctrl segment (spec §2.1) and record the WQE's entry; the
+    /// producer is left to the caller, who gets the ctrl segment's first 8
+    /// bytes (the doorbell value).
     #[inline(always)]
-    fn commit(self) -> [u8; 8] {
+    fn write_ctrl(self) -> ([u8; 8], u32, u32) {
         let sq = self.sq;
         let mut ctrl = [0u8; 16];
         set_ctrl_seg(&mut ctrl, self.start, self.opcode, 0, sq.desc.qpn, self.fm_ce_se, self.ds, self.imm);
         // SAFETY: DS 0 of this WQE, a free slot of the live ring.
-        unsafe { ds_ptr(self.buf, self.mask, self.start, 0).write(ctrl) };
-        sq.tracker.record(self.start, self.ds.div_ceil(4), self.opcode, self.entry);
-        sq.desc.commit(self.start, self.ds);
+        unsafe { self.wqe.cast::<[u8; 16]>().write(ctrl) };
+        // SAFETY: the tracker has a slot per WQEBB, indexed as the ring is
+        // (`slot` is masked by the ring's wqe_cnt, which sized the tracker).
+        unsafe { sq.tracker.record(self.slot, self.ds.div_ceil(4), self.opcode, self.entry) };
         let mut db = [0u8; 8];
         db.copy_from_slice(&ctrl[..8]);
+        (db, self.start, self.ds)
+    }
+
+    /// [`Self::write_ctrl`], then advance the producer without ringing.
+    #[inline(always)]
+    fn commit(self) -> [u8; 8] {
+        let sq = self.sq;
+        let (db, start, ds) = self.write_ctrl();
+        sq.desc.commit(start, ds);
         db
     }
 }
@@ -429,7 +468,7 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
     #[inline(always)]
     fn push_av(&mut self, key: u64, dqpn: u32, av: &AddressVector) -> Result<()> {
         self.reserve(self.ds + 3)?;
-        let p = ds_ptr(self.buf, self.mask, self.start, self.ds) as *mut [u8; 48];
+        let p = self.ds_at(self.ds) as *mut [u8; 48];
         // SAFETY: DS 1..4 of the WQE (the AV follows the ctrl, which opens a
         // WQEBB, so it never wraps), in free slots (`reserve`).
         set_datagram_seg(unsafe { &mut *p }, key, dqpn, av);
@@ -451,10 +490,10 @@ impl<'q, B: Backend, T, S: Finishable> WqeBuilder<'q, B, T, S> {
         let sq = self.sq;
         // Any WQEs pending from finish_batch() go with it: the doorbell
         // record covers them all, the doorbell carries this (last) WQE's ctrl.
-        let ctrl = self.commit();
+        let (ctrl, start, ds) = self.write_ctrl();
         // SAFETY: the descriptor describes the backend QP's live ring and
         // register; handles are single-threaded.
-        unsafe { sq.desc.ring_db_with(&sq.reg.mmio, ctrl) };
+        unsafe { sq.desc.commit_and_ring(&sq.reg.mmio, start, ds, ctrl) };
         Ok(())
     }
 
@@ -464,9 +503,9 @@ impl<'q, B: Backend, T, S: Finishable> WqeBuilder<'q, B, T, S> {
     #[inline(always)]
     pub fn finish_with_blueflame(self) -> Result<()> {
         let sq = self.sq;
-        let _ = self.commit();
+        let (ctrl, start, ds) = self.write_ctrl();
         // SAFETY: as in `finish`.
-        unsafe { sq.desc.ring_bf(&sq.reg.mmio) };
+        unsafe { sq.desc.commit_and_ring_bf(&sq.reg.mmio, start, ds, ctrl) };
         Ok(())
     }
 

@@ -508,3 +508,67 @@ fn ud_message_above_mtu_is_refused() {
     assert_eq!(b.sge(Sge::new(0x2000, 97, 1)).err().unwrap(), Error::MessageTooLong { len: 4097, max: 4096 });
     assert_eq!(ud.sq_dbrec(), 0, "nothing published");
 }
+
+/// BlueFlame only for a WQE that is alone since the last doorbell (spec
+/// §1.6): after a batch, one plain doorbell covers the batch and the WQE.
+#[test]
+fn blueflame_after_a_batch_is_one_plain_doorbell_for_all() {
+    let f = qp_at(0);
+    for e in 0..2 {
+        f.qp.wqe_builder(e).unwrap().ctrl_nop(WqeFlags::NONE).unwrap().finish_batch().unwrap();
+    }
+    f.qp.wqe_builder(2).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish_with_blueflame().unwrap();
+    assert_eq!((f.dev.log().blueflames.get(), f.dev.log().doorbells.get()), (0, 1));
+    assert_eq!(f.qp.sq_dbrec(), 3);
+    assert_eq!(f.dev.log().last_doorbell.get().1, [0, 0, 2, 0, 0, 1, 0x23, 1], "the last WQE's ctrl");
+    // Nothing is left pending: the next WQE goes by BlueFlame again.
+    f.qp.wqe_builder(3).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish_with_blueflame().unwrap();
+    assert_eq!(f.dev.log().blueflames.get(), 1);
+}
+
+/// A two-WQEBB WQE that starts in the ring's last slot reaches the
+/// register whole: the last slot, then slot 0 (spec §1.3, §1.6).
+#[test]
+fn blueflame_follows_the_ring_wrap() {
+    let f = qp_at(7);
+    f.qp.wqe_builder(1)
+        .unwrap()
+        .ctrl_rdma_write(WqeFlags::SIGNALED)
+        .unwrap()
+        .rdma(REMOTE, RKEY)
+        .unwrap()
+        .inline(&[0x5a; 32])
+        .unwrap()
+        .finish_with_blueflame()
+        .unwrap();
+    let (off, len, first) = f.dev.log().last_blueflame.get();
+    let ring = f.qp.sq_ring_bytes();
+    assert_eq!((off, len), (0, 128), "5 DS: two WQEBBs");
+    assert_eq!(first.to_vec(), ring[7 * 64..8 * 64].to_vec());
+    // Header and 28 data bytes fill DS 2-3; the last 4 open slot 0, then pad.
+    assert_eq!(ring[0..16], [0x5a, 0x5a, 0x5a, 0x5a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(f.qp.sq_dbrec(), 9);
+}
+
+/// The unlogged ring-only register is memory written as hardware's is: the
+/// doorbell's 8 bytes, then the BlueFlame copy, each at the half the toggle
+/// names.
+#[test]
+fn unlogged_register_memory_gets_doorbell_and_blueflame() {
+    use mlx5_api::ring_only::Unlogged;
+    let ctx = Device::<RingOnly<Unlogged>>::new(RingOnlyDevice::new(0x123, 256)).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, |_, _: u64| {}).unwrap();
+    let qp = ctx.create_rc_qp(&pd, &cq, &cq, &QpConfig::default()).unwrap();
+    qp.activate(&ConnectParams::to(RemoteQpInfo::ib(0x456, 2))).unwrap();
+    // SAFETY: reading the register view of a live QP.
+    let reg = unsafe { (*qp.sq_desc().bf).reg };
+    qp.wqe_builder(1).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();
+    // SAFETY: the register memory is 512 bytes, alive with the QP.
+    let half0 = unsafe { std::slice::from_raw_parts(reg, 8) }.to_vec();
+    assert_eq!(half0, [0, 0, 0, 0, 0, 1, 0x23, 1], "NOP at index 0, QPN 0x123, 1 DS");
+    qp.wqe_builder(2).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish_with_blueflame().unwrap();
+    // SAFETY: as above.
+    let half1 = unsafe { std::slice::from_raw_parts(reg.add(256), 64) }.to_vec();
+    assert_eq!(half1, qp.sq_ring_bytes()[64..128].to_vec(), "the whole WQE in the second half");
+}

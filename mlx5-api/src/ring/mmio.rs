@@ -45,6 +45,13 @@ impl BfReg {
         self.offset.load(Ordering::Relaxed)
     }
 
+    /// Where the next write goes (`off ^ size` after a write at `off`:
+    /// what [`BfReg::toggle`] does, without reading the offset again).
+    #[inline(always)]
+    pub fn set_offset(&self, off: u32) {
+        self.offset.store(off, Ordering::Relaxed);
+    }
+
     /// After a write: the next one goes to the other half (a no-op for a
     /// doorbell-only register). Not a read-modify-write instruction: one
     /// thread writes a register view at a time.
@@ -180,6 +187,7 @@ unsafe fn chunk_neon(dst: *mut u8, src: *const u8) {
 /// `dst` writable for `head.len() + tail.len()` bytes; both lengths multiples
 /// of 64.
 #[cfg(target_arch = "aarch64")]
+#[inline(always)]
 pub unsafe fn bf_copy_neon(dst: *mut u8, head: &[u8], tail: &[u8]) {
     let mut d = dst;
     for part in [head, tail] {
@@ -199,6 +207,7 @@ pub unsafe fn bf_copy_neon(dst: *mut u8, head: &[u8], tail: &[u8]) {
 /// # Safety
 /// `dst` writable for `head.len() + tail.len()` bytes and 8-aligned; both
 /// lengths multiples of 64.
+#[inline(always)]
 pub unsafe fn bf_copy_u64(dst: *mut u8, head: &[u8], tail: &[u8]) {
     let mut d = dst;
     for part in [head, tail] {
@@ -219,6 +228,7 @@ pub unsafe fn bf_copy_u64(dst: *mut u8, head: &[u8], tail: &[u8]) {
 /// `dst` writable for `head.len() + tail.len()` bytes and 16-aligned; both
 /// lengths multiples of 64.
 #[cfg(target_arch = "x86_64")]
+#[inline(always)]
 pub unsafe fn bf_copy_sse2(dst: *mut u8, head: &[u8], tail: &[u8]) {
     let mut d = dst;
     for part in [head, tail] {

@@ -7,7 +7,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::ring::barrier::udma_to_device_barrier;
 use crate::ring::error::PostError;
-use crate::ring::seg::{set_scatter_list, Sge};
+use crate::ring::seg::{set_data_ptr_seg, Sge, INVALID_LKEY};
 use crate::ring::sq::Retired;
 
 /// A QP's receive queue (the RQ half of `struct mlx5dv_qp`).
@@ -30,6 +30,37 @@ pub struct RqDesc {
     pub pi: AtomicU32,
     /// Receives completed (free-running).
     pub ci: AtomicU32,
+}
+
+/// Check each entry and write it into the free slot at `wqe`, skipping
+/// empty ones: the number written.
+///
+/// # Safety
+/// `wqe` is writable for `max_sge` data segments.
+#[inline(never)]
+unsafe fn write_list(wqe: *mut [u8; 16], sges: &[Sge], max_sge: u32) -> Result<u32, PostError> {
+    let mut n = 0u32;
+    for s in sges {
+        if s.len == 0 {
+            continue;
+        }
+        if s.len > i32::MAX as u32 {
+            return Err(PostError::SgeTooLong { len: s.len as u64 });
+        }
+        if n >= max_sge {
+            return Err(too_many(sges, max_sge));
+        }
+        // SAFETY: n < max_sge (caller contract).
+        set_data_ptr_seg(unsafe { &mut *wqe.add(n as usize) }, s.len, s.lkey, s.addr);
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// The error for a list with more non-empty entries than `max`.
+#[cold]
+fn too_many(sges: &[Sge], max: u32) -> PostError {
+    PostError::TooManySge { count: sges.iter().filter(|s| s.len != 0).count() as u32, max }
 }
 
 // SAFETY: as for `SqDesc`: atomic counters, memory reached through `unsafe`
@@ -60,35 +91,62 @@ impl RqDesc {
         self.pi.load(Ordering::Relaxed).wrapping_sub(self.ci.load(Ordering::Acquire))
     }
 
-    /// Write one receive WQE at the producer slot and publish it in the
-    /// doorbell record (barrier A first). Zero-length entries are skipped
-    /// (rdma-core's RQ path). Every check comes first: nothing is written on
-    /// error. Returns the slot.
+    /// Write one receive WQE at the producer slot, store `wr_id` in the
+    /// wr-id array (when there is one) and publish the WQE in the doorbell
+    /// record (barrier A first). Zero-length entries are skipped
+    /// (rdma-core's RQ path). On error nothing is published (the free slot
+    /// may hold part of the list: the device never reads it). Returns the
+    /// slot.
     ///
     /// # Safety
     /// The descriptor describes live memory; one thread posts at a time.
     #[inline(always)]
     pub unsafe fn post(&self, sges: &[Sge], wr_id: u64) -> Result<u32, PostError> {
-        let mut n = 0u32;
-        for s in sges {
-            if s.len > i32::MAX as u32 {
-                return Err(PostError::SgeTooLong { len: s.len as u64 });
-            }
-            n += (s.len != 0) as u32;
-        }
-        if n > self.max_sge {
-            return Err(PostError::TooManySge { count: n, max: self.max_sge });
-        }
-        if self.outstanding() >= self.wqe_cnt {
-            return Err(PostError::RqFull { capacity: self.wqe_cnt });
-        }
+        // SAFETY: forwarded.
+        unsafe { self.post_inner(sges, Some(wr_id)) }
+    }
+
+    /// [`RqDesc::post`] without touching the wr-id array: for a poster that
+    /// keeps its own (the handle layer's typed entries).
+    ///
+    /// # Safety
+    /// As [`RqDesc::post`].
+    #[inline(always)]
+    pub unsafe fn post_untracked(&self, sges: &[Sge]) -> Result<u32, PostError> {
+        // SAFETY: forwarded.
+        unsafe { self.post_inner(sges, None) }
+    }
+
+    #[inline(always)]
+    unsafe fn post_inner(&self, sges: &[Sge], wr_id: Option<u64>) -> Result<u32, PostError> {
+        // What the post reads from the descriptor, before the Acquire load
+        // of the consumer.
+        let (buf, wqe_cnt, stride, max_sge) = (self.buf, self.wqe_cnt, self.stride, self.max_sge);
         let pi = self.pi.load(Ordering::Relaxed);
-        let slot = pi & (self.wqe_cnt - 1);
-        // SAFETY: the slot is free and inside the ring; n <= stride / 16.
-        unsafe {
-            set_scatter_list(self.buf.add((slot * self.stride) as usize), self.stride / 16, sges, true);
+        if pi.wrapping_sub(self.ci.load(Ordering::Acquire)) >= wqe_cnt {
+            return Err(PostError::RqFull { capacity: wqe_cnt });
+        }
+        let slot = pi & wqe_cnt.wrapping_sub(1);
+        let wqe = buf.wrapping_add((slot * stride) as usize) as *mut [u8; 16];
+        // A single entry (the common receive) goes straight through; longer
+        // lists, empty entries and errors take the general pass.
+        let n = match sges {
+            [s] if s.len.wrapping_sub(1) < i32::MAX as u32 && max_sge != 0 => {
+                // SAFETY: 0 < max_sge <= stride / 16: inside the free slot.
+                set_data_ptr_seg(unsafe { &mut *wqe }, s.len, s.lkey, s.addr);
+                1
+            }
+            // SAFETY: the free slot of stride bytes; max_sge <= stride / 16.
+            _ => unsafe { write_list(wqe, sges, max_sge)? },
+        };
+        if n < stride / 16 {
+            // SAFETY: as above; the terminator of a shorter list.
+            set_data_ptr_seg(unsafe { &mut *wqe.add(n as usize) }, 0, INVALID_LKEY, 0);
+        }
+        if let Some(w) = wr_id {
             if !self.wrid.is_null() {
-                *self.wrid.add(slot as usize) = wr_id;
+                // SAFETY: `wrid` has wqe_cnt entries (field contract).
+                unsafe { *self.wrid.add(slot as usize) = w };
             }
         }
         let pi = pi.wrapping_add(1);

@@ -17,7 +17,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::ring::barrier::udma_to_device_barrier;
 use crate::ring::error::PostError;
-use crate::ring::mmio::{BfReg, Mmio};
+use crate::ring::mmio::{BfReg, Mmio, BF_CHUNK};
 use crate::ring::seg::{DS_BYTES, WQEBB_BYTES};
 
 /// Transport of a send queue (what [`crate::ring::send_wqe`] accepts).
@@ -236,10 +236,74 @@ impl SqDesc {
         unsafe {
             self.publish();
             let bf = &*self.bf;
-            m.write_db(bf.reg, bf.next_offset(), ctrl8);
-            bf.toggle();
+            let off = bf.next_offset();
+            m.write_db(bf.reg, off, ctrl8);
+            bf.set_offset(off ^ bf.size);
         }
         self.unrung.store(0, Ordering::Relaxed);
+    }
+
+    /// Commit the WQE of `ds` DS at `start` and ring the doorbell for it
+    /// (and for any WQE committed before it and not yet rung): producer,
+    /// doorbell record, one 8-byte store of `ctrl8` (its ctrl segment's
+    /// first 8 bytes), toggle. [`SqDesc::commit`] then [`SqDesc::ring_db`]
+    /// in one, without recording `last` (nothing is left unrung).
+    ///
+    /// # Safety
+    /// As [`SqDesc::ring_db`].
+    #[inline(always)]
+    pub unsafe fn commit_and_ring<M: Mmio>(&self, m: &M, start: u32, ds: u32, ctrl8: [u8; 8]) {
+        let pi = start.wrapping_add(ds.div_ceil(4));
+        self.pi.store(pi, Ordering::Relaxed);
+        udma_to_device_barrier();
+        // SAFETY: caller contract (a live doorbell record and register).
+        unsafe {
+            AtomicU32::from_ptr(self.dbrec).store((pi & 0xffff).to_be(), Ordering::Release);
+            let bf = &*self.bf;
+            let off = bf.next_offset();
+            m.write_db(bf.reg, off, ctrl8);
+            bf.set_offset(off ^ bf.size);
+        }
+        self.unrung.store(0, Ordering::Relaxed);
+    }
+
+    /// [`SqDesc::commit_and_ring`] through BlueFlame when that is legal
+    /// (spec §1.6: no WQE is waiting for a doorbell, the register has
+    /// BlueFlame and the WQE fits one half): the whole WQE copied to the
+    /// register, following its wrap at the ring end. Otherwise a plain
+    /// doorbell for it and the WQEs before it.
+    ///
+    /// # Safety
+    /// As [`SqDesc::ring_db`].
+    #[inline(always)]
+    pub unsafe fn commit_and_ring_bf<M: Mmio>(&self, m: &M, start: u32, ds: u32, ctrl8: [u8; 8]) {
+        let nbb = ds.div_ceil(4);
+        // SAFETY: `bf` is live (caller contract).
+        let bf = unsafe { &*self.bf };
+        let bytes = nbb * WQEBB_BYTES;
+        if self.unrung() != 0 || bf.size == 0 || bytes > bf.size {
+            // SAFETY: forwarded.
+            return unsafe { self.commit_and_ring(m, start, ds, ctrl8) };
+        }
+        let pi = start.wrapping_add(nbb);
+        self.pi.store(pi, Ordering::Relaxed);
+        udma_to_device_barrier();
+        let mask = self.byte_mask();
+        let off = (start as usize * WQEBB_BYTES as usize) & mask;
+        // One WQEBB never wraps.
+        let head = if nbb == 1 { BF_CHUNK } else { (bytes as usize).min(mask + 1 - off) };
+        // SAFETY: caller contract; both ranges lie inside the ring and hold
+        // the WQE just written.
+        unsafe {
+            AtomicU32::from_ptr(self.dbrec).store((pi & 0xffff).to_be(), Ordering::Release);
+            let (h, t) = (
+                core::slice::from_raw_parts(self.buf.add(off), head),
+                core::slice::from_raw_parts(self.buf, bytes as usize - head),
+            );
+            let o = bf.next_offset();
+            m.write_bf(bf.reg, o, h, t);
+            bf.set_offset(o ^ bf.size);
+        }
     }
 
     /// Whether the last WQE may go through BlueFlame (spec §1.6): it is the
@@ -277,8 +341,9 @@ impl SqDesc {
                 core::slice::from_raw_parts(self.buf, bytes - head),
             );
             let bf = &*self.bf;
-            m.write_bf(bf.reg, bf.next_offset(), h, t);
-            bf.toggle();
+            let off = bf.next_offset();
+            m.write_bf(bf.reg, off, h, t);
+            bf.set_offset(off ^ bf.size);
         }
         self.unrung.store(0, Ordering::Relaxed);
     }
