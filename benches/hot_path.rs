@@ -3,7 +3,8 @@
 //! and divides the difference by N, so set-up and loop entry cancel out).
 //!
 //! `hot_path post N`: N signaled 1-SGE RDMA_WRITEs into the ring-only
-//! backend (doorbell recorded, nothing executed), one `finish()` each.
+//! backend (`RingOnly<Unlogged>`: its register is ordinary memory written
+//! as `HostMmio` writes a real one, nothing executed), one `finish()` each.
 //! `hot_path poll N`: N signaled RDMA_WRITEs executed by the deterministic
 //! simulator (posted as one batch), then N CQEs polled by a `MonoCq` whose
 //! callback reads the status and the entry. Only `post_phase` /
@@ -51,7 +52,7 @@ fn post_phase(qp: &mlx5::RcQp<RingOnly<Unlogged>, u64>, n: u64) {
     }
 }
 
-/// A ring-only context and PD (nothing executes: doorbells are logged).
+/// A ring-only context and PD (nothing executes; doorbells go to memory).
 fn ring_only() -> (mlx5::Context<RingOnly<Unlogged>>, mlx5::ProtectionDomain<RingOnly<Unlogged>>) {
     let ctx = Device::<RingOnly<Unlogged>>::new(RingOnlyDevice::new(1, 256)).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
