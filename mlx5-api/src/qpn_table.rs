@@ -41,14 +41,21 @@ impl<V> QpnTable<V> {
         (qpn.wrapping_mul(0x9e37_79b9) >> (32 - bits)) as usize & (self.keys.len() - 1)
     }
 
-    /// The value of `qpn`.
+    /// The value of `qpn` (its low 24 bits: a QPN).
     #[inline(always)]
     pub fn get(&self, qpn: u32) -> Option<&V> {
+        // Never EMPTY, whatever the caller passes (the mask folds into the
+        // CQE decoder's own).
+        let qpn = qpn & 0xff_ffff;
         let last = self.last.get();
         // SAFETY: `last` is always a valid index (set from probes only).
         if unsafe { *self.keys.get_unchecked(last) } == qpn {
             // SAFETY: as above.
-            return unsafe { self.vals.get_unchecked(last) }.as_ref();
+            let v = unsafe { self.vals.get_unchecked(last) }.as_ref();
+            debug_assert!(v.is_some());
+            // SAFETY: a slot holding a key holds a value (`insert` and
+            // `remove` keep them together), and `qpn` is not EMPTY.
+            return Some(unsafe { v.unwrap_unchecked() });
         }
         let i = self.find(qpn)?;
         self.last.set(i);
@@ -68,9 +75,10 @@ impl<V> QpnTable<V> {
         }
     }
 
-    /// Insert or replace the value of `qpn` (24 bits).
+    /// Insert or replace the value of `qpn` (its low 24 bits, as `get`).
     pub fn insert(&mut self, qpn: u32, v: V) {
-        debug_assert!(qpn != EMPTY);
+        debug_assert!(qpn <= 0xff_ffff, "QPNs are 24 bits: {qpn:#x}");
+        let qpn = qpn & 0xff_ffff;
         if let Some(i) = self.find(qpn) {
             self.vals[i] = Some(v);
             return;
@@ -97,6 +105,7 @@ impl<V> QpnTable<V> {
     /// Remove `qpn`; returns its value. Later entries of the probe run move
     /// back (no tombstones).
     pub fn remove(&mut self, qpn: u32) -> Option<V> {
+        let qpn = qpn & 0xff_ffff;
         let mask = self.keys.len() - 1;
         let mut hole = self.find(qpn)?;
         let v = self.vals[hole].take();
@@ -131,6 +140,20 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::HashMap;
+
+    /// The last-hit index may name a free slot (after a removal): no key,
+    /// not even u32::MAX (the free-slot marker), may match it there.
+    #[test]
+    fn a_free_slot_never_matches() {
+        let mut t = QpnTable::default();
+        t.insert(5, 50);
+        assert_eq!(t.get(5), Some(&50));
+        assert_eq!(t.remove(5), Some(50));
+        assert_eq!(t.get(u32::MAX), None);
+        assert_eq!(t.get(5), None);
+        t.insert(0x12_3456, 7);
+        assert_eq!(t.get(0xff12_3456), Some(&7), "only the 24 QPN bits count");
+    }
 
     proptest! {
         /// Random inserts and removals agree with a HashMap, lookups included.
