@@ -193,10 +193,64 @@ impl SqDesc {
     /// `dbrec` points at a live doorbell record word.
     #[inline(always)]
     pub unsafe fn publish(&self) {
+        // SAFETY: forwarded.
+        unsafe { self.publish_at(self.producer()) }
+    }
+
+    /// [`SqDesc::publish`] of a producer value the caller holds.
+    ///
+    /// # Safety
+    /// As [`SqDesc::publish`].
+    #[inline(always)]
+    unsafe fn publish_at(&self, pi: u32) {
         udma_to_device_barrier();
         // SAFETY: caller contract.
-        unsafe { AtomicU32::from_ptr(self.dbrec) }
-            .store((self.producer() & 0xffff).to_be(), Ordering::Release);
+        unsafe { AtomicU32::from_ptr(self.dbrec) }.store((pi & 0xffff).to_be(), Ordering::Release);
+    }
+
+    /// The 8-byte doorbell at the register's current half, then the toggle;
+    /// nothing is left unrung.
+    ///
+    /// # Safety
+    /// As [`SqDesc::ring_db`]; the doorbell record is already published.
+    #[inline(always)]
+    unsafe fn doorbell<M: Mmio>(&self, m: &M, ctrl8: [u8; 8]) {
+        // SAFETY: caller contract.
+        unsafe {
+            let bf = &*self.bf;
+            let off = bf.next_offset();
+            m.write_db(bf.reg, off, ctrl8);
+            bf.set_offset(off ^ bf.size);
+        }
+        self.unrung.store(0, Ordering::Relaxed);
+    }
+
+    /// The `bytes` of the WQE at counter `start` copied to the register's
+    /// current half (following the wrap at the ring end), then the toggle;
+    /// nothing is left unrung.
+    ///
+    /// # Safety
+    /// As [`SqDesc::ring_db`]; the doorbell record is already published and
+    /// the WQE (a multiple of 64 bytes) fits one BlueFlame half.
+    #[inline(always)]
+    unsafe fn blueflame<M: Mmio>(&self, m: &M, start: u32, bytes: usize) {
+        let mask = self.byte_mask();
+        let off = (start as usize * WQEBB_BYTES as usize) & mask;
+        // One WQEBB never wraps.
+        let head = if bytes == BF_CHUNK { BF_CHUNK } else { bytes.min(mask + 1 - off) };
+        // SAFETY: caller contract; both ranges lie inside the ring and hold
+        // the WQE.
+        unsafe {
+            let (h, t) = (
+                core::slice::from_raw_parts(self.buf.add(off), head),
+                core::slice::from_raw_parts(self.buf, bytes - head),
+            );
+            let bf = &*self.bf;
+            let o = bf.next_offset();
+            m.write_bf(bf.reg, o, h, t);
+            bf.set_offset(o ^ bf.size);
+        }
+        self.unrung.store(0, Ordering::Relaxed);
     }
 
     /// The first 8 bytes of the last WQE's ctrl segment: the doorbell value.
@@ -235,12 +289,8 @@ impl SqDesc {
         // SAFETY: caller contract.
         unsafe {
             self.publish();
-            let bf = &*self.bf;
-            let off = bf.next_offset();
-            m.write_db(bf.reg, off, ctrl8);
-            bf.set_offset(off ^ bf.size);
+            self.doorbell(m, ctrl8);
         }
-        self.unrung.store(0, Ordering::Relaxed);
     }
 
     /// Commit the WQE of `ds` DS at `start` and ring the doorbell for it
@@ -255,16 +305,11 @@ impl SqDesc {
     pub unsafe fn commit_and_ring<M: Mmio>(&self, m: &M, start: u32, ds: u32, ctrl8: [u8; 8]) {
         let pi = start.wrapping_add(ds.div_ceil(4));
         self.pi.store(pi, Ordering::Relaxed);
-        udma_to_device_barrier();
         // SAFETY: caller contract (a live doorbell record and register).
         unsafe {
-            AtomicU32::from_ptr(self.dbrec).store((pi & 0xffff).to_be(), Ordering::Release);
-            let bf = &*self.bf;
-            let off = bf.next_offset();
-            m.write_db(bf.reg, off, ctrl8);
-            bf.set_offset(off ^ bf.size);
+            self.publish_at(pi);
+            self.doorbell(m, ctrl8);
         }
-        self.unrung.store(0, Ordering::Relaxed);
     }
 
     /// [`SqDesc::commit_and_ring`] through BlueFlame when that is legal
@@ -287,22 +332,10 @@ impl SqDesc {
         }
         let pi = start.wrapping_add(nbb);
         self.pi.store(pi, Ordering::Relaxed);
-        udma_to_device_barrier();
-        let mask = self.byte_mask();
-        let off = (start as usize * WQEBB_BYTES as usize) & mask;
-        // One WQEBB never wraps.
-        let head = if nbb == 1 { BF_CHUNK } else { (bytes as usize).min(mask + 1 - off) };
-        // SAFETY: caller contract; both ranges lie inside the ring and hold
-        // the WQE just written.
+        // SAFETY: caller contract; the WQE was just written and fits a half.
         unsafe {
-            AtomicU32::from_ptr(self.dbrec).store((pi & 0xffff).to_be(), Ordering::Release);
-            let (h, t) = (
-                core::slice::from_raw_parts(self.buf.add(off), head),
-                core::slice::from_raw_parts(self.buf, bytes as usize - head),
-            );
-            let o = bf.next_offset();
-            m.write_bf(bf.reg, o, h, t);
-            bf.set_offset(o ^ bf.size);
+            self.publish_at(pi);
+            self.blueflame(m, start, bytes as usize);
         }
     }
 
@@ -329,23 +362,11 @@ impl SqDesc {
         }
         let last = self.last();
         let bytes = (self.producer().wrapping_sub(last) * WQEBB_BYTES) as usize;
-        let mask = self.byte_mask();
-        let off = (last as usize * WQEBB_BYTES as usize) & mask;
-        let head = bytes.min(mask + 1 - off);
-        // SAFETY: caller contract; both ranges lie inside the ring and hold
-        // the WQE just written.
+        // SAFETY: caller contract; legal: the last WQE alone, fitting a half.
         unsafe {
             self.publish();
-            let (h, t) = (
-                core::slice::from_raw_parts(self.buf.add(off), head),
-                core::slice::from_raw_parts(self.buf, bytes - head),
-            );
-            let bf = &*self.bf;
-            let off = bf.next_offset();
-            m.write_bf(bf.reg, off, h, t);
-            bf.set_offset(off ^ bf.size);
+            self.blueflame(m, last, bytes);
         }
-        self.unrung.store(0, Ordering::Relaxed);
     }
 
     /// Retire WQEs up to and including the one whose `wqe_index` is
