@@ -572,3 +572,28 @@ fn unlogged_register_memory_gets_doorbell_and_blueflame() {
     let half1 = unsafe { std::slice::from_raw_parts(reg.add(256), 64) }.to_vec();
     assert_eq!(half1, qp.sq_ring_bytes()[64..128].to_vec(), "the whole WQE in the second half");
 }
+
+/// The register receives both parts of a wrapped WQE, in order: the ring's
+/// last slot, then slot 0 (checked in register memory, past the 64 bytes
+/// the log keeps).
+#[test]
+fn unlogged_blueflame_of_a_wrapped_wqe_lands_whole() {
+    use mlx5_api::ring_only::Unlogged;
+    let ctx = Device::<RingOnly<Unlogged>>::new(RingOnlyDevice::new(0x123, 256)).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, |_, _: u64| {}).unwrap();
+    let cfg = QpConfig { max_send_wr: 4, max_inline_data: 32, ..QpConfig::default() };
+    let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).unwrap();
+    qp.activate(&ConnectParams::to(RemoteQpInfo::ib(0x456, 2))).unwrap();
+    let last = qp.sq_wqebbs() - 1;
+    // SAFETY: ring-only backend, empty send queue.
+    unsafe { qp.skip_sq(last).unwrap() };
+    let post = qp.wqe_builder(1).unwrap().ctrl_rdma_write(WqeFlags::SIGNALED).unwrap();
+    post.rdma(REMOTE, RKEY).unwrap().inline(&[0x5a; 32]).unwrap().finish_with_blueflame().unwrap();
+    // SAFETY: reading the register view and its 512 bytes of a live QP.
+    let reg = unsafe { std::slice::from_raw_parts((*qp.sq_desc().bf).reg, 128) }.to_vec();
+    let ring = qp.sq_ring_bytes();
+    let n = last as usize * 64;
+    assert_eq!(reg[..64], ring[n..n + 64], "the ring's last slot first");
+    assert_eq!(reg[64..128], ring[..64], "then slot 0");
+}
