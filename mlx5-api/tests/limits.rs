@@ -208,3 +208,22 @@ fn receive_queue_limits() {
     assert_eq!(f.qp.post_recv(3, &[sge]).err().unwrap(), Error::RqFull { capacity: 2 });
     assert_eq!(f.qp.rq_outstanding(), 2);
 }
+
+/// A single receive entry (the direct path) is checked as a list is: too
+/// long is `SgeTooLong` with nothing published; zero-length is skipped,
+/// so the WQE is the terminator alone (spec §4.1).
+#[test]
+fn single_receive_entry_is_checked_like_a_list() {
+    let f = fixture(small(), true);
+    // SAFETY: reading the handle's own descriptor and ring.
+    let d = unsafe { f.qp.rq_desc() }.unwrap();
+    let dbrec = || u32::from_be(unsafe { *d.dbrec });
+    let long = Sge { addr: 0x1000, len: 1 << 31, lkey: 1 };
+    assert_eq!(f.qp.post_recv(1, &[long]).err().unwrap(), Error::SgeTooLong { len: 1 << 31 });
+    assert_eq!((f.qp.rq_outstanding(), dbrec()), (0, 0), "nothing published");
+    f.qp.post_recv(2, &[Sge { addr: 0x1000, len: 0, lkey: 1 }]).unwrap();
+    assert_eq!(dbrec(), 1);
+    // SAFETY: WQE 0 of the live ring (stride 32: two data segments).
+    let wqe = unsafe { std::slice::from_raw_parts(d.buf, 16) };
+    assert_eq!(wqe[..8], [0, 0, 0, 0, 0, 0, 1, 0], "byte_count 0, MLX5_INVALID_LKEY: the terminator first");
+}
