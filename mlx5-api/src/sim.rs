@@ -448,8 +448,13 @@ impl Backend for Sim {
 
     #[inline(always)]
     fn cq_idle(cq: &SimCq) {
-        if cq.mode == ExecMode::Deterministic {
-            cq.nic.tick();
+        match cq.mode {
+            ExecMode::Deterministic => cq.nic.tick(),
+            // The NIC thread may be waiting for a core: do its queued work here.
+            ExecMode::Threaded => {
+                cq.nic.help();
+            }
+            ExecMode::Watch => {}
         }
     }
 }

@@ -2,12 +2,12 @@
 //! offering the control path (PD, MR, CQ, QP, modify) and the MMIO doorbell path
 //! (spec §1.5–§1.8, §7). In threaded mode each NIC has its own thread.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
 use crate::cq::Cq;
 use crate::dma::{self, Mr};
@@ -71,26 +71,79 @@ struct Progress {
     waiters: std::sync::atomic::AtomicUsize,
 }
 
-/// The sending side of a NIC thread.
+/// A NIC of [`ExecMode::Threaded`]: its doorbell queue, its thread, and how far it got.
+///
+/// Doorbells are queued by the poster and taken off the queue only under the fabric
+/// lock, by the NIC thread or by a helper ([`Nic::help`]), so they are handled in the
+/// order they were queued whoever handles them. The NIC thread spins briefly when it
+/// runs out of work, then yields, then parks; a poster unparks it only when it is
+/// parked (no wake-up per doorbell).
 struct Link {
     tx: Sender<Msg>,
+    rx: Receiver<Msg>,
+    state: State,
+    host: usize,
     sent: AtomicU64,
-    progress: Arc<Progress>,
+    progress: Progress,
+    /// The NIC thread is parked or about to park: a poster must unpark it.
+    sleeping: AtomicBool,
+    stop: AtomicBool,
+    /// [`Nic::set_thread_paused`]: read by the NIC thread under the fabric lock.
+    paused: AtomicBool,
+    thread: OnceLock<std::thread::Thread>,
 }
 
 impl Link {
-    /// Queues a message without heap allocation: crossbeam's blocking `send` lazily
-    /// allocates a per-thread context when the channel is full, so spin on `try_send`.
+    /// Queues a message without heap allocation (crossbeam's blocking `send` lazily
+    /// allocates a per-thread context when the channel is full): when full, drain it
+    /// here if the NIC thread is not at it, else yield and try again.
     fn post(&self, mut msg: Msg) {
         self.sent.fetch_add(1, Ordering::SeqCst);
         loop {
             match self.tx.try_send(msg) {
-                Ok(()) => return,
+                Ok(()) => break,
                 Err(TrySendError::Full(m)) => {
                     msg = m;
-                    std::thread::yield_now();
+                    if !self.help() {
+                        std::thread::yield_now();
+                    }
                 }
                 Err(TrySendError::Disconnected(_)) => return,
+            }
+        }
+        // Pairs with the fence in `nic_wait`: either the NIC thread sees the message
+        // before it parks, or we see it parked and unpark it.
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::Relaxed) {
+            if let Some(t) = self.thread.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Handles what is queued if the fabric lock is free; whether anything was handled.
+    fn help(&self) -> bool {
+        if self.rx.is_empty() {
+            return false;
+        }
+        let g = match self.state.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+        };
+        let mut st = Guard(g);
+        let n = drain(&mut st, self.host, &self.rx);
+        drop(st);
+        self.finished(n);
+        n > 0
+    }
+
+    /// Counts `n` handled messages for `quiesce`.
+    fn finished(&self, n: u64) {
+        if n > 0 {
+            *self.progress.done.lock().unwrap_or_else(|e| e.into_inner()) += n;
+            if self.progress.waiters.load(Ordering::Acquire) > 0 {
+                self.progress.cv.notify_all();
             }
         }
     }
@@ -160,9 +213,14 @@ impl Drop for Front {
             w.stop.store(true, Ordering::Release);
             w.thread.unpark();
         }
-        // Every Nic handle is gone (they hold the Front): dropping our senders disconnects
-        // the channels and the threads return.
-        self.links.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        // Every Nic handle is gone (they hold the Front): a NIC thread handles what is
+        // still queued, sees the stop request and returns.
+        for l in self.links.lock().unwrap_or_else(|e| e.into_inner()).drain(..).flatten() {
+            l.stop.store(true, Ordering::Release);
+            if let Some(t) = l.thread.get() {
+                t.unpark();
+            }
+        }
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in threads {
             let _ = t.join();
@@ -179,8 +237,6 @@ pub struct Fabric {
 /// Handle to one simulated NIC (cheap to clone; `Send + Sync`).
 #[derive(Clone)]
 pub struct Nic {
-    // Declared first so that it is dropped first: the last handle must release its channel
-    // sender before it releases the Front, whose Drop joins the NIC threads.
     link: Option<Arc<Link>>,
     watch: Option<Arc<Watcher>>,
     front: Arc<Front>,
@@ -213,46 +269,83 @@ fn handle(st: &mut FabricState, h: usize, msg: &Msg) {
     }
 }
 
-fn nic_thread(state: State, h: usize, rx: Receiver<Msg>, progress: Arc<Progress>) {
-    let mut wait = None;
+/// Handles up to [`BATCH`] queued messages under the caller's hold of the lock.
+fn drain(st: &mut FabricState, h: usize, rx: &Receiver<Msg>) -> u64 {
+    let mut n = 0;
+    while n < u64::from(BATCH) {
+        let Ok(m) = rx.try_recv() else { break };
+        handle(st, h, &m);
+        n += 1;
+    }
+    n
+}
+
+/// Backoff of an idle NIC thread: this many empty checks of its queue with a spin
+/// hint between them, then this many yields, then it parks until a poster unparks it
+/// or its next tick is due.
+const NIC_SPIN: u32 = 2000;
+const NIC_YIELD: u32 = 16;
+
+/// Waits for a message, a stop request, or `deadline` (the next tick).
+fn nic_wait(link: &Link, deadline: Option<Instant>) {
+    let ready =
+        || (!link.rx.is_empty() && !link.paused.load(Ordering::Acquire)) || link.stop.load(Ordering::Acquire);
+    for _ in 0..NIC_SPIN {
+        if ready() {
+            return;
+        }
+        std::hint::spin_loop();
+    }
+    for _ in 0..NIC_YIELD {
+        if ready() || deadline.is_some_and(|d| Instant::now() >= d) {
+            return;
+        }
+        std::thread::yield_now();
+    }
+    link.sleeping.store(true, Ordering::Relaxed);
+    // Pairs with the fence in `Link::post` (see there).
+    fence(Ordering::SeqCst);
+    if !ready() {
+        match deadline {
+            Some(d) => std::thread::park_timeout(d.saturating_duration_since(Instant::now())),
+            None => std::thread::park(),
+        }
+    }
+    link.sleeping.store(false, Ordering::Relaxed);
+}
+
+fn nic_thread(link: Arc<Link>) {
+    let h = link.host;
+    // When the NIC last did something (a batch or a tick): it ticks itself once it has
+    // been idle for its tick interval while it has RNR-blocked or errored QPs.
+    let mut last = Instant::now();
     loop {
-        let msg = match wait {
-            Some(d) => match rx.recv_timeout(d) {
-                Ok(m) => Some(m),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => return,
-            },
-            None => match rx.recv() {
-                Ok(m) => Some(m),
-                Err(_) => return,
-            },
-        };
-        let mut handled = 0u64;
-        {
-            let mut st = lock(&state);
-            match &msg {
-                Some(m) => {
-                    handle(&mut st, h, m);
-                    handled = 1;
-                    // Whatever else is queued, under the same hold of the lock: one
-                    // lock, one tick-interval scan and one wake-up per batch, not per
-                    // doorbell.
-                    while handled < u64::from(BATCH) {
-                        let Ok(m) = rx.try_recv() else { break };
-                        handle(&mut st, h, &m);
-                        handled += 1;
-                    }
+        let stop = link.stop.load(Ordering::Acquire);
+        let (n, interval) = {
+            let mut st = lock(&link.state);
+            if link.paused.load(Ordering::Acquire) && !stop {
+                // Stopped by `Nic::set_thread_paused`: no doorbell, no tick.
+                (0, None)
+            } else {
+                let n = drain(&mut st, h, &link.rx);
+                let mut interval = engine::tick_interval(&st, h);
+                if n == 0 && interval.is_some_and(|d| last.elapsed() >= d) {
+                    engine::tick(&mut st, h);
+                    last = Instant::now();
+                    interval = engine::tick_interval(&st, h);
                 }
-                None => engine::tick(&mut st, h),
+                (n, interval)
             }
-            wait = engine::tick_interval(&st, h);
+        };
+        if n > 0 {
+            link.finished(n);
+            last = Instant::now();
+            continue;
         }
-        if handled > 0 {
-            *progress.done.lock().unwrap_or_else(|e| e.into_inner()) += handled;
-            if progress.waiters.load(Ordering::Acquire) > 0 {
-                progress.cv.notify_all();
-            }
+        if stop {
+            return;
         }
+        nic_wait(&link, interval.map(|d| last + d));
     }
 }
 
@@ -331,15 +424,26 @@ impl Fabric {
             }
             ExecMode::Threaded => {
                 let (tx, rx) = bounded(CHANNEL_DEPTH);
-                let progress = Arc::new(Progress::default());
-                let state = Arc::clone(&self.front.state);
-                let p2 = Arc::clone(&progress);
+                let link = Arc::new(Link {
+                    tx,
+                    rx,
+                    state: Arc::clone(&self.front.state),
+                    host: h,
+                    sent: AtomicU64::new(0),
+                    progress: Progress::default(),
+                    sleeping: AtomicBool::new(false),
+                    stop: AtomicBool::new(false),
+                    paused: AtomicBool::new(false),
+                    thread: OnceLock::new(),
+                });
+                let l2 = Arc::clone(&link);
                 let t = std::thread::Builder::new()
                     .name(format!("mlx5-sim-nic{h}"))
-                    .spawn(move || nic_thread(state, h, rx, p2))
+                    .spawn(move || nic_thread(l2))
                     .expect("spawning a NIC thread");
+                let _ = link.thread.set(t.thread().clone());
                 self.front.threads.lock().unwrap_or_else(|e| e.into_inner()).push(t);
-                Some(Arc::new(Link { tx, sent: AtomicU64::new(0), progress }))
+                Some(link)
             }
         };
         links.push(link.clone());
@@ -823,6 +927,37 @@ impl Nic {
         match &self.link {
             None => engine::tick(&mut self.state(), self.host),
             Some(l) => l.post(Msg::Tick),
+        }
+    }
+
+    /// Threaded mode: when doorbells wait in this NIC's queue and the NIC thread is not at
+    /// work (the fabric lock is free), handles them in the caller's thread, as the NIC
+    /// thread would (under the same lock, in queue order). A poller that found nothing
+    /// calls it, so the simulated NIC keeps pace with the application when its thread is
+    /// waiting for a core (cores shared with busy processes). Returns whether it handled
+    /// anything. Other modes: no-op, `false`.
+    #[inline]
+    pub fn help(&self) -> bool {
+        match &self.link {
+            Some(l) => l.help(),
+            None => false,
+        }
+    }
+
+    /// Threaded mode: stops this NIC's thread (`true`) as if the OS gave it no core, or
+    /// lets it run again (`false`). While it is stopped, doorbells stay queued until a
+    /// poller handles them ([`Nic::help`]) or the thread runs again: for tests of what an
+    /// application sees when its NIC lags. When this returns `true`'s way, the thread is
+    /// not handling anything and will not until it is let run again. Other modes: no-op.
+    pub fn set_thread_paused(&self, paused: bool) {
+        if let Some(l) = &self.link {
+            l.paused.store(paused, Ordering::Release);
+            // The NIC thread reads the flag under the fabric lock: once we have held the
+            // lock, a batch it started before the flag was set is over.
+            drop(lock(&l.state));
+            if let Some(t) = l.thread.get() {
+                t.unpark();
+            }
         }
     }
 

@@ -39,7 +39,14 @@ pub enum ExecMode {
     /// UAR writes are processed synchronously in the caller's thread; virtual clock; no threads.
     #[default]
     Deterministic,
-    /// Each NIC has its own thread fed by a bounded channel.
+    /// Each NIC has its own thread fed by a bounded queue of UAR writes. Out
+    /// of work, the thread spins briefly, then yields, then parks; a doorbell
+    /// unparks it only when it is parked. A poller that finds its CQ empty
+    /// handles what waits in the queue itself when the NIC thread is not at
+    /// work ([`Nic::help`], called by the front-end's poll), so progress does
+    /// not wait for the scheduler when busy processes share the cores.
+    /// Whoever handles them, doorbells are handled one at a time under the
+    /// fabric lock, in the order they were rung.
     Threaded,
     /// Each NIC has its own thread that notices work from memory alone, as
     /// a NIC does when a foreign executor (a C program, another thread, a

@@ -1,10 +1,14 @@
 //! How the simulator scales: 64-byte RDMA WRITEs with 64 in flight over 1 to
 //! 4096 QPs and 2 to 16 hosts, in deterministic and threaded mode (msg/s and
 //! ns per message), and RDMA WRITE / READ bandwidth from 64 B to 4 MiB against
-//! a plain `memcpy` of the same size in the same run.
+//! a plain `memcpy` of the same size in the same run; pingpong one-way latency
+//! in both modes; and, with `--busy N`, both modes again while N busy processes
+//! share the cores (median and worst run of threaded mode against the
+//! deterministic median).
 //!
 //! ```text
 //! cargo run --release -p mlx5-tools --example sim_scaling [-- --messages 200000 --json]
+//! cargo run --release -p mlx5-tools --example sim_scaling -- --busy 2 --busy-only
 //! ```
 
 use std::time::Instant;
@@ -36,6 +40,101 @@ struct Args {
     /// Only this configuration, `HOSTS:QPS` (e.g. under a profiler).
     #[arg(long)]
     only: Option<String>,
+    /// Also measure with this many busy processes sharing the cores.
+    #[arg(long, default_value_t = 0)]
+    busy: u32,
+    /// Runs of each mode under `--busy` (median and worst are reported).
+    #[arg(long, default_value_t = 9)]
+    busy_runs: u32,
+    /// Only the pingpong and `--busy` measurements.
+    #[arg(long)]
+    busy_only: bool,
+    /// (internal) Spin forever: one of the busy processes.
+    #[arg(long, hide = true)]
+    spin: bool,
+}
+
+/// Busy processes (this program with `--spin`), killed when dropped.
+struct Busy(Vec<std::process::Child>);
+
+impl Busy {
+    fn start(n: u32) -> Busy {
+        let exe = std::env::current_exe().expect("own path");
+        Busy(
+            (0..n)
+                .map(|_| {
+                    std::process::Command::new(&exe).arg("--spin").spawn().expect("spawning a busy process")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One-way latency in ns of an 8-byte RDMA WRITE pingpong (as `ib_write_lat`):
+/// host 0 writes the round number into host 1's buffer, host 1 sees it and
+/// writes it back; each side polls its send CQ while it waits (one thread
+/// plays both sides).
+fn pingpong(mode: ExecMode, rounds: u32) -> f64 {
+    let (_f, hs, mut qs) = setup(2, 1, mode, 1 << 12);
+    let cfg = QpConfig { max_send_wr: 64, max_recv_wr: 1, max_inline_data: 64, ..QpConfig::default() };
+    let (a, b) = (&hs[0], &hs[1]);
+    let qa = qs.pop().expect("one QP").1;
+    // The setup's responder is not reachable here: a second pair, host 1 to host 0.
+    let qb = b.ctx.create_rc_qp(&b.pd, &b.cq, &b.cq, &cfg).unwrap();
+    let qa2 = a.ctx.create_rc_qp(&a.pd, &a.cq, &a.cq, &cfg).unwrap();
+    qb.activate(&ConnectParams::to(qa2.local_info().unwrap())).unwrap();
+    qa2.activate(&ConnectParams::to(qb.local_info().unwrap())).unwrap();
+    let seen = |mr: &MemoryRegion<Sim>| {
+        // SAFETY: the MR's first 8 bytes, written by the simulated NIC.
+        unsafe { std::ptr::read_volatile(mr.addr() as *const u64) }
+    };
+    let write = |q: &RcQp<Sim, u64>, to: &MemoryRegion<Sim>, v: u64| {
+        q.wqe_builder(v)
+            .unwrap()
+            .ctrl_rdma_write(WqeFlags::SIGNALED)
+            .unwrap()
+            .rdma(to.addr(), to.rkey())
+            .unwrap()
+            .inline(&v.to_le_bytes())
+            .unwrap()
+            .finish()
+            .unwrap();
+    };
+    let done = std::cell::Cell::new(0u64);
+    let reap = |cq: &CompletionQueue<Sim, u64>| {
+        cq.poll_with(16, |_, _| done.set(done.get() + 1));
+    };
+    let t0 = Instant::now();
+    for i in 1..=u64::from(rounds) {
+        write(&qa, &b.mr, i);
+        while seen(&b.mr) != i {
+            reap(&a.cq);
+        }
+        write(&qb, &a.mr, i);
+        while seen(&a.mr) != i {
+            reap(&b.cq);
+        }
+        // Both completions, before the next round reuses the queues.
+        while done.get() < 2 * i {
+            reap(&a.cq);
+            reap(&b.cq);
+        }
+    }
+    t0.elapsed().as_nanos() as f64 / f64::from(rounds) / 2.0
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 struct Host {
@@ -173,6 +272,11 @@ fn memcpy_bw(size: usize, total: usize) -> f64 {
 
 fn main() {
     let a = Args::parse();
+    if a.spin {
+        loop {
+            std::hint::spin_loop();
+        }
+    }
     let mut rows = Vec::new();
     let one = |mode| best(a.runs, || rate(2, 1, mode, a.messages));
     let modes: &[(ExecMode, &str)] = if a.deterministic_only {
@@ -180,7 +284,7 @@ fn main() {
     } else {
         &[(ExecMode::Deterministic, "deterministic"), (ExecMode::Threaded, "threaded")]
     };
-    for &(mode, name) in modes {
+    for &(mode, name) in modes.iter().filter(|_| !a.busy_only) {
         let base = if a.only.is_some() { 1.0 } else { one(mode) };
         let configs: Vec<(usize, usize)> = match &a.only {
             Some(o) => {
@@ -198,8 +302,35 @@ fn main() {
             rows.push((name, hosts, qps, ns, ns / base));
         }
     }
+    // Pingpong one-way latency (idle cores), best of the runs.
+    let rounds = (a.messages / 10).max(100);
+    let lat: Vec<(&str, f64)> =
+        modes.iter().map(|&(m, name)| (name, best(a.runs, || pingpong(m, rounds)))).collect();
+    // Under busy processes: every run kept, modes interleaved.
+    let mut busy = Vec::new();
+    if a.busy > 0 {
+        let _b = Busy::start(a.busy);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let mut runs: Vec<Vec<f64>> = vec![Vec::new(); 2 * modes.len()];
+        for _ in 0..a.busy_runs {
+            for (k, &(m, _)) in modes.iter().enumerate() {
+                runs[2 * k].push(rate(2, 1, m, a.messages / 4));
+                runs[2 * k + 1].push(pingpong(m, rounds / 4));
+            }
+        }
+        let det_rate = median(&mut runs[0].clone());
+        let det_lat = median(&mut runs[1].clone());
+        for (k, &(_, name)) in modes.iter().enumerate() {
+            for (j, what) in ["64 in flight, ns/msg", "pingpong one-way ns"].into_iter().enumerate() {
+                let v = &mut runs[2 * k + j];
+                let base = if j == 0 { det_rate } else { det_lat };
+                let worst = v.iter().copied().fold(0.0, f64::max);
+                busy.push((name, what, median(v), worst, median(v) / base, worst / base));
+            }
+        }
+    }
     let mut bw = Vec::new();
-    if !a.rate_only {
+    if !a.rate_only && !a.busy_only {
         for size in [64usize, 4096, 65536, 1 << 20, 4 << 20] {
             let total = (256usize << 20).min(size * 200_000);
             let m = (0..a.runs).map(|_| memcpy_bw(size, total)).fold(0.0, f64::max);
@@ -221,12 +352,49 @@ fn main() {
                 )
             })
             .collect();
-        println!("{{\"rate\": [{}], \"bandwidth\": [{}]}}", r.join(", "), b.join(", "));
+        let l: Vec<String> =
+            lat.iter().map(|(m, ns)| format!("{{\"mode\": \"{m}\", \"one_way_ns\": {ns:.1}}}")).collect();
+        let y: Vec<String> = busy
+            .iter()
+            .map(|(m, w, med, worst, x, xw)| {
+                format!("{{\"mode\": \"{m}\", \"what\": \"{w}\", \"median_ns\": {med:.1}, \"worst_ns\": {worst:.1}, \"median_vs_det\": {x:.2}, \"worst_vs_det\": {xw:.2}}}")
+            })
+            .collect();
+        println!(
+            "{{\"rate\": [{}], \"latency\": [{}], \"busy_processes\": {}, \"busy\": [{}], \"bandwidth\": [{}]}}",
+            r.join(", "),
+            l.join(", "),
+            a.busy,
+            y.join(", "),
+            b.join(", ")
+        );
         return;
     }
-    println!("{:<14} {:>5} {:>5} {:>10} {:>12} {:>8}", "mode", "hosts", "QPs", "ns/msg", "msg/s", "vs 1 QP");
-    for (m, h, q, ns, x) in &rows {
-        println!("{m:<14} {h:>5} {q:>5} {ns:>10.1} {:>12.0} {x:>8.2}", 1e9 / ns);
+    if !rows.is_empty() {
+        println!(
+            "{:<14} {:>5} {:>5} {:>10} {:>12} {:>8}",
+            "mode", "hosts", "QPs", "ns/msg", "msg/s", "vs 1 QP"
+        );
+        for (m, h, q, ns, x) in &rows {
+            println!("{m:<14} {h:>5} {q:>5} {ns:>10.1} {:>12.0} {x:>8.2}", 1e9 / ns);
+        }
+    }
+    println!("\n{:<14} {:>16}", "mode", "one-way ns");
+    for (m, ns) in &lat {
+        println!("{m:<14} {ns:>16.1}");
+    }
+    if !busy.is_empty() {
+        println!(
+            "\nwith {} busy processes ({} runs each; x = against the deterministic median)",
+            a.busy, a.busy_runs
+        );
+        println!(
+            "{:<14} {:<22} {:>10} {:>10} {:>8} {:>8}",
+            "mode", "what", "median", "worst", "x med", "x worst"
+        );
+        for (m, w, med, worst, x, xw) in &busy {
+            println!("{m:<14} {w:<22} {med:>10.1} {worst:>10.1} {x:>8.2} {xw:>8.2}");
+        }
     }
     if !bw.is_empty() {
         println!(
