@@ -37,6 +37,9 @@ struct Args {
     /// Only deterministic mode (e.g. under a profiler).
     #[arg(long)]
     deterministic_only: bool,
+    /// Only threaded mode (e.g. under a profiler).
+    #[arg(long, conflicts_with = "deterministic_only")]
+    threaded_only: bool,
     /// Only this configuration, `HOSTS:QPS` (e.g. under a profiler).
     #[arg(long)]
     only: Option<String>,
@@ -281,6 +284,8 @@ fn main() {
     let one = |mode| best(a.runs, || rate(2, 1, mode, a.messages));
     let modes: &[(ExecMode, &str)] = if a.deterministic_only {
         &[(ExecMode::Deterministic, "deterministic")]
+    } else if a.threaded_only {
+        &[(ExecMode::Threaded, "threaded")]
     } else {
         &[(ExecMode::Deterministic, "deterministic"), (ExecMode::Threaded, "threaded")]
     };
