@@ -87,15 +87,11 @@ impl Drop for Busy {
 /// writes it back; each side polls its send CQ while it waits (one thread
 /// plays both sides).
 fn pingpong(mode: ExecMode, rounds: u32) -> f64 {
-    let (_f, hs, mut qs) = setup(2, 1, mode, 1 << 12);
-    let cfg = QpConfig { max_send_wr: 64, max_recv_wr: 1, max_inline_data: 64, ..QpConfig::default() };
+    let (mut qs, mut r, hs, _f) = setup(2, 1, mode, 1 << 12);
     let (a, b) = (&hs[0], &hs[1]);
-    let qa = qs.pop().expect("one QP").1;
-    // The setup's responder is not reachable here: a second pair, host 1 to host 0.
-    let qb = b.ctx.create_rc_qp(&b.pd, &b.cq, &b.cq, &cfg).unwrap();
-    let qa2 = a.ctx.create_rc_qp(&a.pd, &a.cq, &a.cq, &cfg).unwrap();
-    qb.activate(&ConnectParams::to(qa2.local_info().unwrap())).unwrap();
-    qa2.activate(&ConnectParams::to(qb.local_info().unwrap())).unwrap();
+    // The pair is connected both ways: host 0 writes with its QP, host 1 with the
+    // responder's.
+    let (qa, qb) = (qs.pop().expect("one QP").1, r.pop().expect("its responder"));
     let seen = |mr: &MemoryRegion<Sim>| {
         // SAFETY: the MR's first 8 bytes, written by the simulated NIC.
         unsafe { std::ptr::read_volatile(mr.addr() as *const u64) }
@@ -147,8 +143,9 @@ struct Host {
     ctx: mlx5_api::Context<Sim>,
 }
 
-/// A fabric, its hosts, and the requester QPs with their host.
-type Bed = (Fabric, Vec<Host>, Vec<(usize, RcQp<Sim, u64>)>);
+/// The requester QPs with their host, the responder QPs, the hosts and their
+/// fabric (in the order they are dropped).
+type Bed = (Vec<(usize, RcQp<Sim, u64>)>, Vec<RcQp<Sim, u64>>, Vec<Host>, Fabric);
 
 /// `hosts` hosts; `qps` RC QPs, QP i from host 2k to host 2k+1 of pair k = i mod hosts/2.
 fn setup(hosts: usize, qps: usize, mode: ExecMode, mr_len: usize) -> Bed {
@@ -167,7 +164,7 @@ fn setup(hosts: usize, qps: usize, mode: ExecMode, mr_len: usize) -> Bed {
         })
         .collect();
     let cfg = QpConfig { max_send_wr: 64, max_recv_wr: 1, max_inline_data: 64, ..QpConfig::default() };
-    let mut out = Vec::new();
+    let (mut out, mut responders) = (Vec::new(), Vec::new());
     for i in 0..qps {
         let k = i % (hosts / 2);
         let (a, b) = (2 * k, 2 * k + 1);
@@ -175,15 +172,15 @@ fn setup(hosts: usize, qps: usize, mode: ExecMode, mr_len: usize) -> Bed {
         let qb = hs[b].ctx.create_rc_qp(&hs[b].pd, &hs[b].cq, &hs[b].cq, &cfg).unwrap();
         qa.activate(&ConnectParams::to(qb.local_info().unwrap())).unwrap();
         qb.activate(&ConnectParams::to(qa.local_info().unwrap())).unwrap();
-        std::mem::forget(qb); // the responder lives as long as the fabric
+        responders.push(qb);
         out.push((a, qa));
     }
-    (fabric, hs, out)
+    (out, responders, hs, fabric)
 }
 
 /// ns per 64-byte WRITE, 64 in flight in all, QPs served round robin.
 fn rate(hosts: usize, qps: usize, mode: ExecMode, n: u32) -> f64 {
-    let (_f, hs, qs) = setup(hosts, qps, mode, 1 << 16);
+    let (qs, _r, hs, _f) = setup(hosts, qps, mode, 1 << 16);
     let data = [7u8; 64];
     let mut outstanding = 0u32;
     let mut done = 0u32;
@@ -224,7 +221,7 @@ fn best(runs: u32, f: impl Fn() -> f64) -> f64 {
 
 /// Bytes per second of `size`-byte WRITEs (or READs), one QP, 16 in flight.
 fn bandwidth(size: usize, read: bool, total: usize) -> f64 {
-    let (_f, hs, qs) = setup(2, 1, ExecMode::Deterministic, size.max(64));
+    let (qs, _r, hs, _f) = setup(2, 1, ExecMode::Deterministic, size.max(64));
     let (h, q) = &qs[0];
     let (me, peer) = (&hs[*h], &hs[h + 1]);
     let n = (total / size).max(4) as u32;
@@ -319,8 +316,8 @@ fn main() {
         let mut runs: Vec<Vec<f64>> = vec![Vec::new(); 2 * modes.len()];
         for _ in 0..a.busy_runs {
             for (k, &(m, _)) in modes.iter().enumerate() {
-                runs[2 * k].push(rate(2, 1, m, a.messages / 4));
-                runs[2 * k + 1].push(pingpong(m, rounds / 4));
+                runs[2 * k].push(rate(2, 1, m, a.messages / 2));
+                runs[2 * k + 1].push(pingpong(m, rounds));
             }
         }
         let det_rate = median(&mut runs[0].clone());
