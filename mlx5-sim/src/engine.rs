@@ -729,7 +729,7 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
     let mut local_err = false;
     {
         let mrs = &st.hosts[h].mrs;
-        wqe::pieces(qtype, wqe, |p| {
+        wqe::data_pieces(w, wqe, |p| {
             if local_err {
                 return;
             }
@@ -1331,7 +1331,7 @@ fn process_sq_in(
             Some(_) if ctrl.qpn != qpn => Err("QPN in ctrl is not this QP"),
             Some(_) if ctrl.wqe_index != counter => Err("wqe_index is not the hardware counter"),
             Some(_) if ctrl.wqebbs() > avail => Err("WQE extends past the producer"),
-            Some(l) => wqe::parse(qtype, &buf[..l]),
+            Some(l) => wqe::parse_with_ctrl(qtype, ctrl, &buf[..l]),
         };
         let nbb = ctrl.wqebbs().min(avail);
         st.clock += 1;
@@ -1413,12 +1413,10 @@ fn doorbell_matches(qp: &Qp, value: &[u8; 8], strict: bool) -> bool {
     let p = qp.sq_producer();
     let ci = qp.sq_ci;
     let (ctrl8, nbb) = if idx.wrapping_sub(ci) < p.wrapping_sub(ci) {
-        let mut c = [0u8; 16];
-        qp.read_sq(idx, 0, &mut c);
         let mut c8 = [0u8; 8];
-        c8.copy_from_slice(&c[..8]);
-        let n = crate::wire::CtrlRepr::parse(&CtrlSeg::new_unchecked(&c[..])).wqebbs();
-        (c8, n)
+        qp.read_sq(idx, 0, &mut c8);
+        // ds is the low 6 bits of byte 7 (qpn_ds).
+        (c8, crate::wire::wqebbs_of(CtrlSeg::new_unchecked(&c8[..]).ds()))
     } else {
         let s = qp.shadow[usize::from(idx) & (qp.sq_wqe_cnt as usize - 1)];
         if !strict && s.valid && s.counter.wrapping_sub(idx).wrapping_sub(1) < 0x7fff {

@@ -196,7 +196,8 @@ impl Qp {
             return;
         }
         let start = (usize::from(counter) & (self.sq_wqe_cnt as usize - 1)) * WQEBB_SIZE;
-        let mut pos = (start + skip) % ring;
+        // The ring is a power of two WQEBBs.
+        let mut pos = (start + skip) & (ring - 1);
         let mut done = 0;
         while done < out.len() {
             let n = (ring - pos).min(out.len() - done);
@@ -220,12 +221,23 @@ impl Qp {
         counter: u16,
         out: &mut [u8; MAX_WQE_DS * DS_SIZE],
     ) -> (CtrlRepr, Option<usize>) {
-        let ctrl = self.read_ctrl(counter);
+        let ring = self.sq_ring_len();
+        if ring == 0 {
+            // No SQ (DCT): what `read_ctrl` reads, all zero.
+            return (self.read_ctrl(counter), None);
+        }
+        // The first WQEBB never wraps (the ring is whole WQEBBs): one copy for the ctrl
+        // segment and whatever else the WQEBB holds.
+        let start = (usize::from(counter) & (self.sq_wqe_cnt as usize - 1)) * WQEBB_SIZE;
+        self.buf.read(self.sq_off + start, &mut out[..WQEBB_SIZE]);
+        let ctrl = CtrlRepr::parse(&CtrlSeg::new_unchecked(&out[..DS_SIZE]));
         let len = usize::from(ctrl.ds) * DS_SIZE;
-        if len > self.sq_ring_len() {
+        if len > ring {
             return (ctrl, None);
         }
-        self.read_sq(counter, 0, &mut out[..len]);
+        if len > WQEBB_SIZE {
+            self.read_sq(counter, WQEBB_SIZE, &mut out[WQEBB_SIZE..len]);
+        }
         (ctrl, Some(len))
     }
 

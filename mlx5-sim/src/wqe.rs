@@ -190,10 +190,19 @@ pub(crate) fn walk(
     Ok(())
 }
 
-/// Validates and decodes a send WQE whose `ds*16` bytes are in `wqe`.
+/// Validates and decodes a send WQE whose `ds*16` bytes are in `wqe` (the engine
+/// decodes the ctrl segment once and calls [`parse_with_ctrl`]).
+#[cfg(test)]
 pub(crate) fn parse(t: QpType, wqe: &[u8]) -> Result<SendWqe, &'static str> {
     let ctrl_seg = CtrlSeg::new_checked(wqe).map_err(|_| "WQE shorter than the ctrl segment")?;
-    let ctrl = CtrlRepr::parse(&ctrl_seg);
+    parse_with_ctrl(t, CtrlRepr::parse(&ctrl_seg), wqe)
+}
+
+/// [`parse`] when the ctrl segment at the start of `wqe` is already decoded as `ctrl`.
+pub(crate) fn parse_with_ctrl(t: QpType, ctrl: CtrlRepr, wqe: &[u8]) -> Result<SendWqe, &'static str> {
+    if wqe.len() < DS_SIZE {
+        return Err("WQE shorter than the ctrl segment");
+    }
     let ds = usize::from(ctrl.ds);
     let mut w =
         SendWqe { ctrl, raddr: 0, rkey: 0, swap_add: 0, compare: 0, data_ds: ds, n_pieces: 0, len: 0 };
@@ -242,14 +251,22 @@ pub(crate) fn parse(t: QpType, wqe: &[u8]) -> Result<SendWqe, &'static str> {
     Ok(w)
 }
 
-/// Iterates the pieces of a parsed WQE.
-pub(crate) fn pieces(t: QpType, wqe: &[u8], mut f: impl FnMut(Piece)) {
-    let ds = CtrlSeg::new_checked(wqe).map(|c| usize::from(c.ds())).unwrap_or(0);
-    let _ = walk(t, wqe, ds, |_, _, p| {
-        if let Some(p) = p {
-            f(p)
+/// Iterates the pieces of a WQE that [`parse`] accepted as `w`: its data part, from
+/// `w.data_ds` to `ds`, whose layout `parse` checked (so nothing is checked again).
+pub(crate) fn data_pieces(w: &SendWqe, wqe: &[u8], mut f: impl FnMut(Piece)) {
+    let ds = usize::from(w.ctrl.ds);
+    let mut i = w.data_ds;
+    while i < ds {
+        let seg = DataSeg::new_unchecked(&wqe[i * DS_SIZE..(i + 1) * DS_SIZE]);
+        if seg.is_inline() {
+            let inl = InlineSeg::new_unchecked(&wqe[i * DS_SIZE..]);
+            f(Piece::Inline { off: i * DS_SIZE + 4, len: inl.len() as usize });
+            i += inl.ds_count();
+        } else {
+            f(Piece::Sge { len: seg.byte_count(), lkey: seg.lkey(), addr: seg.addr() });
+            i += 1;
         }
-    });
+    }
 }
 
 #[cfg(test)]

@@ -203,6 +203,11 @@ impl CtrlRepr {
 
     /// Number of WQEBBs the WQE occupies (`ceil(ds/4)`; at least 1).
     pub fn wqebbs(&self) -> u16 {
-        (u16::from(self.ds).div_ceil(4)).max(1)
+        wqebbs_of(self.ds)
     }
+}
+
+/// WQEBBs a WQE of `ds` 16-byte units occupies (at least one).
+pub fn wqebbs_of(ds: u8) -> u16 {
+    (u16::from(ds).div_ceil(4)).max(1)
 }

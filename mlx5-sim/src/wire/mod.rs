@@ -11,7 +11,7 @@ mod recv;
 mod segments;
 
 pub use cqe::{cqe_opcode, syndrome, Cqe64, CqeRepr, ErrCqe, ErrCqeRepr};
-pub use ctrl::{opcode, CtrlRepr, CtrlSeg};
+pub use ctrl::{opcode, wqebbs_of, CtrlRepr, CtrlSeg};
 pub use datagram::DatagramSeg;
 pub use recv::{RecvDataSeg, SrqNextSeg, INVALID_LKEY};
 pub use segments::{AtomicSeg, DataSeg, InlineSeg, RaddrSeg, INLINE_SEG};
