@@ -315,6 +315,76 @@ mod tests {
         assert_eq!(parse(QpType::Rc, &w).unwrap_err(), "inline data longer than ds");
     }
 
+    /// The pieces `walk` reports for a WQE (the reference `data_pieces` must match).
+    fn walked(t: QpType, wqe: &[u8]) -> Vec<Piece> {
+        let ds = usize::from(CtrlSeg::new_unchecked(wqe).ds());
+        let mut v = Vec::new();
+        walk(t, wqe, ds, |_, _, p| v.extend(p)).unwrap();
+        v
+    }
+
+    fn iterated(t: QpType, wqe: &[u8]) -> Vec<Piece> {
+        let w = parse(t, wqe).unwrap();
+        let mut v = Vec::new();
+        data_pieces(&w, wqe, |p| v.push(p));
+        v
+    }
+
+    #[test]
+    fn data_pieces_of_a_write_with_sges_and_of_a_send_with_inline_data() {
+        // WRITE: ctrl, raddr, two SGEs.
+        let mut w = [0u8; 64];
+        w[..16].copy_from_slice(&ctrl(opcode::RDMA_WRITE, 4));
+        w[32..36].copy_from_slice(&100u32.to_be_bytes());
+        w[36..40].copy_from_slice(&7u32.to_be_bytes());
+        w[40..48].copy_from_slice(&0x1000u64.to_be_bytes());
+        w[48..52].copy_from_slice(&8u32.to_be_bytes());
+        w[52..56].copy_from_slice(&9u32.to_be_bytes());
+        w[56..64].copy_from_slice(&0x2000u64.to_be_bytes());
+        let expect =
+            [Piece::Sge { len: 100, lkey: 7, addr: 0x1000 }, Piece::Sge { len: 8, lkey: 9, addr: 0x2000 }];
+        assert_eq!(iterated(QpType::Rc, &w), expect);
+        assert_eq!(walked(QpType::Rc, &w), expect);
+        // SEND: ctrl, 20 inline bytes over two DS.
+        let mut s = [0u8; 48];
+        s[..16].copy_from_slice(&ctrl(opcode::SEND, 3));
+        s[16..20].copy_from_slice(&0x8000_0014u32.to_be_bytes());
+        assert_eq!(iterated(QpType::Rc, &s), [Piece::Inline { off: 20, len: 20 }]);
+    }
+
+    proptest::proptest! {
+        /// For every WQE `parse` accepts, iterating its data part gives exactly the
+        /// pieces the checked layout walk reports.
+        #[test]
+        fn data_pieces_match_the_layout_walk(
+            t in proptest::sample::select(vec![QpType::Rc, QpType::Ud, QpType::Dci]),
+            op in proptest::sample::select(vec![
+                opcode::NOP, opcode::SEND, opcode::SEND_IMM, opcode::SEND_INVAL, opcode::RDMA_WRITE,
+                opcode::RDMA_WRITE_IMM, opcode::RDMA_READ, opcode::ATOMIC_CS, opcode::ATOMIC_FA,
+            ]),
+            ds in 1u8..=16,
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 240),
+            inline_at in proptest::option::of((1usize..15, 0u32..200)),
+        ) {
+            let mut w = vec![0u8; usize::from(ds) * DS_SIZE];
+            w[..16].copy_from_slice(&ctrl(op, ds));
+            let n = w.len() - 16;
+            w[16..].copy_from_slice(&body[..n]);
+            // Clear the inline bit everywhere, then maybe set one inline segment.
+            for i in 1..usize::from(ds) {
+                w[i * DS_SIZE] &= 0x7f;
+            }
+            if let Some((at, len)) = inline_at {
+                if at < usize::from(ds) {
+                    w[at * DS_SIZE..at * DS_SIZE + 4].copy_from_slice(&(0x8000_0000 | len).to_be_bytes());
+                }
+            }
+            if parse(t, &w).is_ok() {
+                proptest::prop_assert_eq!(iterated(t, &w), walked(t, &w));
+            }
+        }
+    }
+
     #[test]
     fn nop_ignores_extra_ds() {
         let mut w = [0u8; 32];
