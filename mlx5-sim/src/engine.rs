@@ -1373,6 +1373,10 @@ fn process_sq_in(
         record_shadow(qp, counter, nbb);
         qp.sq_ci = counter.wrapping_add(nbb);
         qp.rnr = None;
+        // Read while the QP is at hand: whether WQEs wait behind this one. One posted
+        // after this read comes with a doorbell (or a doorbell-record move a watching
+        // NIC sees) of its own.
+        let more = qp.sq_producer() != qp.sq_ci;
         match outcome {
             Outcome::Done { byte_cnt } => {
                 // CE = 2 or 3 asks for a CQE; CE = 1 ("only on first error") is treated like
@@ -1399,6 +1403,9 @@ fn process_sq_in(
                 return fail_qp(st, h, qpn);
             }
             Outcome::Rnr => return,
+        }
+        if !more {
+            return;
         }
         retry = false;
     }
