@@ -65,7 +65,10 @@ enum Msg {
 
 #[derive(Default)]
 struct Progress {
-    done: Mutex<u64>,
+    /// Messages handled.
+    done: AtomicU64,
+    /// What `quiesce` waits on (with `cv`).
+    lock: Mutex<()>,
     cv: Condvar,
     /// Threads blocked in `quiesce` (the NIC thread wakes the condvar only then).
     waiters: std::sync::atomic::AtomicUsize,
@@ -141,8 +144,12 @@ impl Link {
     /// Counts `n` handled messages for `quiesce`.
     fn finished(&self, n: u64) {
         if n > 0 {
-            *self.progress.done.lock().unwrap_or_else(|e| e.into_inner()) += n;
-            if self.progress.waiters.load(Ordering::Acquire) > 0 {
+            self.progress.done.fetch_add(n, Ordering::SeqCst);
+            // SeqCst against `quiesce`, which registers before it reads `done`: either
+            // it sees the new count or we see it waiting. Notified under the lock, so
+            // it cannot be between its check and its wait.
+            if self.progress.waiters.load(Ordering::SeqCst) > 0 {
+                let _g = self.progress.lock.lock().unwrap_or_else(|e| e.into_inner());
                 self.progress.cv.notify_all();
             }
         }
@@ -316,9 +323,11 @@ fn nic_wait(link: &Link, deadline: Option<Instant>) {
 
 fn nic_thread(link: Arc<Link>) {
     let h = link.host;
-    // When the NIC last did something (a batch or a tick): it ticks itself once it has
-    // been idle for its tick interval while it has RNR-blocked or errored QPs.
-    let mut last = Instant::now();
+    // Since when the NIC has been idle (no batch, no tick): it ticks itself once it has
+    // been idle for its tick interval while it has RNR-blocked or errored QPs. Read
+    // from the clock only when idle, and the interval (a walk over the host's QPs) only
+    // when a look into the queue found nothing.
+    let mut idle_since: Option<Instant> = None;
     loop {
         let stop = link.stop.load(Ordering::Acquire);
         let (n, interval) = {
@@ -328,24 +337,31 @@ fn nic_thread(link: Arc<Link>) {
                 (0, None)
             } else {
                 let n = drain(&mut st, h, &link.rx);
-                let mut interval = engine::tick_interval(&st, h);
-                if n == 0 && interval.is_some_and(|d| last.elapsed() >= d) {
-                    engine::tick(&mut st, h);
-                    last = Instant::now();
-                    interval = engine::tick_interval(&st, h);
+                if n > 0 {
+                    (n, None)
+                } else {
+                    let mut interval = engine::tick_interval(&st, h);
+                    if let Some(d) = interval {
+                        let since = *idle_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() >= d {
+                            engine::tick(&mut st, h);
+                            idle_since = Some(Instant::now());
+                            interval = engine::tick_interval(&st, h);
+                        }
+                    }
+                    (0, interval)
                 }
-                (n, interval)
             }
         };
         if n > 0 {
             link.finished(n);
-            last = Instant::now();
+            idle_since = None;
             continue;
         }
         if stop {
             return;
         }
-        nic_wait(&link, interval.map(|d| last + d));
+        nic_wait(&link, interval.map(|d| idle_since.unwrap_or_else(Instant::now) + d));
     }
 }
 
@@ -1018,15 +1034,18 @@ impl Nic {
         }
         if let Some(l) = &self.link {
             let target = l.sent.load(Ordering::SeqCst);
-            let mut done = l.progress.done.lock().unwrap_or_else(|e| e.into_inner());
-            if *done < target {
-                // Registered under the `done` lock, so the NIC thread, which bumps
-                // `done` under it before looking at `waiters`, cannot miss us.
-                l.progress.waiters.fetch_add(1, Ordering::AcqRel);
-                while *done < target {
-                    done = l.progress.cv.wait(done).unwrap_or_else(|e| e.into_inner());
+            let p = &l.progress;
+            if p.done.load(Ordering::SeqCst) < target {
+                // Registered before `done` is read again (SeqCst both sides): the NIC
+                // thread, which bumps `done` before it looks at `waiters`, either
+                // leaves a count we see or finds us registered and notifies under
+                // the lock, which we hold from the check to the wait.
+                let mut g = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+                p.waiters.fetch_add(1, Ordering::SeqCst);
+                while p.done.load(Ordering::SeqCst) < target {
+                    g = p.cv.wait(g).unwrap_or_else(|e| e.into_inner());
                 }
-                l.progress.waiters.fetch_sub(1, Ordering::AcqRel);
+                p.waiters.fetch_sub(1, Ordering::SeqCst);
             }
         }
     }
