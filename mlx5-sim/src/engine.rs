@@ -2,7 +2,7 @@
 //! under the fabric lock), receive-queue consumption, RNR, error and flush semantics, and
 //! CQE generation (spec §5–§8).
 
-use crate::idmap::{IdMap, IdSet};
+use crate::idmap::{DirectMap, IdMap, IdSet};
 
 use crate::cq::Cq;
 use crate::dma::{self, MrTable, Region, Sgl, Src, SrcList, MAX_SGL};
@@ -77,7 +77,7 @@ pub(crate) struct Host {
     pub pds: IdSet,
     pub mrs: MrTable,
     pub cqs: IdMap<Cq>,
-    pub qps: IdMap<Qp>,
+    pub qps: DirectMap<Qp>,
     pub srqs: IdMap<Srq>,
     /// DCT number → QP handle of the DCT (only DCTs in RTR or later have a number).
     pub dcts: IdMap<u32>,
@@ -150,7 +150,7 @@ impl Host {
             pds: IdSet::default(),
             mrs: MrTable::default(),
             cqs: IdMap::default(),
-            qps: IdMap::default(),
+            qps: DirectMap::new(base << 12),
             srqs: IdMap::default(),
             dcts: IdMap::default(),
             uars: IdMap::default(),

@@ -735,14 +735,14 @@ impl Nic {
         if attr.context != 0 && !host.contexts.contains_key(&attr.context) {
             return bad("no such device context");
         }
-        let qpn = host.next_qpn;
+        let qpn = host.qps.next_free(host.next_qpn);
         let dct = attr.qp_type == QpType::Dct;
         let mut qp = Qp::new(qpn, u32::MAX, attr)?;
         if !dct {
             qp.uar_index = host.assign_reg(attr.context, attr.dedicated_uar).ok_or(SimError::OutOfMemory)?;
         }
         let uar_index = qp.uar_index;
-        host.next_qpn += 1;
+        host.next_qpn = qpn.wrapping_add(1);
         let base = qp.buf.ptr();
         let res = if dct {
             QpResources {
