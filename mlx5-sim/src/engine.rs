@@ -76,7 +76,7 @@ pub(crate) struct Host {
     pub cfg: HostConfig,
     pub pds: IdSet,
     pub mrs: MrTable,
-    pub cqs: IdMap<Cq>,
+    pub cqs: DirectMap<Cq>,
     pub qps: DirectMap<Qp>,
     pub srqs: IdMap<Srq>,
     /// DCT number → QP handle of the DCT (only DCTs in RTR or later have a number).
@@ -149,7 +149,7 @@ impl Host {
             cfg,
             pds: IdSet::default(),
             mrs: MrTable::default(),
-            cqs: IdMap::default(),
+            cqs: DirectMap::new(base << 8),
             qps: DirectMap::new(base << 12),
             srqs: IdMap::default(),
             dcts: IdMap::default(),

@@ -621,9 +621,9 @@ impl Nic {
                 return bad("no such completion channel");
             }
         }
-        let cqn = host.next_cqn;
+        let cqn = host.cqs.next_free(host.next_cqn);
         let cq = Cq::new(cqe_cnt, cqe_size, attr.compression, attr.channel).ok_or(SimError::OutOfMemory)?;
-        host.next_cqn += 1;
+        host.next_cqn = cqn.wrapping_add(1);
         let res = CqResources {
             cqn,
             buf: cq.mem.ptr(),

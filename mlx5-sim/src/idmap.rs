@@ -38,7 +38,7 @@ pub(crate) type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
 /// A set of object numbers.
 pub(crate) type IdSet = HashSet<u32, BuildHasherDefault<IdHasher>>;
 
-/// Objects whose numbers the model chooses (QPNs): a direct table. Number `n` lives in
+/// Objects whose numbers the model chooses (QPNs, CQNs): a direct table. Number `n` lives in
 /// slot `(n - base) & mask`. The model takes each new number from
 /// [`DirectMap::next_free`], the first number at or after its counter whose slot is
 /// free, so a lookup is one index and one compare, numbers still only grow (a number is
@@ -78,6 +78,10 @@ impl<V> DirectMap<V> {
             Some((n, v)) if n == k => Some(v),
             _ => None,
         }
+    }
+
+    pub(crate) fn contains_key(&self, k: &u32) -> bool {
+        self.get(k).is_some()
     }
 
     /// The first number at or after `from` whose slot is free, after growing the table
