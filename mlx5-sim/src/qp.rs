@@ -223,8 +223,8 @@ impl Qp {
     ) -> (CtrlRepr, Option<usize>) {
         let ring = self.sq_ring_len();
         if ring == 0 {
-            // No SQ (DCT): what `read_ctrl` reads, all zero.
-            return (self.read_ctrl(counter), None);
+            // No SQ (DCT): an all-zero ctrl and nothing copied, as reading it gives.
+            return (self.read_ctrl(counter), Some(0));
         }
         // The first WQEBB never wraps (the ring is whole WQEBBs): one copy for the ctrl
         // segment and whatever else the WQEBB holds.
