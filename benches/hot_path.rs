@@ -191,7 +191,9 @@ fn poll(n: u32, compressed: bool) {
     let mut cqa = ca
         .create_mono_cq(cfg_a, |c, e: u64| {
             sum = sum.wrapping_add(e);
-            errors += !c.status.is_ok() as u32;
+            if !c.status.is_ok() {
+                errors += 1;
+            }
         })
         .unwrap();
     let cqb = cb.create_mono_cq(64, |_, _: u64| {}).unwrap();

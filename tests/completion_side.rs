@@ -139,6 +139,48 @@ fn compressed_sessions_expand_to_every_completion_in_order() {
     b.rcq.check().unwrap();
 }
 
+/// A session polled one completion per call stays open between the calls:
+/// each call goes on expanding it (not reading the array slots behind the
+/// title as CQEs), and the slots are given back once it is consumed.
+#[test]
+fn a_session_polled_one_at_a_time_stays_open_between_polls() {
+    let (_f, a, b) =
+        pair_with(ExecMode::Deterministic, || CqConfig::new(64).compressed(MiniCqeFormat::Hash), false);
+    for round in 0..6u64 {
+        for i in 0..12u64 {
+            recv(&b, 100 + i, 4096 + i * 256, 256);
+            a.qp.wqe_builder(round * 100 + i)
+                .unwrap()
+                .ctrl_send(WqeFlags::SIGNALED)
+                .unwrap()
+                .sge(Sge::new(a.mr.addr(), 20 + i as u32, a.mr.lkey()))
+                .unwrap()
+                .finish_batch()
+                .unwrap();
+        }
+        a.qp.ring_sq_doorbell();
+        if round == 0 {
+            let s = ring_op_owns(&a.scq, 1);
+            assert_eq!(s[0] & 0x0c, 0x0c, "a requester session title: {:#x}", s[0]);
+        }
+        let mut sv = Vec::new();
+        let mut rv = Vec::new();
+        for _ in 0..12 {
+            assert_eq!(a.scq.poll_with(1, |c, e| sv.push((c, e))).completions, 1);
+            assert_eq!(b.rcq.poll_with(1, |c, e| rv.push((c, e))).completions, 1);
+        }
+        assert_eq!(a.scq.poll_with(8, |_, _| {}).consumed(), 0, "nothing behind the session");
+        assert_eq!(
+            sv.iter().map(|x| x.1).collect::<Vec<_>>(),
+            (0..12).map(|i| round * 100 + i).collect::<Vec<_>>()
+        );
+        assert!(sv.iter().all(|(c, _)| c.status == Status::Success && c.opcode == WcOpcode::Send));
+        assert_eq!(rv.iter().map(|x| x.1).collect::<Vec<_>>(), (100..112).collect::<Vec<_>>());
+        assert_eq!(rv.iter().map(|x| x.0.byte_len).collect::<Vec<_>>(), (20..32).collect::<Vec<_>>());
+    }
+    assert!(a.scq.take_unknown().is_none() && b.rcq.take_unknown().is_none());
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Send {

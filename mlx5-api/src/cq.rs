@@ -300,24 +300,40 @@ impl<B: Backend, T> CqShared<B, T> {
     }
 
     /// Poll up to `budget` CQEs, dispatching each completion to `f`.
+    ///
+    /// The loop here reads plain CQEs (format 0) outside compressed
+    /// sessions: one ownership check, the dispatch, the index handed back.
+    /// A session being expanded, a title or a scatter-to-CQE format sends
+    /// the rest of the call to [`CqShared::poll_general`].
     #[inline(always)]
     pub(crate) fn poll_with<F: FnMut(Completion, T)>(&self, budget: u32, f: &mut F) -> PollOutcome {
         let mut out = PollOutcome::default();
+        if self.desc.in_session() {
+            return self.poll_general(budget, f, out);
+        }
         while out.consumed() < budget {
-            // SAFETY: the backend's live CQ ring; handles are single-threaded.
-            let Some(p) = (unsafe { self.desc.next() }) else { break };
-            // SAFETY: `p` is an owned 64-byte CQE, read before it is handed back.
-            let decoded = unsafe { self.dispatch(p) };
-            // Hand the slot back before running user code (which may post
-            // WQEs whose CQEs land here): everything was read first.
-            // SAFETY: as above; the CQE was read.
-            unsafe { self.desc.advance() };
-            match decoded {
+            let ci = self.desc.consumer();
+            // SAFETY: the backend's live CQ ring; handles are single-threaded;
+            // no session is open (checked above; only a title opens one, and
+            // titles leave this loop before anything is consumed).
+            let Some((p, op_own)) = (unsafe { self.desc.peek(ci) }) else { break };
+            if op_own & 0x0c != 0 {
+                return self.poll_general(budget, f, out);
+            }
+            // SAFETY: `p` is an owned 64-byte CQE of format 0, read before
+            // it is handed back.
+            match unsafe { self.dispatch(p, op_own, None) } {
                 Ok((c, entry)) => {
+                    // Hand the slot back before running user code (which may
+                    // post WQEs whose CQEs land here): everything was read.
+                    // SAFETY: as above; the CQE was read.
+                    unsafe { self.desc.advance_plain(ci) };
                     out.completions += 1;
                     f(c, entry);
                 }
                 Err(u) => {
+                    // SAFETY: as above.
+                    unsafe { self.desc.advance_plain(ci) };
                     out.unknown += 1;
                     self.last_unknown.set(Some(u));
                 }
@@ -329,35 +345,92 @@ impl<B: Backend, T> CqShared<B, T> {
         out
     }
 
+    /// [`CqShared::poll_with`] for every format and inside compressed
+    /// sessions, continuing from `out`.
+    #[inline(never)]
+    #[cold]
+    fn poll_general<F: FnMut(Completion, T)>(
+        &self,
+        budget: u32,
+        f: &mut F,
+        mut out: PollOutcome,
+    ) -> PollOutcome {
+        while out.consumed() < budget {
+            // SAFETY: the backend's live CQ ring; handles are single-threaded.
+            let Some(p) = (unsafe { self.desc.next() }) else { break };
+            // SAFETY: `p` is an owned 64-byte CQE, read before it is handed back.
+            let decoded = unsafe {
+                let op_own = *p.add(63);
+                if op_own & 0x0c != 0 {
+                    match self.desc.scattered(p) {
+                        Some(d) => self.dispatch(p, op_own, Some(d)),
+                        // A title never gets here (the descriptor expands sessions).
+                        None => Err(self.unknown(CqeView::new(p), UnknownReason::Format)),
+                    }
+                } else {
+                    self.dispatch(p, op_own, None)
+                }
+            };
+            // SAFETY: as above; the CQE was read.
+            unsafe { self.desc.advance() };
+            self.deliver(decoded, &mut out, f);
+        }
+        if out.consumed() == 0 {
+            B::cq_idle(&self.raw);
+        }
+        out
+    }
+
+    /// Counts a dispatched CQE and runs the callback, or records it as unknown.
+    #[inline(always)]
+    fn deliver<F: FnMut(Completion, T)>(
+        &self,
+        decoded: Result<(Completion, T), UnknownCqe>,
+        out: &mut PollOutcome,
+        f: &mut F,
+    ) {
+        match decoded {
+            Ok((c, entry)) => {
+                out.completions += 1;
+                f(c, entry);
+            }
+            Err(u) => {
+                out.unknown += 1;
+                self.last_unknown.set(Some(u));
+            }
+        }
+    }
+
+    #[cold]
+    fn unknown(&self, v: CqeView, reason: UnknownReason) -> UnknownCqe {
+        UnknownCqe { op_own: v.op_own(), qpn: v.qpn(), wqe_counter: v.wqe_counter(), reason }
+    }
+
     /// Retire the work request a CQE names and build its completion
     /// (fields the callback does not read are never loaded).
     ///
     /// # Safety
-    /// `p` is the owned CQE `desc.next()` returned, not yet handed back.
+    /// `p` is an owned CQE `desc` handed out, not yet handed back;
+    /// `op_own` is its byte 63 and `scattered` the data `desc.scattered`
+    /// found in it (`None` for format 0).
     #[inline(always)]
-    unsafe fn dispatch(&self, p: *const u8) -> Result<(Completion, T), UnknownCqe> {
+    unsafe fn dispatch(
+        &self,
+        p: *const u8,
+        op_own: u8,
+        scattered: Option<&[u8]>,
+    ) -> Result<(Completion, T), UnknownCqe> {
         // SAFETY: caller contract.
         let v = unsafe { CqeView::new(p) };
         let qpn = v.qpn();
-        let unknown = |reason| UnknownCqe { op_own: v.op_own(), qpn, wqe_counter: v.wqe_counter(), reason };
-        let op_own = v.op_own();
-        let scattered = if op_own & 0x0c != 0 {
-            // SAFETY: caller contract.
-            match unsafe { self.desc.scattered(p) } {
-                Some(d) => Some(d),
-                // A title never gets here (the descriptor expands sessions).
-                None => return Err(unknown(UnknownReason::Format)),
-            }
-        } else {
-            None
-        };
+        let unknown = |reason| self.unknown(v, reason);
         // SAFETY: single-threaded; the reference ends with this function,
         // which runs no user code.
         let Some(wq) = (unsafe { &*self.table.get() }).get(qpn) else {
             return Err(unknown(UnknownReason::NoSuchQp));
         };
-        let status = v.status();
-        let ok = status.is_ok();
+        let ok = !matches!(op_own >> 4, cqe_opcode::REQ_ERR | cqe_opcode::RESP_ERR);
+        let status = if ok { Status::Success } else { Status::Error(v.error_fields()) };
         let mut c = Completion {
             status,
             opcode: WcOpcode::Nop,

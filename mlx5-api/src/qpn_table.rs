@@ -1,8 +1,8 @@
 //! QPN → value in O(1): what a CQ uses to find the work queues a CQE
 //! names. Open addressing with linear probing over a power-of-two table,
-//! a multiplicative hash of the 24-bit QPN, and a last-hit index that makes
-//! the common case (a CQ serving one QP, or bursts from one QP) a single
-//! compare. Inserts and removals are control path; lookups allocate nothing.
+//! a multiplicative hash of the 24-bit QPN, and a last hit (its key and a
+//! pointer to its value) that makes the common case (a CQ serving one QP, or
+//! bursts from one QP) a single compare. Inserts and removals are control path; lookups allocate nothing.
 
 use std::cell::Cell;
 
@@ -14,8 +14,11 @@ pub struct QpnTable<V> {
     keys: Box<[u32]>,
     vals: Box<[Option<V>]>,
     len: usize,
-    /// Index of the last hit (always < capacity).
-    last: Cell<usize>,
+    /// Key of the last hit, EMPTY when none (reset by every change).
+    last_key: Cell<u32>,
+    /// Its value, inside `vals` (valid while `last_key` is not EMPTY: the
+    /// table has not changed since).
+    last_val: Cell<*const V>,
 }
 
 impl<V> Default for QpnTable<V> {
@@ -30,7 +33,8 @@ impl<V> QpnTable<V> {
             keys: vec![EMPTY; cap].into_boxed_slice(),
             vals: (0..cap).map(|_| None).collect(),
             len: 0,
-            last: Cell::new(0),
+            last_key: Cell::new(EMPTY),
+            last_val: Cell::new(std::ptr::null()),
         }
     }
 
@@ -47,19 +51,16 @@ impl<V> QpnTable<V> {
         // Never EMPTY, whatever the caller passes (the mask folds into the
         // CQE decoder's own).
         let qpn = qpn & 0xff_ffff;
-        let last = self.last.get();
-        // SAFETY: `last` is always a valid index (set from probes only).
-        if unsafe { *self.keys.get_unchecked(last) } == qpn {
-            // SAFETY: as above.
-            let v = unsafe { self.vals.get_unchecked(last) }.as_ref();
-            debug_assert!(v.is_some());
-            // SAFETY: a slot holding a key holds a value (`insert` and
-            // `remove` keep them together), and `qpn` is not EMPTY.
-            return Some(unsafe { v.unwrap_unchecked() });
+        if self.last_key.get() == qpn {
+            // SAFETY: `last_key` is not EMPTY (`qpn` never is), so the table
+            // has not changed since `last_val` pointed at this live value.
+            return Some(unsafe { &*self.last_val.get() });
         }
         let i = self.find(qpn)?;
-        self.last.set(i);
-        self.vals[i].as_ref()
+        let v = self.vals[i].as_ref()?;
+        self.last_key.set(qpn);
+        self.last_val.set(v);
+        Some(v)
     }
 
     #[inline]
@@ -79,6 +80,7 @@ impl<V> QpnTable<V> {
     pub fn insert(&mut self, qpn: u32, v: V) {
         debug_assert!(qpn <= 0xff_ffff, "QPNs are 24 bits: {qpn:#x}");
         let qpn = qpn & 0xff_ffff;
+        self.last_key.set(EMPTY);
         if let Some(i) = self.find(qpn) {
             self.vals[i] = Some(v);
             return;
@@ -107,6 +109,7 @@ impl<V> QpnTable<V> {
     pub fn remove(&mut self, qpn: u32) -> Option<V> {
         let qpn = qpn & 0xff_ffff;
         let mask = self.keys.len() - 1;
+        self.last_key.set(EMPTY);
         let mut hole = self.find(qpn)?;
         let v = self.vals[hole].take();
         self.keys[hole] = EMPTY;
@@ -123,7 +126,6 @@ impl<V> QpnTable<V> {
             }
             i = (i + 1) & mask;
         }
-        self.last.set(0);
         v
     }
 
@@ -141,18 +143,36 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::HashMap;
 
-    /// The last-hit index may name a free slot (after a removal): no key,
-    /// not even u32::MAX (the free-slot marker), may match it there.
+    /// The last hit is forgotten by every change: after a removal neither
+    /// the removed key nor u32::MAX (the marker of no last hit and of a
+    /// free slot) matches; after a replacement the new value is found.
     #[test]
     fn a_free_slot_never_matches() {
         let mut t = QpnTable::default();
         t.insert(5, 50);
         assert_eq!(t.get(5), Some(&50));
-        assert_eq!(t.remove(5), Some(50));
+        t.insert(5, 51);
+        assert_eq!(t.get(5), Some(&51));
+        assert_eq!(t.remove(5), Some(51));
         assert_eq!(t.get(u32::MAX), None);
         assert_eq!(t.get(5), None);
         t.insert(0x12_3456, 7);
         assert_eq!(t.get(0xff12_3456), Some(&7), "only the 24 QPN bits count");
+    }
+
+    /// A last hit does not survive the table growing under it (the values
+    /// move to a new allocation).
+    #[test]
+    fn the_last_hit_does_not_survive_growth() {
+        let mut t = QpnTable::default();
+        t.insert(7, 70u64);
+        assert_eq!(t.get(7), Some(&70));
+        for k in 100..200 {
+            t.insert(k, u64::from(k));
+        }
+        assert_eq!(t.get(7), Some(&70));
+        assert_eq!(t.get(150), Some(&150));
+        assert_eq!(t.get(150 | 0xff00_0000), Some(&150));
     }
 
     proptest! {

@@ -47,12 +47,15 @@ impl<T> Tracker<T> {
     /// (a free slot).
     ///
     /// # Safety
-    /// `slot` is below the `wqe_cnt` the table was made for (the ring's).
+    /// `slot` is below the `wqe_cnt` the table was made for (the ring's);
+    /// `nbb` is in 1..=255 (`retire` moves the entry out and the counter
+    /// past it by `nbb` unchecked: 0 would let it move the entry out twice).
     #[inline(always)]
     pub unsafe fn record(&self, slot: u32, nbb: u32, opcode: u8, entry: T) {
         debug_assert!(slot <= self.mask);
         // SAFETY: in range (caller contract).
         let s = unsafe { self.slots.get_unchecked(slot as usize) };
+        debug_assert!((1..=0xff).contains(&nbb));
         s.meta.set(nbb as u16 | (opcode as u16) << 8);
         // SAFETY: single-threaded; the slot is free (outside [ci, pi)), so
         // nothing live is overwritten and no reference into it exists.
@@ -72,7 +75,8 @@ impl<T> Tracker<T> {
             // SAFETY: `ci` is a WQE start in [ci, pi): its entry is live; it
             // is moved out once and the counter moves past it.
             let entry = unsafe { (*s.entry.get()).assume_init_read() };
-            let next = ci.wrapping_add((meta & 0xff).max(1) as u32);
+            // (`record` stored a size of at least 1.)
+            let next = ci.wrapping_add((meta & 0xff) as u32);
             return Some(Retired { entry, opcode: (meta >> 8) as u8, ci: next });
         }
         self.retire_walk(pi, ci, wqe_counter)

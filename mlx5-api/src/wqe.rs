@@ -294,7 +294,9 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         // SAFETY: DS 0 of this WQE, a free slot of the live ring.
         unsafe { self.wqe.cast::<[u8; 16]>().write(ctrl) };
         // SAFETY: the tracker has a slot per WQEBB, indexed as the ring is
-        // (`slot` is masked by the ring's wqe_cnt, which sized the tracker).
+        // (`slot` is masked by the ring's wqe_cnt, which sized the tracker);
+        // `ds` is 1 (the ctrl segment) to 63 (its 6-bit field; `reserve`
+        // keeps it within the largest WQE), so 1..=16 WQEBBs.
         unsafe { sq.tracker.record(self.slot, self.ds.div_ceil(4), self.opcode, self.entry) };
         let mut db = [0u8; 8];
         db.copy_from_slice(&ctrl[..8]);

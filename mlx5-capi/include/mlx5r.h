@@ -345,7 +345,8 @@ typedef struct {
 } mlx5r_async_event;
 
 /*
- A completion queue.
+ A completion queue. The fields after `scratch` are derived from the
+ others by [`CqDesc::new`]: the public fields are read-only after it.
  */
 typedef struct {
   /*
@@ -400,6 +401,18 @@ typedef struct {
    The expanded CQE of a compressed session's current completion.
    */
   uint8_t scratch[64];
+  /*
+   Derived by `new`: `buf + cqe_size - 64`, the CQE proper of slot 0.
+   */
+  uint8_t *proper0;
+  /*
+   Derived by `new`: `cqe_cnt - 1`.
+   */
+  uint32_t mask;
+  /*
+   Derived by `new`: log2 of `cqe_size`.
+   */
+  uint32_t shift;
 } mlx5r_cq;
 
 /*

@@ -35,7 +35,8 @@ pub mod mini_format {
 /// Offset of the CQ doorbell in the CQ's UAR page (`MLX5_CQ_DOORBELL`).
 pub const CQ_DOORBELL: u32 = 0x20;
 
-/// A completion queue.
+/// A completion queue. The fields after `scratch` are derived from the
+/// others by [`CqDesc::new`]: the public fields are read-only after it.
 #[derive(Debug)]
 #[repr(C)]
 pub struct CqDesc {
@@ -65,6 +66,12 @@ pub struct CqDesc {
     zip_ctr: AtomicU32,
     /// The expanded CQE of a compressed session's current completion.
     scratch: UnsafeCell<[u8; 64]>,
+    /// Derived by `new`: `buf + cqe_size - 64`, the CQE proper of slot 0.
+    proper0: *mut u8,
+    /// Derived by `new`: `cqe_cnt - 1`.
+    mask: u32,
+    /// Derived by `new`: log2 of `cqe_size`.
+    shift: u32,
 }
 
 // SAFETY: atomic counters; the ring and the scratch buffer are used through
@@ -90,14 +97,17 @@ impl CqDesc {
             zip_t: AtomicU32::new(0),
             zip_ctr: AtomicU32::new(0),
             scratch: UnsafeCell::new([0; 64]),
+            proper0: buf.wrapping_add(cqe_size.wrapping_sub(64) as usize),
+            mask: cqe_cnt.wrapping_sub(1),
+            shift: cqe_size.trailing_zeros(),
         }
     }
 
     /// The 64-byte CQE proper of slot `idx` (free-running).
     #[inline(always)]
     fn proper(&self, idx: u32) -> *mut u8 {
-        let slot = (idx & (self.cqe_cnt - 1)) * self.cqe_size + (self.cqe_size - 64);
-        self.buf.wrapping_add(slot as usize)
+        // cqe_size is 64 or 128: (idx & mask) * cqe_size as a shift.
+        self.proper0.wrapping_add(((idx & self.mask) << self.shift) as usize)
     }
 
     /// The consumer index.
@@ -138,6 +148,48 @@ impl CqDesc {
             }
         }
         Some(cqe)
+    }
+
+    /// Whether a compressed session is being expanded ([`CqDesc::next`]
+    /// hands out its completions, [`CqDesc::advance`] closes it).
+    #[inline(always)]
+    pub fn in_session(&self) -> bool {
+        self.zip_n.load(Ordering::Relaxed) != 0
+    }
+
+    /// The fast path of [`CqDesc::next`] for a poller that checked
+    /// [`CqDesc::in_session`] before its loop: the CQE proper at consumer
+    /// index `ci` (the current one) and its `op_own` if software owns it,
+    /// after the read barrier. A title (format 3) is handed out as it is:
+    /// the caller leaves titles and other formats (`op_own & 0x0c != 0`) to
+    /// `next`, which has not consumed anything yet.
+    ///
+    /// # Safety
+    /// As [`CqDesc::next`]; no session is open and `ci` is the consumer index.
+    #[inline(always)]
+    pub unsafe fn peek(&self, ci: u32) -> Option<(*const u8, u8)> {
+        let cqe = self.proper(ci);
+        // SAFETY: op_own is byte 63 of the CQE; the device stores it last.
+        let op_own = unsafe { AtomicU8::from_ptr(cqe.add(63)) }.load(Ordering::Acquire);
+        if op_own >= cqe_opcode::INVALID << 4 || (op_own & 1) != (ci & self.cqe_cnt != 0) as u8 {
+            return None;
+        }
+        udma_from_device_barrier();
+        Some((cqe, op_own))
+    }
+
+    /// [`CqDesc::advance`] outside a compressed session, the consumer
+    /// index being `ci`.
+    ///
+    /// # Safety
+    /// As [`CqDesc::advance`]; no session is open and `ci` is the consumer
+    /// index.
+    #[inline(always)]
+    pub unsafe fn advance_plain(&self, ci: u32) {
+        let ci = ci.wrapping_add(1);
+        self.ci.store(ci, Ordering::Relaxed);
+        // SAFETY: the doorbell record is live (caller contract).
+        unsafe { AtomicU32::from_ptr(self.dbrec) }.store((ci & 0xff_ffff).to_be(), Ordering::Release);
     }
 
     /// A title CQE at `ci`: copy it into the scratch buffer and expand the
