@@ -130,18 +130,23 @@ impl RqDesc {
         let wqe = buf.wrapping_add((slot * stride) as usize) as *mut [u8; 16];
         // A single entry (the common receive) goes straight through; longer
         // lists, empty entries and errors take the general pass.
-        let n = match sges {
+        match sges {
             [s] if s.len.wrapping_sub(1) < i32::MAX as u32 && max_sge != 0 => {
                 // SAFETY: 0 < max_sge <= stride / 16: inside the free slot.
                 set_data_ptr_seg(unsafe { &mut *wqe }, s.len, s.lkey, s.addr);
-                1
+                if stride > 16 {
+                    // SAFETY: as above; the terminator after the one entry.
+                    set_data_ptr_seg(unsafe { &mut *wqe.add(1) }, 0, INVALID_LKEY, 0);
+                }
             }
-            // SAFETY: the free slot of stride bytes; max_sge <= stride / 16.
-            _ => unsafe { write_list(wqe, sges, max_sge)? },
-        };
-        if n < stride / 16 {
-            // SAFETY: as above; the terminator of a shorter list.
-            set_data_ptr_seg(unsafe { &mut *wqe.add(n as usize) }, 0, INVALID_LKEY, 0);
+            _ => {
+                // SAFETY: the free slot of stride bytes; max_sge <= stride / 16.
+                let n = unsafe { write_list(wqe, sges, max_sge)? };
+                if n < stride / 16 {
+                    // SAFETY: as above; the terminator of a shorter list.
+                    set_data_ptr_seg(unsafe { &mut *wqe.add(n as usize) }, 0, INVALID_LKEY, 0);
+                }
+            }
         }
         if let Some(w) = wr_id {
             if !self.wrid.is_null() {
