@@ -20,6 +20,10 @@ use crate::types::{LinkLayer, QpState};
 /// and a wr-id array for ring-core posters (the C ABI's `send_wqe`).
 pub(crate) struct SendQueue<B: Backend, T> {
     pub(crate) desc: SqDesc,
+    /// Largest first gather entry that passes every limit (0 when the QP
+    /// takes no gather list): `min(max_msg, 2^31 - 1)`. One compare for
+    /// the common post; the separate checks give the error.
+    pub(crate) first_sge_max: u32,
     pub(crate) tracker: Tracker<T>,
     pub(crate) reg: Rc<UarReg<B>>,
     _wrid: Box<[u64]>,
@@ -31,7 +35,8 @@ impl<B: Backend, T> SendQueue<B, T> {
         let mut wrid = vec![0u64; desc.wqe_cnt as usize].into_boxed_slice();
         desc.bf = &reg.bf as *const _ as *mut _;
         desc.wrid = wrid.as_mut_ptr();
-        SendQueue { tracker: Tracker::new(desc.wqe_cnt), desc, reg, _wrid: wrid }
+        let first_sge_max = if desc.max_sge == 0 { 0 } else { desc.max_msg.min(i32::MAX as u32) };
+        SendQueue { tracker: Tracker::new(desc.wqe_cnt), first_sge_max, desc, reg, _wrid: wrid }
     }
 
     /// Ring the doorbell for every WQE committed since the last one.

@@ -266,6 +266,15 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
     /// Zero-length SGEs are skipped, as rdma-core does.
     #[inline(always)]
     fn push_sge(&mut self, addr: u64, len: u32, lkey: u32) -> Result<()> {
+        if self.nsge == 0 && len.wrapping_sub(1) < self.sq.first_sge_max && self.ds < 4 {
+            // The first entry of a non-empty message (known when the builder
+            // is inlined), in the first WQEBB: within every limit below.
+            debug_assert_eq!(self.msg_len, 0);
+            self.msg_len = len;
+            set_data_ptr_seg(self.next_ds(), len, lkey, addr);
+            self.nsge = 1;
+            return Ok(());
+        }
         if len == 0 {
             return Ok(());
         }
