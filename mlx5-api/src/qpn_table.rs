@@ -5,6 +5,7 @@
 //! bursts from one QP) a single compare. Inserts and removals are control path; lookups allocate nothing.
 
 use std::cell::Cell;
+use std::ptr::NonNull;
 
 /// Marks a free slot (QPNs are 24 bits, so no QPN equals it).
 const EMPTY: u32 = u32::MAX;
@@ -18,7 +19,7 @@ pub struct QpnTable<V> {
     last_key: Cell<u32>,
     /// Its value, inside `vals` (valid while `last_key` is not EMPTY: the
     /// table has not changed since).
-    last_val: Cell<*const V>,
+    last_val: Cell<NonNull<V>>,
 }
 
 impl<V> Default for QpnTable<V> {
@@ -34,7 +35,7 @@ impl<V> QpnTable<V> {
             vals: (0..cap).map(|_| None).collect(),
             len: 0,
             last_key: Cell::new(EMPTY),
-            last_val: Cell::new(std::ptr::null()),
+            last_val: Cell::new(NonNull::dangling()),
         }
     }
 
@@ -54,12 +55,12 @@ impl<V> QpnTable<V> {
         if self.last_key.get() == qpn {
             // SAFETY: `last_key` is not EMPTY (`qpn` never is), so the table
             // has not changed since `last_val` pointed at this live value.
-            return Some(unsafe { &*self.last_val.get() });
+            return Some(unsafe { self.last_val.get().as_ref() });
         }
         let i = self.find(qpn)?;
         let v = self.vals[i].as_ref()?;
         self.last_key.set(qpn);
-        self.last_val.set(v);
+        self.last_val.set(NonNull::from(v));
         Some(v)
     }
 
