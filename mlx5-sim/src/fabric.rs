@@ -2,7 +2,7 @@
 //! offering the control path (PD, MR, CQ, QP, modify) and the MMIO doorbell path
 //! (spec §1.5–§1.8, §7). In threaded mode each NIC has its own thread.
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -63,14 +63,15 @@ enum Msg {
     Tick,
 }
 
+/// How `quiesce` waits for a NIC thread. Aligned to its own cache lines: the NIC side
+/// writes it per batch, and posters must not share a line with it.
 #[derive(Default)]
+#[repr(align(128))]
 struct Progress {
-    /// Messages handled.
-    done: AtomicU64,
     /// What `quiesce` waits on (with `cv`).
     lock: Mutex<()>,
     cv: Condvar,
-    /// Threads blocked in `quiesce` (the NIC thread wakes the condvar only then).
+    /// Threads blocked in `quiesce` (whoever handles a batch wakes the condvar only then).
     waiters: std::sync::atomic::AtomicUsize,
 }
 
@@ -86,7 +87,6 @@ struct Link {
     rx: Receiver<Msg>,
     state: State,
     host: usize,
-    sent: AtomicU64,
     progress: Progress,
     /// The NIC thread is parked or about to park: a poster must unpark it.
     sleeping: AtomicBool,
@@ -101,7 +101,6 @@ impl Link {
     /// allocates a per-thread context when the channel is full): when full, drain it
     /// here if the NIC thread is not at it, else yield and try again.
     fn post(&self, mut msg: Msg) {
-        self.sent.fetch_add(1, Ordering::SeqCst);
         loop {
             match self.tx.try_send(msg) {
                 Ok(()) => break,
@@ -141,13 +140,14 @@ impl Link {
         n > 0
     }
 
-    /// Counts `n` handled messages for `quiesce`.
+    /// After `n` messages were handled (and the fabric lock released): wakes `quiesce`.
     fn finished(&self, n: u64) {
         if n > 0 {
-            self.progress.done.fetch_add(n, Ordering::SeqCst);
-            // SeqCst against `quiesce`, which registers before it reads `done`: either
-            // it sees the new count or we see it waiting. Notified under the lock, so
-            // it cannot be between its check and its wait.
+            // SeqCst against `quiesce`, which registers before it looks at the queue
+            // under the fabric lock: either it finds the queue as we left it or we see
+            // it waiting. Notified under the lock, so it cannot be between its check
+            // and its wait.
+            fence(Ordering::SeqCst);
             if self.progress.waiters.load(Ordering::SeqCst) > 0 {
                 let _g = self.progress.lock.lock().unwrap_or_else(|e| e.into_inner());
                 self.progress.cv.notify_all();
@@ -445,7 +445,6 @@ impl Fabric {
                     rx,
                     state: Arc::clone(&self.front.state),
                     host: h,
-                    sent: AtomicU64::new(0),
                     progress: Progress::default(),
                     sleeping: AtomicBool::new(false),
                     stop: AtomicBool::new(false),
@@ -1033,16 +1032,25 @@ impl Nic {
             }
         }
         if let Some(l) = &self.link {
-            let target = l.sent.load(Ordering::SeqCst);
-            let p = &l.progress;
-            if p.done.load(Ordering::SeqCst) < target {
-                // Registered before `done` is read again (SeqCst both sides): the NIC
-                // thread, which bumps `done` before it looks at `waiters`, either
-                // leaves a count we see or finds us registered and notifies under
-                // the lock, which we hold from the check to the wait.
+            // Messages leave the queue only under the fabric lock and are handled in
+            // the same hold: an empty queue seen while holding the lock means everything
+            // queued before this call has been handled.
+            let handled = || {
+                let g = lock(&l.state);
+                let empty = l.rx.is_empty();
+                drop(g);
+                empty
+            };
+            if !handled() {
+                // Registered before the queue is looked at again (SeqCst both sides):
+                // whoever handles the last batch releases the fabric lock, then looks
+                // at `waiters`; it either left the queue empty for our next look or
+                // finds us registered and notifies under `p.lock`, which we hold
+                // from the look to the wait.
+                let p = &l.progress;
                 let mut g = p.lock.lock().unwrap_or_else(|e| e.into_inner());
                 p.waiters.fetch_add(1, Ordering::SeqCst);
-                while p.done.load(Ordering::SeqCst) < target {
+                while !handled() {
                     g = p.cv.wait(g).unwrap_or_else(|e| e.into_inner());
                 }
                 p.waiters.fetch_sub(1, Ordering::SeqCst);
