@@ -4,26 +4,24 @@
 # tear-down and loop entry cancel out. poll_zip: poll with CQE compression
 # on (sessions of up to 64 completions). Each figure is printed beside the
 # C baseline (benches/c/hot_path.c: the same work written by hand with
-# mlx5dv.h's helpers), built here when the rdma-core headers are installed
-# (Debian: libibverbs-dev). Needs valgrind.
+# mlx5dv.h's helpers), which mlx5-bench's build script compiles (cc crate)
+# where the rdma-core headers are installed (Debian: libibverbs-dev). Needs
+# valgrind. The gungraun harness of the same work, with every count beside
+# its C counterpart: cargo bench -p mlx5-bench --bench instructions.
 #   benches/callgrind.sh [N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-1000}
-cargo bench --bench hot_path --no-run >/dev/null 2>&1
-bin=$(ls -t target/release/deps/hot_path-* | grep -v '\.d$' | head -1)
-cbin=""
-if [ -f /usr/include/infiniband/mlx5dv.h ]; then
-  cbin=target/release/hot_path_c
-  ${CC:-cc} -O2 -o "$cbin" benches/c/hot_path.c
-fi
-count() { # binary what n phase
+cargo build --release -p mlx5-bench --bin hot_path >/dev/null 2>&1
+bin=target/release/hot_path
+count() { # mode what n phase (mode: rust or c)
   local out; out=$(mktemp)
-  valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect="*$4*" "$1" "$2" "$3" >/dev/null 2>&1
+  local c=(); [ "$1" = c ] && c=(c)
+  valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect="*$4*" "$bin" "${c[@]}" "$2" "$3" >/dev/null 2>&1
   callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}'
   rm -f "$out"
 }
-per_op() { # binary what phase
+per_op() { # mode what phase
   local a b; a=$(count "$1" "$2" "$n" "$3"); b=$(count "$1" "$2" $((2 * n)) "$3")
   echo $(( (b - a) / n ))
 }
@@ -37,10 +35,10 @@ for what in post post_inline post_ud post_dc post_bf recv poll poll_zip poll_res
     poll*) phase=poll_phase ;;
     *) phase=${what}_phase ;;
   esac
-  rust=$(per_op "$bin" "$what" "$phase")
+  rust=$(per_op rust "$what" "$phase")
   c="-"
-  if [ -n "$cbin" ] && [ "$what" != poll_zip ]; then
-    c=$(per_op "$cbin" "$what" "$phase")
+  if [ "$what" != poll_zip ] && "$bin" c "$what" 1 >/dev/null 2>&1; then
+    c=$(per_op c "$what" "$phase")
   fi
   printf '%-12s %5s instructions per operation (C with mlx5dv.h: %s)\n' "$what:" "$rust" "$c"
 done

@@ -88,7 +88,7 @@ fn the_first_gather_entry_at_each_limit() {
     };
     assert_eq!(ds, 2, "ctrl and raddr segments only");
     let mut done = Vec::new();
-    while done.len() < 1 {
+    while done.is_empty() {
         p.a.cq.poll_with(4, |c, e| done.push((c.status, e)));
     }
     assert_eq!(done, vec![(Status::Success, 0)]);
@@ -96,7 +96,7 @@ fn the_first_gather_entry_at_each_limit() {
     let want = bytes(&p.a.mr, 0, 40);
     write(40).unwrap().finish().unwrap();
     let mut done = Vec::new();
-    while done.len() < 1 {
+    while done.is_empty() {
         p.a.cq.poll_with(4, |c, e| done.push((c.status, e)));
     }
     assert_eq!(done, vec![(Status::Success, 40)]);

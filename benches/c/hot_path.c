@@ -1,7 +1,10 @@
 /*
- * The C baseline of benches/hot_path.rs: what hand-written C with mlx5dv.h's
- * helpers spends on the same work, counted by callgrind the same way
- * (benches/callgrind.sh: N and 2N operations, the difference over N).
+ * The C baseline of mlx5-bench (mlx5-bench/src/lib.rs): what hand-written C
+ * with mlx5dv.h's helpers spends on the same work, counted by callgrind the
+ * same way, inside the phase function only (mlx5-bench's gungraun bench, and
+ * benches/callgrind.sh: N and 2N operations, the difference over N).
+ * mlx5-bench's build script compiles it with `main` renamed hot_path_c_main;
+ * `hot_path c KIND N` runs it.
  *
  *   hot_path_c post N  N signaled 1-SGE RDMA_WRITEs into a send ring in
  *                      ordinary memory: ctrl (mlx5dv_set_ctrl_seg), raddr,

@@ -1,20 +1,26 @@
-//! hot_path: a fixed amount of post or poll work, for instruction counting
-//! with callgrind (`benches/callgrind.sh` runs it with N and 2N operations
-//! and divides the difference by N, so set-up and loop entry cancel out).
+//! A fixed amount of post or poll work for instruction counting with
+//! callgrind, and the same work done by the C baseline
+//! (`benches/c/hot_path.c`: hand-written C with rdma-core's mlx5dv.h
+//! helpers). Two harnesses count it, each only inside the `*_phase`
+//! function that does the work (`--toggle-collect`), so set-up is left out:
+//! `benches/instructions.rs` (gungraun: each operation beside its C
+//! counterpart) and `benches/callgrind.sh` (N and 2N operations, the
+//! difference over N: a table of instructions per operation).
 //!
-//! `hot_path post N`: N signaled 1-SGE RDMA_WRITEs into the ring-only
+//! [`run`]`("post", n)`: n signaled 1-SGE RDMA_WRITEs into the ring-only
 //! backend (`RingOnly<Unlogged>`: its register is ordinary memory written
 //! as `HostMmio` writes a real one, nothing executed), one `finish()` each.
-//! `hot_path poll N`: N signaled RDMA_WRITEs executed by the deterministic
-//! simulator (posted as one batch), then N CQEs polled by a `MonoCq` whose
-//! callback reads the status and the entry. Only `post_phase` /
-//! `poll_phase` are counted (`--toggle-collect`).
+//! `run("poll", n)`: n signaled RDMA_WRITEs executed by the deterministic
+//! simulator (posted as one batch), then n CQEs polled by a `MonoCq` whose
+//! callback adds up the entries and counts errors, as the C loop does.
 //!
-//! Further post kinds (ring-only backend, counted in `post_phase` too):
+//! Further post kinds (ring-only backend, counted in their own phase):
 //! `post_inline` (a 32-byte inline SEND), `post_ud` (a UD SEND with its
 //! address vector), `post_dc` (a DCI RDMA_WRITE with its AV), `post_bf` (the
 //! RDMA_WRITE rung by BlueFlame), `recv` (a 1-SGE receive). Further polls:
-//! `poll_resp` (responder CQEs of N SENDs) and `poll_err` (N flush error CQEs).
+//! `poll_zip` (compression on: sessions of up to 64 completions),
+//! `poll_resp` (responder CQEs of n SENDs) and `poll_err` (n flush error
+//! CQEs).
 
 use std::hint::black_box;
 
@@ -264,11 +270,23 @@ fn poll_other(kind: &str, n: u32) {
     assert_eq!(sum, (n as u64) * (n as u64 - 1) / 2);
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    // `cargo bench` passes --bench: run a small smoke round and exit.
-    let what = args.get(1).map(String::as_str).unwrap_or("--bench");
-    let n: u32 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1000);
+/// Every kind [`run`] knows, and the function whose instructions are counted.
+pub const KINDS: [(&str, &str); 10] = [
+    ("post", "post_phase"),
+    ("post_inline", "post_inline_phase"),
+    ("post_ud", "post_ud_phase"),
+    ("post_dc", "post_dc_phase"),
+    ("post_bf", "post_bf_phase"),
+    ("recv", "recv_phase"),
+    ("poll", "poll_phase"),
+    ("poll_zip", "poll_phase"),
+    ("poll_resp", "poll_phase"),
+    ("poll_err", "poll_phase"),
+];
+
+/// Set up, do `n` operations of `what` (one of [`KINDS`]) in its phase
+/// function, check the result. Panics on an unknown kind.
+pub fn run(what: &str, n: u32) {
     match what {
         "post" => post(n),
         "poll" => poll(n, false),
@@ -277,15 +295,54 @@ fn main() {
         "poll_zip" => poll(n, true),
         "poll_resp" | "poll_err" => poll_other(what, n),
         "post_inline" | "post_ud" | "post_dc" | "post_bf" | "recv" => post_kind(what, n),
-        _ => {
-            post(64);
-            poll(64, false);
-            poll(64, true);
-            for k in ["post_inline", "post_ud", "post_dc", "post_bf", "recv"] {
-                post_kind(k, 64);
-            }
-            poll_other("poll_resp", 64);
-            poll_other("poll_err", 64);
+        _ => panic!("unknown kind {what}"),
+    }
+}
+
+#[cfg(c_baseline)]
+extern "C" {
+    /// `main` of benches/c/hot_path.c, renamed by the build script.
+    fn hot_path_c_main(argc: i32, argv: *const *const std::ffi::c_char) -> i32;
+}
+
+/// Whether the C baseline was built (rdma-core's mlx5dv.h was installed).
+pub const HAVE_C: bool = cfg!(c_baseline);
+
+/// The C baseline's `what` for `n` operations (`poll_zip` has none: hand-written
+/// C has no compressed sessions to compare with). `false` when it was not built
+/// or has no such kind; panics if its own check fails.
+pub fn run_c(what: &str, n: u32) -> bool {
+    #[cfg(c_baseline)]
+    {
+        if what == "poll_zip" || !KINDS.iter().any(|(k, _)| *k == what) {
+            return false;
+        }
+        let args = [
+            std::ffi::CString::new("hot_path_c").unwrap(),
+            std::ffi::CString::new(what).unwrap(),
+            std::ffi::CString::new(n.to_string()).unwrap(),
+        ];
+        let argv: Vec<*const std::ffi::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        // SAFETY: argv holds argc valid C strings that outlive the call.
+        let rc = unsafe { hot_path_c_main(argv.len() as i32, argv.as_ptr()) };
+        assert_eq!(rc, 0, "the C baseline's own check failed for {what}");
+        true
+    }
+    #[cfg(not(c_baseline))]
+    {
+        let _ = (what, n);
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every kind runs and passes its own checks (a small round), in Rust and in C.
+    #[test]
+    fn every_kind_runs() {
+        for (k, _) in super::KINDS {
+            super::run(k, 64);
+            assert_eq!(super::run_c(k, 64), super::HAVE_C && k != "poll_zip", "{k}");
         }
     }
 }
