@@ -449,74 +449,79 @@ impl<B: Backend, T> CqShared<B, T> {
             user_index: v.srqn_uidx() & 0xff_ffff,
             scattered: None,
         };
-        match op_own >> 4 {
-            cqe_opcode::REQ | cqe_opcode::REQ_ERR => {
-                if let Some(d) = scattered {
-                    c.scattered = Some(Scattered::new(d));
-                    if wq.copy_scattered_send(c.wqe_counter, (v.sop_drop_qpn() >> 24) as u8, d).is_err() {
-                        c.status = local_length_error();
-                    }
+        // Responder opcodes as a bit set: one bit test.
+        const RESP_OPS: u16 = 1 << cqe_opcode::RESP_WR_IMM
+            | 1 << cqe_opcode::RESP_SEND
+            | 1 << cqe_opcode::RESP_SEND_IMM
+            | 1 << cqe_opcode::RESP_SEND_INV
+            | 1 << cqe_opcode::RESP_ERR;
+        let op = op_own >> 4;
+        if op == cqe_opcode::REQ || op == cqe_opcode::REQ_ERR {
+            if let Some(d) = scattered {
+                c.scattered = Some(Scattered::new(d));
+                if wq.copy_scattered_send(c.wqe_counter, (v.sop_drop_qpn() >> 24) as u8, d).is_err() {
+                    c.status = local_length_error();
                 }
-                let Some((entry, op)) = wq.retire_send(c.wqe_counter) else {
-                    return Err(unknown(UnknownReason::NoSuchWqe));
-                };
-                c.opcode = WcOpcode::from_send(op);
-                if !ok {
-                    wq.enter_error(true);
-                } else if matches!(op, opcode::ATOMIC_CS | opcode::ATOMIC_FA) {
-                    c.byte_len = 8;
-                }
-                Ok((c, entry))
             }
-            op @ (cqe_opcode::RESP_WR_IMM..=cqe_opcode::RESP_SEND_INV | cqe_opcode::RESP_ERR) => {
-                if let Some(d) = scattered {
-                    c.scattered = Some(Scattered::new(d));
-                    if wq.copy_scattered_recv(c.wqe_counter, d).is_err() {
-                        c.status = local_length_error();
-                    }
-                }
-                let ok = c.status.is_ok();
-                let Some(entry) = wq.retire_recv(c.wqe_counter) else {
-                    return Err(unknown(UnknownReason::NoSuchWqe));
-                };
-                c.opcode = match op {
-                    cqe_opcode::RESP_WR_IMM => WcOpcode::RecvRdmaImm,
-                    cqe_opcode::RESP_SEND => WcOpcode::Recv,
-                    cqe_opcode::RESP_SEND_IMM => WcOpcode::RecvImm,
-                    cqe_opcode::RESP_SEND_INV => WcOpcode::RecvInv,
-                    _ => WcOpcode::RecvError,
-                };
-                match op {
-                    cqe_opcode::RESP_WR_IMM | cqe_opcode::RESP_SEND_IMM => c.imm = Some(v.imm_inval_pkey()),
-                    cqe_opcode::RESP_SEND_INV => c.invalidated_rkey = Some(v.imm_inval_pkey()),
-                    _ => {}
-                }
-                if !ok {
-                    // A receive error moves an RC QP to ERR; a UD QP or a
-                    // DCT keeps receiving (see the simulator's README).
-                    if wq.kind == QpKind::Rc {
-                        wq.enter_error(false);
-                    }
-                } else if scattered.is_none() || op_own & 0x0c == 0x08 {
-                    // (Format 1 data overlays bytes 0..32: no source QPN/LID there.)
-                    let flags_rqpn = v.flags_rqpn();
-                    c.src_qpn = flags_rqpn & 0xff_ffff;
-                    c.slid = v.slid();
-                    c.grh = (flags_rqpn >> 28) & 3 != 0;
-                    match wq.link {
-                        LinkLayer::InfiniBand => c.sl = ((flags_rqpn >> 24) & 0xf) as u8,
-                        LinkLayer::Ethernet => {
-                            c.network = Some(match (flags_rqpn >> 24) & 3 {
-                                2 => RoceL3::Ipv4,
-                                1 => RoceL3::Ipv6,
-                                _ => RoceL3::Grh,
-                            })
-                        }
-                    }
-                }
-                Ok((c, entry))
+            let Some((entry, op)) = wq.retire_send(c.wqe_counter) else {
+                return Err(unknown(UnknownReason::NoSuchWqe));
+            };
+            c.opcode = WcOpcode::from_send(op);
+            if !ok {
+                wq.enter_error(true);
+            } else if matches!(op, opcode::ATOMIC_CS | opcode::ATOMIC_FA) {
+                c.byte_len = 8;
             }
-            _ => Err(unknown(UnknownReason::Opcode)),
+            Ok((c, entry))
+        } else if RESP_OPS >> op & 1 != 0 {
+            if let Some(d) = scattered {
+                c.scattered = Some(Scattered::new(d));
+                if wq.copy_scattered_recv(c.wqe_counter, d).is_err() {
+                    c.status = local_length_error();
+                }
+            }
+            let ok = c.status.is_ok();
+            let Some(entry) = wq.retire_recv(c.wqe_counter) else {
+                return Err(unknown(UnknownReason::NoSuchWqe));
+            };
+            c.opcode = match op {
+                cqe_opcode::RESP_WR_IMM => WcOpcode::RecvRdmaImm,
+                cqe_opcode::RESP_SEND => WcOpcode::Recv,
+                cqe_opcode::RESP_SEND_IMM => WcOpcode::RecvImm,
+                cqe_opcode::RESP_SEND_INV => WcOpcode::RecvInv,
+                _ => WcOpcode::RecvError,
+            };
+            match op {
+                cqe_opcode::RESP_WR_IMM | cqe_opcode::RESP_SEND_IMM => c.imm = Some(v.imm_inval_pkey()),
+                cqe_opcode::RESP_SEND_INV => c.invalidated_rkey = Some(v.imm_inval_pkey()),
+                _ => {}
+            }
+            if !ok {
+                // A receive error moves an RC QP to ERR; a UD QP or a
+                // DCT keeps receiving (see the simulator's README).
+                if wq.kind == QpKind::Rc {
+                    wq.enter_error(false);
+                }
+            } else if scattered.is_none() || op_own & 0x0c == 0x08 {
+                // (Format 1 data overlays bytes 0..32: no source QPN/LID there.)
+                let flags_rqpn = v.flags_rqpn();
+                c.src_qpn = flags_rqpn & 0xff_ffff;
+                c.slid = v.slid();
+                c.grh = (flags_rqpn >> 28) & 3 != 0;
+                match wq.link {
+                    LinkLayer::InfiniBand => c.sl = ((flags_rqpn >> 24) & 0xf) as u8,
+                    LinkLayer::Ethernet => {
+                        c.network = Some(match (flags_rqpn >> 24) & 3 {
+                            2 => RoceL3::Ipv4,
+                            1 => RoceL3::Ipv6,
+                            _ => RoceL3::Grh,
+                        })
+                    }
+                }
+            }
+            Ok((c, entry))
+        } else {
+            Err(unknown(UnknownReason::Opcode))
         }
     }
 

@@ -168,6 +168,17 @@ impl<T> RecvTracker<T> {
         self.entries.get(i as usize).and_then(|e| unsafe { (*e.get()).take() })
     }
 
+    /// [`RecvTracker::take`] without the bounds check.
+    ///
+    /// # Safety
+    /// `i` is below the table's size (a slot of the ring that sized it).
+    #[inline(always)]
+    pub unsafe fn take_unchecked(&self, i: u32) -> Option<T> {
+        debug_assert!((i as usize) < self.entries.len());
+        // SAFETY: in range (caller contract); as in `put`.
+        unsafe { (*self.entries.get_unchecked(i as usize).get()).take() }
+    }
+
     /// Drop every entry.
     pub fn clear(&self) {
         for e in self.entries.iter() {

@@ -89,7 +89,8 @@ impl<T> RecvQueue<T> {
     pub(crate) fn retire(&self, wqe_counter: u16) -> Option<T> {
         // SAFETY: as in `post`.
         let r = unsafe { self.desc.retire(wqe_counter)? };
-        self.tracker.take(r.slot)
+        // SAFETY: `r.slot` is masked by the ring's wqe_cnt, which sized the tracker.
+        unsafe { self.tracker.take_unchecked(r.slot) }
     }
 
     pub(crate) fn reset(&self) {

@@ -172,9 +172,10 @@ impl RqDesc {
         if self.wqe_cnt == 0 {
             return None;
         }
+        // The consumer is this thread's own counter: one load serves both.
         let ci = self.ci.load(Ordering::Relaxed);
         let dist = (wqe_counter as u32).wrapping_sub(ci) & 0xffff;
-        if dist >= self.outstanding() {
+        if dist >= self.pi.load(Ordering::Relaxed).wrapping_sub(ci) {
             return None;
         }
         let idx = ci.wrapping_add(dist);
