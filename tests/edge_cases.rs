@@ -103,6 +103,65 @@ fn the_first_gather_entry_at_each_limit() {
     assert_eq!(bytes(&p.b.mr, 0, 40), want);
 }
 
+/// Inline payloads around the end of the first WQEBB (the post writes them
+/// there directly when the segment ends inside it, else ring-wrap aware): each
+/// length from 0 to the QP's limit arrives intact as an RDMA WRITE, over many
+/// laps of a small ring (so WQEs also start at the ring's last WQEBB), the pad
+/// of the last DS is zero in the ring, and one byte more is a typed error.
+#[test]
+fn inline_payloads_at_and_across_the_first_wqebb() {
+    let max = 60u32;
+    let cfg = QpConfig { max_send_wr: 4, max_inline_data: max, ..small_cfg() };
+    let (p, q) = connected(&cfg).unwrap();
+    let mut round = 0u64;
+    for _lap in 0..3 {
+        for len in 0..=max as usize {
+            round += 1;
+            let data: Vec<u8> = (0..len).map(|i| (i as u8) ^ (round as u8) | 1).collect();
+            let pi = q.sq_pi();
+            q.wqe_builder(round)
+                .unwrap()
+                .ctrl_rdma_write(WqeFlags::SIGNALED)
+                .unwrap()
+                .rdma(p.b.mr.addr(), p.b.mr.rkey())
+                .unwrap()
+                .inline(&data)
+                .unwrap()
+                .finish()
+                .unwrap();
+            // SAFETY: reading the WQE just posted, inside the live ring.
+            let (ds, pad) = unsafe {
+                let d = q.sq_desc();
+                let ring = d.wqe_cnt as usize * 64;
+                let at = |i: usize| *d.buf.add(((pi & (d.wqe_cnt - 1)) as usize * 64 + i) % ring);
+                let ds = usize::from(at(7) & 0x3f);
+                let end = 32 + 4 + len;
+                (ds, (end..ds * 16).map(at).collect::<Vec<u8>>())
+            };
+            let want_ds = if len == 0 { 2 } else { 2 + (4 + len).div_ceil(16) };
+            assert_eq!(ds, want_ds, "len {len}");
+            if len > 0 {
+                assert!(pad.iter().all(|&b| b == 0), "len {len}: pad {pad:?}");
+            }
+            let mut done = Vec::new();
+            while done.is_empty() {
+                p.a.cq.poll_with(4, |c, e| done.push((c.status, e)));
+            }
+            assert_eq!(done, vec![(Status::Success, round)], "len {len}");
+            assert_eq!(bytes(&p.b.mr, 0, len), data, "len {len}");
+        }
+    }
+    let e = q
+        .wqe_builder(0)
+        .unwrap()
+        .ctrl_rdma_write(WqeFlags::SIGNALED)
+        .unwrap()
+        .rdma(p.b.mr.addr(), p.b.mr.rkey())
+        .unwrap()
+        .inline(&[1; 61]);
+    assert_eq!(e.err(), Some(Error::InlineTooLarge { len: 61, max: 60 }));
+}
+
 /// Small values and values from the whole `u32` range, half and half.
 fn size() -> impl Strategy<Value = u32> {
     prop_oneof![0u32..70, 0u32..2000, any::<u32>()]

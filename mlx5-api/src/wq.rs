@@ -24,6 +24,9 @@ pub(crate) struct SendQueue<B: Backend, T> {
     /// takes no gather list): `min(max_msg, 2^31 - 1)`. One compare for
     /// the common post; the separate checks give the error.
     pub(crate) first_sge_max: u32,
+    /// Largest inline payload that passes every limit:
+    /// `min(max_inline, max_msg)`. One compare for the common post.
+    pub(crate) inline_max: u32,
     pub(crate) tracker: Tracker<T>,
     pub(crate) reg: Rc<UarReg<B>>,
     _wrid: Box<[u64]>,
@@ -36,7 +39,8 @@ impl<B: Backend, T> SendQueue<B, T> {
         desc.bf = &reg.bf as *const _ as *mut _;
         desc.wrid = wrid.as_mut_ptr();
         let first_sge_max = if desc.max_sge == 0 { 0 } else { desc.max_msg.min(i32::MAX as u32) };
-        SendQueue { tracker: Tracker::new(desc.wqe_cnt), first_sge_max, desc, reg, _wrid: wrid }
+        let inline_max = desc.max_inline.min(desc.max_msg);
+        SendQueue { tracker: Tracker::new(desc.wqe_cnt), first_sge_max, inline_max, desc, reg, _wrid: wrid }
     }
 
     /// Ring the doorbell for every WQE committed since the last one.

@@ -266,9 +266,10 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
     /// Zero-length SGEs are skipped, as rdma-core does.
     #[inline(always)]
     fn push_sge(&mut self, addr: u64, len: u32, lkey: u32) -> Result<()> {
-        if self.nsge == 0 && len.wrapping_sub(1) < self.sq.first_sge_max && self.ds < 4 {
+        if self.nsge == 0 && len.wrapping_sub(1) < self.sq.first_sge_max {
             // The first entry of a non-empty message (known when the builder
-            // is inlined), in the first WQEBB: within every limit below.
+            // is inlined): within every limit below but the WQE's size.
+            self.reserve(self.ds + 1)?;
             debug_assert_eq!(self.msg_len, 0);
             self.msg_len = len;
             set_data_ptr_seg(self.next_ds(), len, lkey, addr);
@@ -593,23 +594,43 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Data> {
         if data.is_empty() {
             return Ok(b.to(Complete));
         }
-        let max = b.sq.desc.max_inline as usize;
-        if data.len() > max {
-            return Err(Error::InlineTooLarge { len: data.len(), max });
-        }
         let seg_ds = (4 + data.len() as u32).div_ceil(16);
-        b.reserve(b.ds + seg_ds)?;
-        b.add_msg(data.len() as u32)?;
+        // The message so far is empty (inline is the whole payload), so one
+        // compare against min(max_inline, max_msg) passes the common case;
+        // the separate checks give the error.
+        let fast = data.len() <= b.sq.inline_max as usize && b.ds + seg_ds <= 4;
+        if !fast {
+            let max = b.sq.desc.max_inline as usize;
+            if data.len() > max {
+                return Err(Error::InlineTooLarge { len: data.len(), max });
+            }
+            b.reserve(b.ds + seg_ds)?;
+            b.add_msg(data.len() as u32)?;
+        } else {
+            debug_assert_eq!(b.msg_len, 0);
+            b.msg_len = data.len() as u32;
+        }
         let mut hdr = [0u8; 4];
         seg::set_inline_hdr(&mut hdr, data.len() as u32);
         let base = b.ds * 16;
         // Zero the pad up to the DS boundary so no stale ring bytes go out.
         let pad = (seg_ds * 16 - 4) as usize - data.len();
-        // SAFETY: inside the reserved DS, in free slots of the live ring.
-        unsafe {
-            copy_in(b.buf, b.mask, b.start, base, &hdr);
-            copy_in(b.buf, b.mask, b.start, base + 4, data);
-            copy_in(b.buf, b.mask, b.start, base + 4 + data.len() as u32, &[0u8; 16][..pad]);
+        if fast {
+            // Inside the first WQEBB, which never wraps.
+            // SAFETY: DS ds..4 of this WQE's first WQEBB, a free slot of the live ring.
+            unsafe {
+                let p = b.wqe.add(base as usize);
+                core::ptr::copy_nonoverlapping(hdr.as_ptr(), p, 4);
+                core::ptr::copy_nonoverlapping(data.as_ptr(), p.add(4), data.len());
+                core::ptr::write_bytes(p.add(4 + data.len()), 0, pad);
+            }
+        } else {
+            // SAFETY: inside the reserved DS, in free slots of the live ring.
+            unsafe {
+                copy_in(b.buf, b.mask, b.start, base, &hdr);
+                copy_in(b.buf, b.mask, b.start, base + 4, data);
+                copy_in(b.buf, b.mask, b.start, base + 4 + data.len() as u32, &[0u8; 16][..pad]);
+            }
         }
         b.ds += seg_ds;
         Ok(b.to(Complete))
