@@ -307,19 +307,22 @@ impl<B: Backend, T> CqShared<B, T> {
     /// the rest of the call to [`CqShared::poll_general`].
     #[inline(always)]
     pub(crate) fn poll_with<F: FnMut(Completion, T)>(&self, budget: u32, f: &mut F) -> PollOutcome {
-        let mut out = PollOutcome::default();
         if self.desc.in_session() {
-            return self.poll_general(budget, f, out);
+            return self.poll_general(budget, f, PollOutcome::default());
         }
-        while out.consumed() < budget {
+        // CQEs consumed (completions + unknown): one counter for the loop.
+        let (mut n, mut unknown) = (0, 0);
+        while n < budget {
             let ci = self.desc.consumer();
             // SAFETY: the backend's live CQ ring; handles are single-threaded;
             // no session is open (checked above; only a title opens one, and
             // titles leave this loop before anything is consumed).
             let Some((p, op_own)) = (unsafe { self.desc.peek(ci) }) else { break };
             if op_own & 0x0c != 0 {
+                let out = PollOutcome { completions: n - unknown, unknown };
                 return self.poll_general(budget, f, out);
             }
+            n += 1;
             // SAFETY: `p` is an owned 64-byte CQE of format 0, read before
             // it is handed back.
             match unsafe { self.dispatch(p, op_own, None) } {
@@ -328,21 +331,20 @@ impl<B: Backend, T> CqShared<B, T> {
                     // post WQEs whose CQEs land here): everything was read.
                     // SAFETY: as above; the CQE was read.
                     unsafe { self.desc.advance_plain(ci) };
-                    out.completions += 1;
                     f(c, entry);
                 }
                 Err(u) => {
                     // SAFETY: as above.
                     unsafe { self.desc.advance_plain(ci) };
-                    out.unknown += 1;
+                    unknown += 1;
                     self.last_unknown.set(Some(u));
                 }
             }
         }
-        if out.consumed() == 0 {
+        if n == 0 {
             B::cq_idle(&self.raw);
         }
-        out
+        PollOutcome { completions: n - unknown, unknown }
     }
 
     /// [`CqShared::poll_with`] for every format and inside compressed
