@@ -1,8 +1,9 @@
 //! QPN → value in O(1): what a CQ uses to find the work queues a CQE
 //! names. Open addressing with linear probing over a power-of-two table,
 //! a multiplicative hash of the 24-bit QPN, and a last hit (its key and a
-//! pointer to its value) that makes the common case (a CQ serving one QP, or
-//! bursts from one QP) a single compare. Inserts and removals are control path; lookups allocate nothing.
+//! pointer to its value) that makes the common case (a CQ serving one QP,
+//! or bursts from one QP) a single compare. Inserts and removals are
+//! control path; lookups allocate nothing.
 
 use std::cell::Cell;
 use std::ptr::NonNull;
