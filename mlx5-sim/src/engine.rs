@@ -53,7 +53,11 @@ pub(crate) const CTX_REGS: usize = 16;
 /// use it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Uar {
+    /// The half (0 or `BF_SIZE`) the next write should use.
     pub expected_offset: u32,
+    /// Threaded mode: the NIC's count of coalesced doorbells when the last write
+    /// to this register was queued (see [`doorbell`]).
+    pub epoch: u64,
     /// Index into `Host::uar_pages`.
     pub page: usize,
     /// Byte offset of the register in its page.
@@ -189,7 +193,7 @@ impl Host {
         self.next_uar += REGS_PER_PAGE;
         for k in (0..REGS_PER_PAGE).rev() {
             let off = FIRST_REG + k as usize * REG_BYTES;
-            self.uars.insert(first + k, Uar { expected_offset: 0, page, off, users: 0 });
+            self.uars.insert(first + k, Uar { expected_offset: 0, epoch: 0, page, off, users: 0 });
             self.free_regs.push(first + k);
         }
         self.free_regs.pop()
@@ -1466,6 +1470,10 @@ fn bf_matches(qp: &Qp, data: &[u8]) -> bool {
 }
 
 /// Handles one UAR write (plain doorbell when `bf` is `None`) delivered as a bus write.
+/// `epoch`: threaded mode's count of doorbells coalesced on this NIC when the write
+/// was queued. A coalesced doorbell flipped its register's half without reaching the
+/// NIC, so a write queued after a coalescing (a new epoch for its register) starts the
+/// register's alternation afresh instead of being checked against it.
 pub(crate) fn doorbell(
     st: &mut FabricState,
     h: usize,
@@ -1473,14 +1481,30 @@ pub(crate) fn doorbell(
     offset: u32,
     value: [u8; 8],
     bf: Option<&[u8]>,
+    epoch: Option<u64>,
 ) {
-    let strict = st.cfg.mode == ExecMode::Deterministic;
-    doorbell_checked(st, h, uar_index, offset, value, bf, strict)
+    let via = match (st.cfg.mode, epoch) {
+        (ExecMode::Deterministic, _) => Via::Bus,
+        (_, Some(e)) => Via::Queue(e),
+        (_, None) => Via::Memory,
+    };
+    doorbell_checked(st, h, uar_index, offset, value, bf, via)
 }
 
-/// Handles one UAR write. `strict`: the named WQE must end exactly at the producer (a
-/// synchronous bus write); otherwise it may be older (the producer moved on before the
-/// write was seen).
+/// How a UAR write reached the NIC.
+#[derive(Clone, Copy)]
+enum Via {
+    /// A synchronous bus write (deterministic mode): the named WQE must end
+    /// exactly at the producer.
+    Bus,
+    /// Threaded mode's queue, with the NIC's count of coalesced doorbells when
+    /// it was queued (see [`doorbell`]); the named WQE may be older.
+    Queue(u64),
+    /// Read from the register's memory (watch mode); the WQE may be older.
+    Memory,
+}
+
+/// Handles one UAR write that arrived `via` the bus, the queue or memory.
 fn doorbell_checked(
     st: &mut FabricState,
     h: usize,
@@ -1488,8 +1512,9 @@ fn doorbell_checked(
     offset: u32,
     value: [u8; 8],
     bf: Option<&[u8]>,
-    strict: bool,
+    via: Via,
 ) {
+    let strict = matches!(via, Via::Bus);
     let host = &mut st.hosts[h];
     host.stats.doorbells += 1;
     if bf.is_some() {
@@ -1499,7 +1524,13 @@ fn doorbell_checked(
         host.stats.doorbell_mismatch += 1;
         return;
     };
-    if offset != uar.expected_offset {
+    let resync = match via {
+        Via::Queue(e) => std::mem::replace(&mut uar.epoch, e) != e,
+        _ => false,
+    };
+    if resync {
+        uar.expected_offset = offset ^ BF_SIZE;
+    } else if offset != uar.expected_offset {
         host.stats.bf_offset_mismatch += 1;
         uar.expected_offset = offset ^ BF_SIZE;
     } else {
@@ -1566,7 +1597,7 @@ pub(crate) fn scan_uars(st: &mut FabricState, h: usize) -> u64 {
             let bf = read_bf_half(st, h, p, &value, &mut data[..len]);
             // SAFETY: bytes 8..BF_SIZE of the half, inside the live page.
             unsafe { std::ptr::write_bytes(p.add(8), 0, BF_SIZE as usize - 8) };
-            doorbell_checked(st, h, r, half, value, bf.then_some(&data[..len]), false);
+            doorbell_checked(st, h, r, half, value, bf.then_some(&data[..len]), Via::Memory);
         }
     }
     st.hosts[h].scratch = regs;

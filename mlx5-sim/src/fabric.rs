@@ -2,7 +2,7 @@
 //! offering the control path (PD, MR, CQ, QP, modify) and the MMIO doorbell path
 //! (spec §1.5–§1.8, §7). In threaded mode each NIC has its own thread.
 
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -57,8 +57,8 @@ pub(crate) fn lock(s: &Mutex<FabricState>) -> Guard<'_> {
 /// BlueFlame payload would allocate per doorbell, which the data path avoids).
 #[allow(clippy::large_enum_variant)]
 enum Msg {
-    Db { uar: u32, offset: u32, value: [u8; 8] },
-    Bf { uar: u32, offset: u32, len: u16, valid_len: bool, data: [u8; BF_SIZE as usize] },
+    Db { uar: u32, offset: u32, value: [u8; 8], epoch: u64 },
+    Bf { uar: u32, offset: u32, len: u16, valid_len: bool, epoch: u64, data: [u8; BF_SIZE as usize] },
     CqDb { value: [u8; 8] },
     Tick,
 }
@@ -87,6 +87,14 @@ struct Link {
     rx: Receiver<Msg>,
     state: State,
     host: usize,
+    /// QPN of the last doorbell queued, until the NIC takes a doorbell of that
+    /// QP ([`NO_QP`] then): a poster that rings the same QP again meanwhile
+    /// queues nothing (see [`Link::doorbell`]).
+    pending: AtomicU32,
+    /// Doorbells not queued because one of the same QP was waiting. Every
+    /// register write carries its value when queued (its epoch, see
+    /// [`engine::doorbell`]).
+    coalesced: AtomicU64,
     progress: Progress,
     /// The NIC thread is parked or about to park: a poster must unpark it.
     sleeping: AtomicBool,
@@ -96,7 +104,47 @@ struct Link {
     thread: OnceLock<std::thread::Thread>,
 }
 
+/// `Link::pending` when no doorbell waits to be coalesced with.
+const NO_QP: u32 = u32::MAX;
+
 impl Link {
+    /// Queues a plain doorbell, or none when a doorbell of the same QP is still
+    /// queued: the NIC runs a send queue up to its doorbell record, which the
+    /// poster stored before ringing, so that doorbell covers this WQE too.
+    /// Its value is then not checked (threaded mode already cannot check a
+    /// doorbell whose WQE slot was reused before it was handled).
+    ///
+    /// Ordering: the front-end stored the doorbell record before this call.
+    /// The SeqCst fence here pairs with the one `take_pending` runs after
+    /// taking a doorbell off the queue and before the NIC reads the record:
+    /// either we still see that doorbell pending and the NIC then sees our
+    /// record, or we see it taken and queue our own.
+    fn doorbell(&self, uar: u32, offset: u32, value: [u8; 8]) {
+        let qpn = u32::from_be_bytes([value[4], value[5], value[6], value[7]]) >> 8;
+        // Queuing is always safe; only skipping needs the fence (a stale look
+        // that finds another value just queues).
+        if self.pending.load(Ordering::Relaxed) == qpn {
+            fence(Ordering::SeqCst);
+            if self.pending.load(Ordering::Relaxed) == qpn {
+                self.coalesced.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        // Only behind a backlog can later doorbells of this QP find this one still
+        // queued; an empty queue (pingpong) spares the NIC the handshake. Set only
+        // over NO_QP (posters on other threads may be relying on another QP's
+        // pending doorbell: only the NIC, fenced, takes a QP's mark away), and
+        // before the message is queued: the NIC that takes it sees the mark.
+        if self.pending.load(Ordering::Relaxed) == NO_QP && !self.rx.is_empty() {
+            let _ = self.pending.compare_exchange(NO_QP, qpn, Ordering::Release, Ordering::Relaxed);
+        }
+        // After any coalescing this thread did (program order): a register's
+        // writes come from one thread (its context's), so the first write queued
+        // after a coalesced one carries a new epoch.
+        let epoch = self.coalesced.load(Ordering::Relaxed);
+        self.post(Msg::Db { uar, offset, value, epoch });
+    }
+
     /// Queues a message without heap allocation (crossbeam's blocking `send` lazily
     /// allocates a per-thread context when the channel is full): when full, drain it
     /// here if the NIC thread is not at it, else yield and try again.
@@ -134,7 +182,7 @@ impl Link {
             Err(std::sync::TryLockError::WouldBlock) => return false,
         };
         let mut st = Guard(g);
-        let n = drain(&mut st, self.host, &self.rx);
+        let n = drain(&mut st, self);
         drop(st);
         self.finished(n);
         n > 0
@@ -265,11 +313,27 @@ impl std::fmt::Debug for Fabric {
 /// Most doorbells a NIC thread handles under one hold of the fabric lock.
 const BATCH: u32 = 64;
 
-fn handle(st: &mut FabricState, h: usize, msg: &Msg) {
+fn handle(st: &mut FabricState, link: &Link, msg: &Msg) {
+    let h = link.host;
     match msg {
-        Msg::Db { uar, offset, value } => engine::doorbell(st, h, *uar, *offset, *value, None),
-        Msg::Bf { uar, offset, len, valid_len, data } => {
-            bf_write(st, h, *uar, *offset, &data[..usize::from(*len)], *valid_len)
+        Msg::Db { uar, offset, value, epoch } => {
+            let qpn = u32::from_be_bytes([value[4], value[5], value[6], value[7]]) >> 8;
+            // Later doorbells of this QP are queued again from now on. The fence
+            // pairs with the one in `Link::doorbell` (see there): it orders this
+            // before the send queue's doorbell record is read.
+            // Only while this QP is the pending one can a poster be deciding to rely
+            // on this doorbell. A poster sets a mark only over NO_QP and only the
+            // NIC removes one, here, fenced: if the mark is not this QP's, any
+            // poster that relied on this doorbell did so before that fenced removal,
+            // whose doorbell-record read (and every later one) saw its record.
+            if link.pending.load(Ordering::Acquire) == qpn {
+                let _ = link.pending.compare_exchange(qpn, NO_QP, Ordering::SeqCst, Ordering::Relaxed);
+                fence(Ordering::SeqCst);
+            }
+            engine::doorbell(st, h, *uar, *offset, *value, None, Some(*epoch))
+        }
+        Msg::Bf { uar, offset, len, valid_len, epoch, data } => {
+            bf_write(st, h, *uar, *offset, &data[..usize::from(*len)], *valid_len, Some(*epoch))
         }
         Msg::CqDb { value } => engine::cq_doorbell(st, h, *value),
         Msg::Tick => engine::tick(st, h),
@@ -277,11 +341,11 @@ fn handle(st: &mut FabricState, h: usize, msg: &Msg) {
 }
 
 /// Handles up to [`BATCH`] queued messages under the caller's hold of the lock.
-fn drain(st: &mut FabricState, h: usize, rx: &Receiver<Msg>) -> u64 {
+fn drain(st: &mut FabricState, link: &Link) -> u64 {
     let mut n = 0;
     while n < u64::from(BATCH) {
-        let Ok(m) = rx.try_recv() else { break };
-        handle(st, h, &m);
+        let Ok(m) = link.rx.try_recv() else { break };
+        handle(st, link, &m);
         n += 1;
     }
     n
@@ -336,7 +400,7 @@ fn nic_thread(link: Arc<Link>) {
                 // Stopped by `Nic::set_thread_paused`: no doorbell, no tick.
                 (0, None)
             } else {
-                let n = drain(&mut st, h, &link.rx);
+                let n = drain(&mut st, &link);
                 if n > 0 {
                     (n, None)
                 } else {
@@ -372,16 +436,24 @@ fn bf_value(data: &[u8]) -> [u8; 8] {
     v
 }
 
-fn bf_write(st: &mut FabricState, h: usize, uar: u32, offset: u32, data: &[u8], valid_len: bool) {
+fn bf_write(
+    st: &mut FabricState,
+    h: usize,
+    uar: u32,
+    offset: u32,
+    data: &[u8],
+    valid_len: bool,
+    epoch: Option<u64>,
+) {
     let value = bf_value(data);
     if !valid_len {
         st.hosts[h].stats.bf_content_mismatch += 1;
         // Still a doorbell: its first 8 bytes are checked and the ring is executed.
-        engine::doorbell(st, h, uar, offset, value, None);
+        engine::doorbell(st, h, uar, offset, value, None, epoch);
         st.hosts[h].stats.bf_writes += 1;
         return;
     }
-    engine::doorbell(st, h, uar, offset, value, Some(data));
+    engine::doorbell(st, h, uar, offset, value, Some(data), epoch);
 }
 
 impl Fabric {
@@ -445,6 +517,8 @@ impl Fabric {
                     rx,
                     state: Arc::clone(&self.front.state),
                     host: h,
+                    pending: AtomicU32::new(NO_QP),
+                    coalesced: AtomicU64::new(0),
                     progress: Progress::default(),
                     sleeping: AtomicBool::new(false),
                     stop: AtomicBool::new(false),
@@ -911,9 +985,9 @@ impl Nic {
         match &self.link {
             None => {
                 let mut st = self.state();
-                engine::doorbell(&mut st, self.host, uar_index, offset, value, None);
+                engine::doorbell(&mut st, self.host, uar_index, offset, value, None, None);
             }
-            Some(l) => l.post(Msg::Db { uar: uar_index, offset, value }),
+            Some(l) => l.doorbell(uar_index, offset, value),
         }
     }
 
@@ -925,12 +999,13 @@ impl Nic {
         match &self.link {
             None => {
                 let mut st = self.state();
-                bf_write(&mut st, self.host, uar_index, offset, &data[..n], valid_len);
+                bf_write(&mut st, self.host, uar_index, offset, &data[..n], valid_len, None);
             }
             Some(l) => {
                 let mut buf = [0u8; BF_SIZE as usize];
                 buf[..n].copy_from_slice(&data[..n]);
-                l.post(Msg::Bf { uar: uar_index, offset, len: n as u16, valid_len, data: buf });
+                let epoch = l.coalesced.load(Ordering::Relaxed);
+                l.post(Msg::Bf { uar: uar_index, offset, len: n as u16, valid_len, epoch, data: buf });
             }
         }
     }
@@ -1060,7 +1135,13 @@ impl Nic {
 
     /// Counters.
     pub fn stats(&self) -> NicStats {
-        self.state().hosts[self.host].stats
+        let mut s = self.state().hosts[self.host].stats;
+        // Threaded: doorbells covered by one already queued were still written.
+        if let Some(l) = &self.link {
+            s.doorbells_coalesced = l.coalesced.load(Ordering::Relaxed);
+            s.doorbells += s.doorbells_coalesced;
+        }
+        s
     }
 
     /// Take the port down (`false`) or bring it back (`true`), raising

@@ -557,6 +557,11 @@ pub struct NicStats {
     pub seq_naks: u64,
     /// Duplicate requests responders of this NIC answered without executing again.
     pub duplicates: u64,
+    /// Threaded mode: plain doorbells (counted in `doorbells`) that a doorbell of
+    /// the same QP still waiting in the NIC's queue covered, so none was queued for
+    /// them (the NIC runs a send queue up to its doorbell record). Their values are
+    /// not checked, and the register's half alternation resumes from the next write.
+    pub doorbells_coalesced: u64,
 }
 
 /// Control-path errors (what `ibv_*` calls would return as errno).
