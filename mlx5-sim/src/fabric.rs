@@ -115,10 +115,10 @@ impl Link {
     /// doorbell whose WQE slot was reused before it was handled).
     ///
     /// Ordering: the front-end stored the doorbell record before this call.
-    /// The SeqCst fence here pairs with the one `take_pending` runs after
-    /// taking a doorbell off the queue and before the NIC reads the record:
-    /// either we still see that doorbell pending and the NIC then sees our
-    /// record, or we see it taken and queue our own.
+    /// The SeqCst fence here pairs with the one `handle` runs after removing
+    /// the QP's mark and before the NIC reads the record: either we still see
+    /// the mark and the NIC then sees our record, or we see it removed and
+    /// queue our own.
     fn doorbell(&self, uar: u32, offset: u32, value: [u8; 8]) {
         let qpn = u32::from_be_bytes([value[4], value[5], value[6], value[7]]) >> 8;
         // Queuing is always safe; only skipping needs the fence (a stale look
@@ -318,14 +318,14 @@ fn handle(st: &mut FabricState, link: &Link, msg: &Msg) {
     match msg {
         Msg::Db { uar, offset, value, epoch } => {
             let qpn = u32::from_be_bytes([value[4], value[5], value[6], value[7]]) >> 8;
-            // Later doorbells of this QP are queued again from now on. The fence
-            // pairs with the one in `Link::doorbell` (see there): it orders this
-            // before the send queue's doorbell record is read.
-            // Only while this QP is the pending one can a poster be deciding to rely
-            // on this doorbell. A poster sets a mark only over NO_QP and only the
-            // NIC removes one, here, fenced: if the mark is not this QP's, any
-            // poster that relied on this doorbell did so before that fenced removal,
-            // whose doorbell-record read (and every later one) saw its record.
+            // Remove the QP's mark: later doorbells of the QP are queued again. The
+            // fence pairs with the one in `Link::doorbell`: it orders the removal
+            // before the send queue's doorbell record is read. Only while the mark
+            // is this QP's can a poster be relying on this doorbell: posters set a
+            // mark only over NO_QP and only the NIC removes one, here, fenced. If
+            // the mark is not this QP's, whoever relied on this doorbell did so
+            // before such a removal, whose record read (and so every later one)
+            // saw their record.
             if link.pending.load(Ordering::Acquire) == qpn {
                 let _ = link.pending.compare_exchange(qpn, NO_QP, Ordering::SeqCst, Ordering::Relaxed);
                 fence(Ordering::SeqCst);
