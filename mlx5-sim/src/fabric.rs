@@ -91,6 +91,10 @@ struct Link {
     /// QP ([`NO_QP`] then): a poster that rings the same QP again meanwhile
     /// queues nothing (see [`Link::doorbell`]).
     pending: AtomicU32,
+    /// QPN of the last plain doorbell rung (posters only, on their own cache
+    /// lines): a QP is marked only when rung twice in a row, so QPs taking turns
+    /// (where nothing coalesces) cost the NIC no handshake.
+    last_rung: Padded<AtomicU32>,
     /// Doorbells not queued because one of the same QP was waiting. Every
     /// register write carries its value when queued (its epoch, see
     /// [`engine::doorbell`]).
@@ -106,6 +110,11 @@ struct Link {
 
 /// `Link::pending` when no doorbell waits to be coalesced with.
 const NO_QP: u32 = u32::MAX;
+
+/// A value on cache lines of its own.
+#[derive(Default)]
+#[repr(align(128))]
+struct Padded<T>(T);
 
 impl Link {
     /// Queues a plain doorbell, or none when a doorbell of the same QP is still
@@ -130,12 +139,16 @@ impl Link {
                 return;
             }
         }
-        // Only behind a backlog can later doorbells of this QP find this one still
-        // queued; an empty queue (pingpong) spares the NIC the handshake. Set only
+        // Only a QP rung twice in a row, and only behind a backlog, is likely to
+        // be rung again while this doorbell waits: QPs taking turns and an empty
+        // queue (pingpong) spare the NIC the handshake. Set only
         // over NO_QP (posters on other threads may be relying on another QP's
         // pending doorbell: only the NIC, fenced, takes a QP's mark away), and
         // before the message is queued: the NIC that takes it sees the mark.
-        if self.pending.load(Ordering::Relaxed) == NO_QP && !self.rx.is_empty() {
+        let repeat = self.last_rung.0.load(Ordering::Relaxed) == qpn;
+        if !repeat {
+            self.last_rung.0.store(qpn, Ordering::Relaxed);
+        } else if self.pending.load(Ordering::Relaxed) == NO_QP && !self.rx.is_empty() {
             let _ = self.pending.compare_exchange(NO_QP, qpn, Ordering::Release, Ordering::Relaxed);
         }
         // After any coalescing this thread did (program order): a register's
@@ -518,6 +531,7 @@ impl Fabric {
                     state: Arc::clone(&self.front.state),
                     host: h,
                     pending: AtomicU32::new(NO_QP),
+                    last_rung: Padded(AtomicU32::new(NO_QP)),
                     coalesced: AtomicU64::new(0),
                     progress: Progress::default(),
                     sleeping: AtomicBool::new(false),
