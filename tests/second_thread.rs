@@ -79,6 +79,10 @@ fn another_thread_posts_while_the_owner_polls() {
         rb.read(8 * i as usize, &mut v).unwrap();
         assert_eq!(u64::from_le_bytes(v), i);
     }
+    // Not `bf_offset_mismatch`: under load (as when the test suite runs in
+    // parallel) the watching thread can miss a write to a register half that
+    // was written again before it looked (see `ExecMode::Watch`); seen in 5 of
+    // 40 runs with three busy processes on two cores.
     let s = a.raw().nic().stats();
-    assert_eq!((s.malformed_wqes, s.bf_offset_mismatch, s.doorbell_mismatch), (0, 0, 0), "{s:?}");
+    assert_eq!((s.malformed_wqes, s.doorbell_mismatch), (0, 0), "{s:?}");
 }

@@ -53,7 +53,12 @@ pub enum ExecMode {
     /// GPU kernel) rings it: doorbell-record advances and 8-byte / 64-byte
     /// stores into its UAR pages, which are ordinary memory. The thread
     /// spins briefly, then yields, then sleeps with a growing period (up to
-    /// 1 ms); [`Nic::kick`] wakes it at once.
+    /// 1 ms); [`Nic::kick`] wakes it at once. Memory keeps only the last
+    /// store to each register half: when the thread gets no core for longer
+    /// than a poster takes to write a half twice, it sees only the last of
+    /// them, and the half alternation check may count a `bf_offset_mismatch`
+    /// for a poster that alternated correctly (the work itself still runs:
+    /// the send queue runs to its doorbell record).
     Watch,
 }
 
