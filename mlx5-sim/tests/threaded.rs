@@ -344,3 +344,80 @@ fn doorbells_behind_a_queued_one_of_the_same_qp_are_coalesced() {
     assert_eq!(s.doorbells, 16, "{s:?}");
     assert_eq!(s.doorbell_mismatch + s.bf_offset_mismatch + s.bf_content_mismatch, 0, "{s:?}");
 }
+
+/// Two threads post to one NIC, each its own QP, a doorbell per WQE with up to
+/// 12 outstanding (the first pair's CQ holds 16), so doorbells pile up and
+/// coalesce while the threads' marks
+/// race: every WQE executes (a doorbell relied on but not covered would leave
+/// WQEs unexecuted until the 60 s deadline).
+#[test]
+fn two_posting_threads_coalescing_lose_no_wqe() {
+    use mlx5_sim::{QpState, RcPath};
+    let p = threaded();
+    const N: usize = 3000;
+    let dst = Buf::new(&p.b, p.pdb, 2 * 8, ALL_ACCESS);
+    let mut src = Buf::new(&p.a, p.pda, 2 * 8, ALL_ACCESS);
+    src.fill(|i| i as u8);
+    // A second pair of QPs, on CQs of their own.
+    let scq2 = TestCq::new(&p.a, 64, 64);
+    let (rcq2, scq2b, rcq2b) =
+        (TestCq::new(&p.a, 64, 64), TestCq::new(&p.b, 64, 64), TestCq::new(&p.b, 64, 64));
+    let qa2 = TestQp::new(&p.a, p.pda, scq2.res.cqn, rcq2.res.cqn, 64, 16, 0x33);
+    let qb2 = TestQp::new(&p.b, p.pdb, scq2b.res.cqn, rcq2b.res.cqn, 64, 16, 0x44);
+    init_rtr_rts(
+        &p.a,
+        qa2.qpn(),
+        RcPath { dest_qpn: qb2.qpn(), dlid: 2, ..Default::default() },
+        ALL_ACCESS,
+        7,
+    );
+    init_rtr_rts(
+        &p.b,
+        qb2.qpn(),
+        RcPath { dest_qpn: qa2.qpn(), dlid: 1, ..Default::default() },
+        ALL_ACCESS,
+        7,
+    );
+    let Pair { a, qa, scq_a, .. } = p;
+    let (laddr, lkey, raddr, rkey) = (src.addr(), src.keys.lkey, dst.addr(), dst.keys.rkey);
+    let run = move |mut q: TestQp, mut cq: TestCq, k: u64| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let (mut posted, mut done) = (0usize, 0usize);
+        while done < N {
+            while posted < N && posted - done < 12 {
+                q.post(
+                    op::RDMA_WRITE,
+                    SIGNALED,
+                    [0; 4],
+                    &[
+                        Seg::Raddr { raddr: raddr + 8 * k, rkey },
+                        Seg::Data { addr: laddr + 8 * k, len: 8, lkey },
+                    ],
+                );
+                posted += 1;
+            }
+            match cq.poll() {
+                Some(c) => {
+                    assert_eq!(c.opcode(), cqe_opcode::REQ, "{c:?}");
+                    assert_eq!(c.wqe_counter(), done as u16);
+                    done += 1;
+                }
+                None => {
+                    assert!(Instant::now() < deadline, "{done} of {N} WQEs completed: a doorbell was lost");
+                    std::thread::yield_now();
+                }
+            }
+        }
+        assert_eq!(q.state(), QpState::Rts);
+        (q, cq)
+    };
+    let t1 = std::thread::spawn(move || run(qa, scq_a, 0));
+    let t2 = std::thread::spawn(move || run(qa2, scq2, 1));
+    let (r1, r2) = (t1.join(), t2.join());
+    let _keep = (r1.unwrap(), r2.unwrap(), rcq2, qb2, scq2b, rcq2b);
+    a.quiesce();
+    assert_eq!(dst.read(), src.read());
+    let s = a.stats();
+    assert_eq!(s.doorbells, 2 * N as u64, "{s:?}");
+    assert_eq!(s.doorbell_mismatch + s.bf_offset_mismatch + s.malformed_wqes, 0, "{s:?}");
+}
