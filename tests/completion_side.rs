@@ -73,6 +73,19 @@ fn send(s: &Side, entry: u64, off: u64, len: u32, flags: WqeFlags) {
         .unwrap();
 }
 
+/// A signaled SEND of `len` bytes from the start of the MR, committed without
+/// a doorbell (`ring_sq_doorbell` rings the burst).
+fn send_batched(s: &Side, entry: u64, len: u32) {
+    s.qp.wqe_builder(entry)
+        .unwrap()
+        .ctrl_send(WqeFlags::SIGNALED)
+        .unwrap()
+        .sge(Sge::new(s.mr.addr(), len, s.mr.lkey()))
+        .unwrap()
+        .finish_batch()
+        .unwrap();
+}
+
 fn recv(s: &Side, entry: u64, off: u64, len: u32) {
     s.qp.post_recv(entry, &[Sge { addr: s.mr.addr() + off, len, lkey: s.mr.lkey() }]).unwrap();
 }
@@ -93,14 +106,7 @@ fn compressed_sessions_expand_to_every_completion_in_order() {
     }
     // One doorbell for 20 signaled SENDs: the simulator's burst.
     for i in 0..20u64 {
-        a.qp.wqe_builder(i)
-            .unwrap()
-            .ctrl_send(WqeFlags::SIGNALED)
-            .unwrap()
-            .sge(Sge::new(a.mr.addr(), 10 + i as u32, a.mr.lkey()))
-            .unwrap()
-            .finish_batch()
-            .unwrap();
+        send_batched(&a, i, 10 + i as u32);
     }
     a.qp.ring_sq_doorbell();
     let r = ring_op_owns(&b.rcq, 2);
@@ -123,14 +129,7 @@ fn compressed_sessions_expand_to_every_completion_in_order() {
         // on slots whose holes hold older passes' bytes.
         for i in 0..13u64 {
             recv(&b, i, 4096 + i * 256, 256);
-            a.qp.wqe_builder(round * 100 + i)
-                .unwrap()
-                .ctrl_send(WqeFlags::SIGNALED)
-                .unwrap()
-                .sge(Sge::new(a.mr.addr(), 8, a.mr.lkey()))
-                .unwrap()
-                .finish_batch()
-                .unwrap();
+            send_batched(&a, round * 100 + i, 8);
         }
         a.qp.ring_sq_doorbell();
         assert_eq!(drain(&b.rcq).len(), 13);
@@ -149,14 +148,7 @@ fn a_session_polled_one_at_a_time_stays_open_between_polls() {
     for round in 0..6u64 {
         for i in 0..12u64 {
             recv(&b, 100 + i, 4096 + i * 256, 256);
-            a.qp.wqe_builder(round * 100 + i)
-                .unwrap()
-                .ctrl_send(WqeFlags::SIGNALED)
-                .unwrap()
-                .sge(Sge::new(a.mr.addr(), 20 + i as u32, a.mr.lkey()))
-                .unwrap()
-                .finish_batch()
-                .unwrap();
+            send_batched(&a, round * 100 + i, 20 + i as u32);
         }
         a.qp.ring_sq_doorbell();
         if round == 0 {

@@ -166,8 +166,7 @@ fn recv_phase(qp: &mlx5::RcQp<RingOnly<Unlogged>, u64>, n: u64) {
 }
 
 fn post(n: u32) {
-    let ctx = Device::<RingOnly<Unlogged>>::new(RingOnlyDevice::new(1, 256)).open().unwrap();
-    let pd = ctx.alloc_pd().unwrap();
+    let (ctx, pd) = ring_only();
     let cq = ctx.create_mono_cq(64, |_, _: u64| {}).unwrap();
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg(n)).unwrap();
     qp.activate(&ConnectParams::to(RemoteQpInfo::ib(2, 2))).unwrap();

@@ -1491,6 +1491,11 @@ pub(crate) fn doorbell(
     doorbell_checked(st, h, uar_index, offset, value, bf, via)
 }
 
+/// The QPN a doorbell value names: ctrl bytes 4..7 are `qpn << 8 | ds` (spec §2.1).
+pub(crate) fn doorbell_qpn(value: &[u8; 8]) -> u32 {
+    u32::from_be_bytes([value[4], value[5], value[6], value[7]]) >> 8
+}
+
 /// How a UAR write reached the NIC.
 #[derive(Clone, Copy)]
 enum Via {
@@ -1536,7 +1541,7 @@ fn doorbell_checked(
     } else {
         uar.expected_offset ^= BF_SIZE;
     }
-    let qpn = u32::from_be_bytes([value[4], value[5], value[6], value[7]]) >> 8;
+    let qpn = doorbell_qpn(&value);
     let Some(qp) = host.qps.get(&qpn).filter(|q| q.sq_wqe_cnt != 0) else {
         host.stats.doorbell_mismatch += 1;
         return;
@@ -1616,7 +1621,7 @@ fn bf_len(value: &[u8; 8]) -> usize {
 /// and report BlueFlame with what is there (the content check then counts the mismatch).
 fn read_bf_half(st: &FabricState, h: usize, p: *mut u8, value: &[u8; 8], data: &mut [u8]) -> bool {
     let len = data.len();
-    let qpn = u32::from_be_bytes([value[4], value[5], value[6], value[7]]) >> 8;
+    let qpn = doorbell_qpn(value);
     let idx = u16::from_be_bytes([value[1], value[2]]);
     let mut ring = [0u8; BF_SIZE as usize];
     let have_ring = match st.hosts[h].qps.get(&qpn).filter(|q| q.sq_wqe_cnt != 0) {

@@ -129,7 +129,7 @@ impl Link {
     /// the mark and the NIC then sees our record, or we see it removed and
     /// queue our own.
     fn doorbell(&self, uar: u32, offset: u32, value: [u8; 8]) {
-        let qpn = u32::from_be_bytes([value[4], value[5], value[6], value[7]]) >> 8;
+        let qpn = engine::doorbell_qpn(&value);
         // Queuing is always safe; only skipping needs the fence (a stale look
         // that finds another value just queues).
         if self.pending.load(Ordering::Relaxed) == qpn {
@@ -330,7 +330,7 @@ fn handle(st: &mut FabricState, link: &Link, msg: &Msg) {
     let h = link.host;
     match msg {
         Msg::Db { uar, offset, value, epoch } => {
-            let qpn = u32::from_be_bytes([value[4], value[5], value[6], value[7]]) >> 8;
+            let qpn = engine::doorbell_qpn(value);
             // Remove the QP's mark: later doorbells of the QP are queued again. The
             // fence pairs with the one in `Link::doorbell`: it orders the removal
             // before the send queue's doorbell record is read. Only while the mark

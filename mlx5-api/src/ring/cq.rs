@@ -130,14 +130,8 @@ impl CqDesc {
             return Some(unsafe { self.expand() });
         }
         let ci = self.consumer();
-        let cqe = self.proper(ci);
-        // SAFETY: op_own is byte 63 of the CQE; the device stores it last.
-        let op_own = unsafe { AtomicU8::from_ptr(cqe.add(63)) }.load(Ordering::Acquire);
-        let pass = (ci & self.cqe_cnt != 0) as u8;
-        if op_own >> 4 == cqe_opcode::INVALID || (op_own & 1) != pass {
-            return None;
-        }
-        udma_from_device_barrier();
+        // SAFETY: forwarded; no session is open and `ci` is the consumer index.
+        let (cqe, op_own) = unsafe { self.peek(ci) }?;
         if op_own & 0x0c == 0x0c {
             // A title announcing no completions is malformed: handed out
             // as it is (readers report its format).
@@ -188,8 +182,8 @@ impl CqDesc {
     pub unsafe fn advance_plain(&self, ci: u32) {
         let ci = ci.wrapping_add(1);
         self.ci.store(ci, Ordering::Relaxed);
-        // SAFETY: the doorbell record is live (caller contract).
-        unsafe { AtomicU32::from_ptr(self.dbrec) }.store((ci & 0xff_ffff).to_be(), Ordering::Release);
+        // SAFETY: caller contract.
+        unsafe { self.publish(ci) };
     }
 
     /// A title CQE at `ci`: copy it into the scratch buffer and expand the
@@ -258,10 +252,9 @@ impl CqDesc {
     /// The descriptor describes live memory; the CQE was read.
     #[inline(always)]
     pub unsafe fn advance(&self) {
-        let ci = self.consumer().wrapping_add(1);
-        self.ci.store(ci, Ordering::Relaxed);
         let n = self.zip_n.load(Ordering::Relaxed);
         if n != 0 {
+            self.ci.store(self.consumer().wrapping_add(1), Ordering::Relaxed);
             let i = self.zip_i.load(Ordering::Relaxed) + 1;
             if i < n {
                 self.zip_i.store(i, Ordering::Relaxed);
@@ -269,8 +262,21 @@ impl CqDesc {
             }
             // SAFETY: forwarded.
             unsafe { self.close_session(n) };
+            // SAFETY: the doorbell record is live (caller contract).
+            unsafe { self.publish(self.consumer()) };
+            return;
         }
-        // SAFETY: the doorbell record is live (caller contract).
+        // SAFETY: forwarded; no session is open.
+        unsafe { self.advance_plain(self.consumer()) };
+    }
+
+    /// The consumer index `ci` into doorbell record word 0 (24 bits).
+    ///
+    /// # Safety
+    /// The doorbell record is live.
+    #[inline(always)]
+    unsafe fn publish(&self, ci: u32) {
+        // SAFETY: caller contract.
         unsafe { AtomicU32::from_ptr(self.dbrec) }.store((ci & 0xff_ffff).to_be(), Ordering::Release);
     }
 
