@@ -8,7 +8,7 @@ use common::*;
 use mlx5::model::ExecMode;
 use mlx5::sim::two_hosts;
 use mlx5::sim::Sim;
-use mlx5::{AccessFlags, ConnectParams, Error, QpConfig, RcQp, Sge, Status, WqeFlags};
+use mlx5::{AccessFlags, ConnectParams, Error, QpConfig, QpState, RcQp, Sge, Status, WqeFlags};
 use proptest::prelude::*;
 
 /// The device's own `max_cqe` is a CQ size it accepts (it was refused: the
@@ -284,4 +284,56 @@ proptest! {
             }
         }
     }
+}
+
+/// A receive is refused with its reason (the post checks the QP's state, its
+/// own queue and the room in one compare and sorts out a refusal afterwards):
+/// RESET needs INIT, a full queue gives its capacity, a QP on an SRQ and a QP
+/// without receives say so; entries of receives dropped by RESET are dropped.
+#[test]
+fn receive_posts_are_refused_with_their_reason() {
+    use std::rc::Rc;
+    let (_f, a, _b) = two_hosts(ExecMode::Deterministic);
+    let ctx = a.open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64, |_, _: Rc<()>| {}).unwrap();
+    let mr = pd.alloc_mr(4096, AccessFlags::ALL).unwrap();
+    let sge = [Sge::new(mr.addr(), 64, mr.lkey())];
+    let cfg = QpConfig { max_recv_wr: 8, max_recv_sge: 1, ..QpConfig::default() };
+    let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg).unwrap();
+    let live = Rc::new(());
+    let reset = |e: Error| matches!(e, Error::QpState { state: QpState::Reset, needed: QpState::Init, .. });
+    assert!(reset(qp.post_recv(live.clone(), &sge).unwrap_err()));
+    assert_eq!(Rc::strong_count(&live), 1, "the refused entry is dropped");
+    qp.modify_to_init(&ConnectParams::default()).unwrap();
+    let cap = qp.caps().max_recv_wr;
+    assert!(cap >= 8);
+    for _ in 0..cap {
+        qp.post_recv(live.clone(), &sge).unwrap();
+    }
+    assert_eq!(qp.post_recv(live.clone(), &sge).unwrap_err(), Error::RqFull { capacity: cap });
+    assert_eq!((qp.rq_outstanding(), Rc::strong_count(&live)), (cap, 1 + cap as usize));
+    qp.reset().unwrap();
+    assert_eq!((qp.rq_outstanding(), Rc::strong_count(&live)), (0, 1), "RESET dropped every entry");
+    assert!(reset(qp.post_recv(live.clone(), &sge).unwrap_err()));
+    qp.modify_to_init(&ConnectParams::default()).unwrap();
+    qp.post_recv(live.clone(), &sge).unwrap();
+    assert_eq!(qp.rq_outstanding(), 1, "open again after RESET");
+    drop(qp);
+    assert_eq!(Rc::strong_count(&live), 1, "destroying the QP dropped its entry");
+
+    let srq = ctx.create_srq::<Rc<()>>(&pd, 16, 1).unwrap();
+    let on_srq = ctx.create_rc_qp_with_srq(&pd, &cq, &cq, &srq, &cfg).unwrap();
+    assert!(reset(on_srq.post_recv(live.clone(), &sge).unwrap_err()));
+    on_srq.modify_to_init(&ConnectParams::default()).unwrap();
+    let e = on_srq.post_recv(live.clone(), &sge).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("SRQ")), "{e}");
+    assert!(unsafe { on_srq.rq_desc() }.is_none());
+
+    let none = ctx.create_rc_qp(&pd, &cq, &cq, &QpConfig { max_recv_wr: 0, ..cfg }).unwrap();
+    none.modify_to_init(&ConnectParams::default()).unwrap();
+    let e = none.post_recv(live.clone(), &sge).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("no receive queue")), "{e}");
+    assert_eq!(none.rq_outstanding(), 0);
+    assert_eq!(Rc::strong_count(&live), 1);
 }

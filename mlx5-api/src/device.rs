@@ -18,7 +18,7 @@ use crate::ring::{RqDesc, Sge, SqDesc, SqKind};
 use crate::sizing::{qp_geometry, srq_geometry, QpGeometry};
 use crate::srq::{SharedReceiveQueue, SrqShared};
 use crate::types::{AccessFlags, DeviceCaps, PortInfo, QpState};
-use crate::wq::{RecvQueue, RecvSide, SendQueue, WorkQueues};
+use crate::wq::{RecvQueue, SendQueue, WorkQueues};
 
 /// A device that can be opened.
 pub struct Device<B: Backend> {
@@ -326,16 +326,15 @@ impl<B: Backend> Context<B> {
             srq.map(|s| s.raw()),
             &attr,
         )?;
-        let recv = match srq {
-            Some(s) => RecvSide::Srq(s.clone()),
-            None if res.rq_wqe_cnt > 0 => RecvSide::Rq(RecvQueue::new(RqDesc::new(
+        let rq = match srq {
+            None if res.rq_wqe_cnt > 0 => RecvQueue::new(RqDesc::new(
                 res.rq_buf,
                 res.rq_wqe_cnt,
                 res.rq_stride,
                 res.dbrec,
                 caps.max_recv_sge,
-            ))),
-            None => RecvSide::None,
+            )),
+            _ => RecvQueue::empty(),
         };
         let max_msg = if kind == QpKind::Ud { port.active_mtu } else { 1 << 31 };
         let sq = match kind {
@@ -370,7 +369,8 @@ impl<B: Backend> Context<B> {
             kind,
             link: port.link_layer,
             sq,
-            recv,
+            rq,
+            srq: srq.cloned(),
         };
         Ok(QpShared::new(QpParts {
             raw,

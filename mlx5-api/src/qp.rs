@@ -13,7 +13,7 @@ use crate::ctx::PdInner;
 use crate::error::{Error, Result};
 use crate::ring::{RqDesc, Sge, SqDesc};
 use crate::types::{AccessFlags, LinkLayer, QpState};
-use crate::wq::{RecvSide, WorkQueues};
+use crate::wq::WorkQueues;
 use crate::wqe::state::{DcInit, Init, UdInit};
 use crate::wqe::WqeBuilder;
 
@@ -98,11 +98,10 @@ impl<B: Backend, T> QpShared<B, T> {
             if let Some(sq) = &self.wq.sq {
                 sq.reset();
             }
-            if let RecvSide::Rq(rq) = &self.wq.recv {
-                rq.reset();
-            }
+            self.wq.rq.reset();
         }
         self.wq.state.set(to);
+        self.wq.rq.set_open(to != QpState::Reset);
         if self.wq.kind == QpKind::Dct && to == QpState::Rtr {
             let n = B::dct_number(&self.pd.ctx.raw, &self.raw)?;
             self.wq.qpn.set(n);
@@ -130,19 +129,33 @@ impl<B: Backend, T> QpShared<B, T> {
         WqeBuilder::new(self.sq(), entry, init)
     }
 
+    /// Post a receive. The QP's state, whether it has its own receive queue
+    /// and the queue's room are one compare (`RecvQueue::open`); a refusal
+    /// is sorted out in `recv_refused`.
     #[inline(always)]
     fn post_recv(&self, entry: T, sges: &[Sge]) -> Result<()> {
+        match self.wq.rq.post(entry, sges) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.recv_refused(e)),
+        }
+    }
+
+    /// The error for a refused receive: the state, the SRQ or the missing
+    /// queue when the queue is closed, else the ring core's own.
+    #[cold]
+    fn recv_refused(&self, e: crate::ring::PostError) -> Error {
         let state = self.wq.state.get();
         if state == QpState::Reset {
-            return Err(Error::QpState { qpn: self.wq.qpn.get(), state, needed: QpState::Init });
+            return Error::QpState { qpn: self.wq.qpn.get(), state, needed: QpState::Init };
         }
-        match &self.wq.recv {
-            RecvSide::Rq(rq) => Ok(rq.post(entry, sges)?),
-            RecvSide::Srq(_) => {
-                Err(Error::InvalidArgument("this QP receives from an SRQ: post there".into()))
-            }
-            RecvSide::None => Err(Error::InvalidArgument("this QP has no receive queue".into())),
+        if self.wq.srq.is_some() {
+            return Error::InvalidArgument("this QP receives from an SRQ: post there".into());
         }
+        if !self.wq.rq.exists() {
+            return Error::InvalidArgument("this QP has no receive queue".into());
+        }
+        debug_assert!(!self.wq.rq.is_closed());
+        e.into()
     }
 
     fn port_info(&self) -> Result<crate::types::PortInfo> {
@@ -344,10 +357,7 @@ macro_rules! recv_queue {
         }
         /// Receive WQEs posted on the own receive queue and not yet completed.
         pub fn rq_outstanding(&self) -> u32 {
-            match &self.shared.wq.recv {
-                RecvSide::Rq(rq) => rq.desc.outstanding(),
-                _ => 0,
-            }
+            self.shared.wq.rq.desc.outstanding()
         }
         /// The receive queue's ring-core descriptor (`None` on an SRQ).
         ///
@@ -355,10 +365,8 @@ macro_rules! recv_queue {
         /// As for `sq_desc`: receives posted through it are not known to
         /// this handle.
         pub unsafe fn rq_desc(&self) -> Option<&RqDesc> {
-            match &self.shared.wq.recv {
-                RecvSide::Rq(rq) => Some(&rq.desc),
-                _ => None,
-            }
+            let rq = &self.shared.wq.rq;
+            rq.exists().then_some(&rq.desc)
         }
     };
 }

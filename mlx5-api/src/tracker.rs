@@ -131,7 +131,70 @@ impl<T> Tracker<T> {
     }
 }
 
-/// Receive side: one optional entry per RQ slot or SRQ WQE index.
+/// Receive side of a QP's own queue: the entry of each receive by ring
+/// slot. Receives complete in order, so the entries are live exactly at
+/// the counters in `[ci, pi)` of the queue, which passes its counters in.
+pub struct RqTracker<T> {
+    entries: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    mask: u32,
+}
+
+impl<T> RqTracker<T> {
+    /// A table for a ring of `n` receives (a power of two, or 0: a queue
+    /// that never takes one).
+    pub fn new(n: u32) -> Self {
+        RqTracker {
+            entries: (0..n).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect(),
+            mask: n.max(1) - 1,
+        }
+    }
+
+    /// Store the entry of slot `slot`.
+    ///
+    /// # Safety
+    /// `slot` is below the table's size and free (its counter is outside
+    /// `[ci, pi)`); single-threaded.
+    #[inline(always)]
+    pub unsafe fn put(&self, slot: u32, entry: T) {
+        debug_assert!((slot as usize) < self.entries.len());
+        // SAFETY: in range and free (caller contract): nothing live is
+        // overwritten and no reference into it exists.
+        unsafe { (*self.entries.get_unchecked(slot as usize).get()).write(entry) };
+    }
+
+    /// Move out the entry of the receive with counter `at`.
+    ///
+    /// # Safety
+    /// `at` is in `[ci, pi)` and the caller moves the consumer past it, so
+    /// that the entry is taken once.
+    #[inline(always)]
+    pub unsafe fn take(&self, at: u32) -> T {
+        // SAFETY: masked by len - 1 (len a power of two, not 0: the
+        // counter is live); live and taken once (caller contract).
+        unsafe { (*self.entries.get_unchecked((at & self.mask) as usize).get()).assume_init_read() }
+    }
+
+    /// Drop the entries of the receives `[from, to)`: live ones that
+    /// leave the queue without being taken (lost completions, RESET,
+    /// destruction).
+    ///
+    /// # Safety
+    /// `[from, to)` lies within `[ci, pi)` and the caller moves the
+    /// consumer past it (or resets the counters).
+    #[cold]
+    #[inline(never)]
+    pub unsafe fn drop_range(&self, from: u32, to: u32) {
+        let mut at = from;
+        while at != to {
+            // SAFETY: live (caller contract), dropped once.
+            unsafe { (*self.entries.get_unchecked((at & self.mask) as usize).get()).assume_init_drop() };
+            at = at.wrapping_add(1);
+        }
+    }
+}
+
+/// Receive side of an SRQ: one optional entry per WQE index (an SRQ's
+/// receives complete in any order).
 pub struct RecvTracker<T> {
     entries: Box<[UnsafeCell<Option<T>>]>,
 }
@@ -149,42 +212,11 @@ impl<T> RecvTracker<T> {
         unsafe { *self.entries[i as usize].get() = Some(entry) };
     }
 
-    /// [`RecvTracker::put`] without the bounds check.
-    ///
-    /// # Safety
-    /// `i` is below the table's size (a slot of the ring that sized it).
-    #[inline(always)]
-    pub unsafe fn put_unchecked(&self, i: u32, entry: T) {
-        debug_assert!((i as usize) < self.entries.len());
-        // SAFETY: in range (caller contract); single-threaded; no reference
-        // into the slot outlives this call.
-        unsafe { *self.entries.get_unchecked(i as usize).get() = Some(entry) };
-    }
-
     /// Take the entry of slot `i`, if any.
     #[inline(always)]
     pub fn take(&self, i: u32) -> Option<T> {
         // SAFETY: as in `put`.
         self.entries.get(i as usize).and_then(|e| unsafe { (*e.get()).take() })
-    }
-
-    /// [`RecvTracker::take`] without the bounds check.
-    ///
-    /// # Safety
-    /// `i` is below the table's size (a slot of the ring that sized it).
-    #[inline(always)]
-    pub unsafe fn take_unchecked(&self, i: u32) -> Option<T> {
-        debug_assert!((i as usize) < self.entries.len());
-        // SAFETY: in range (caller contract); as in `put`.
-        unsafe { (*self.entries.get_unchecked(i as usize).get()).take() }
-    }
-
-    /// Drop every entry.
-    pub fn clear(&self) {
-        for e in self.entries.iter() {
-            // SAFETY: as in `put`.
-            unsafe { *e.get() = None };
-        }
     }
 }
 

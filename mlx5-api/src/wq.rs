@@ -6,13 +6,14 @@
 
 use std::cell::Cell;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 
 use crate::backend::{Backend, QpKind};
 use crate::ctx::UarReg;
 use crate::ring::scatter::DoesNotFit;
 use crate::ring::{PostError, RqDesc, Sge, SqDesc};
 use crate::srq::SrqShared;
-use crate::tracker::{RecvTracker, Tracker};
+use crate::tracker::{RqTracker, Tracker};
 use crate::types::{LinkLayer, QpState};
 
 /// The send side of a QP: the ring-core descriptor (whose register view
@@ -64,50 +65,92 @@ impl<B: Backend, T> Drop for SendQueue<B, T> {
     }
 }
 
-/// The QP's own receive queue.
+/// The QP's own receive queue. A QP without one (it receives from an SRQ,
+/// or takes no receives) has an empty one: no slots, always closed.
 pub(crate) struct RecvQueue<T> {
     pub(crate) desc: RqDesc,
-    tracker: RecvTracker<T>,
+    /// Receives that may be outstanding: `wqe_cnt` while the QP may post
+    /// receives (INIT onwards), 0 while it may not (RESET) and always 0
+    /// for an empty queue. The post checks it in the capacity compare;
+    /// a refusal is sorted out afterwards (`QpShared::recv_refused`).
+    open: Cell<u32>,
+    tracker: RqTracker<T>,
     _wrid: Box<[u64]>,
 }
 
 impl<T> RecvQueue<T> {
+    /// A receive queue over `desc`, closed (the QP starts in RESET).
     pub(crate) fn new(mut desc: RqDesc) -> Self {
         let mut wrid = vec![0u64; desc.wqe_cnt as usize].into_boxed_slice();
         desc.wrid = wrid.as_mut_ptr();
-        RecvQueue { tracker: RecvTracker::new(desc.wqe_cnt), desc, _wrid: wrid }
+        RecvQueue { tracker: RqTracker::new(desc.wqe_cnt), open: Cell::new(0), desc, _wrid: wrid }
+    }
+
+    /// The empty queue of a QP without its own.
+    pub(crate) fn empty() -> Self {
+        Self::new(RqDesc::new(std::ptr::null_mut(), 0, 16, std::ptr::null_mut(), 0))
+    }
+
+    /// Whether the QP has a receive queue of its own.
+    pub(crate) fn exists(&self) -> bool {
+        self.desc.wqe_cnt != 0
+    }
+
+    /// Open the queue to posts (the QP left RESET) or close it (RESET).
+    pub(crate) fn set_open(&self, open: bool) {
+        self.open.set(if open { self.desc.wqe_cnt } else { 0 });
+    }
+
+    /// Whether the queue is closed to posts.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.open.get() == 0
     }
 
     #[inline(always)]
     pub(crate) fn post(&self, entry: T, sges: &[Sge]) -> Result<(), PostError> {
-        // SAFETY: the descriptor describes the backend QP's live ring;
-        // single-threaded. The wr-id array is left to C posters: entries
-        // are tracked here.
-        let slot = unsafe { self.desc.post_untracked(sges)? };
-        // SAFETY: a slot of the ring, whose wqe_cnt sized the tracker.
-        unsafe { self.tracker.put_unchecked(slot, entry) };
+        // SAFETY: the descriptor describes the backend QP's live ring (or
+        // is empty, and then `open` is 0 and nothing is written);
+        // single-threaded; `open` is 0 or wqe_cnt. The wr-id array is left
+        // to C posters: entries are tracked here.
+        let slot = unsafe { self.desc.post_untracked(sges, self.open.get())? };
+        // SAFETY: the free slot the ring just filled, of the ring whose
+        // wqe_cnt sized the tracker.
+        unsafe { self.tracker.put(slot, entry) };
         Ok(())
     }
 
     #[inline(always)]
     pub(crate) fn retire(&self, wqe_counter: u16) -> Option<T> {
-        // SAFETY: as in `post`.
-        let r = unsafe { self.desc.retire(wqe_counter)? };
-        // SAFETY: `r.slot` is masked by the ring's wqe_cnt, which sized the tracker.
-        unsafe { self.tracker.take_unchecked(r.slot) }
+        // SAFETY: as in `post` (an empty ring retires nothing).
+        let (ci, at) = unsafe { self.desc.retire_span(wqe_counter)? };
+        if at != ci {
+            // Completions were lost: the receives before this one leave
+            // the queue without one.
+            // SAFETY: [ci, at) was live; the consumer moved past it.
+            unsafe { self.tracker.drop_range(ci, at) };
+        }
+        // SAFETY: `at` was live; the consumer moved past it.
+        Some(unsafe { self.tracker.take(at) })
     }
 
+    /// Drop every outstanding entry and forget the receives (QP to RESET).
     pub(crate) fn reset(&self) {
-        self.tracker.clear();
+        self.drop_outstanding();
         self.desc.reset();
+    }
+
+    fn drop_outstanding(&self) {
+        let (pi, ci) = (self.desc.pi.load(Ordering::Relaxed), self.desc.ci.load(Ordering::Relaxed));
+        // SAFETY: [ci, pi) is live; the caller resets the counters or
+        // drops the queue.
+        unsafe { self.tracker.drop_range(ci, pi) };
     }
 }
 
-/// Where a QP's receives come from.
-pub(crate) enum RecvSide<B: Backend, T> {
-    None,
-    Rq(RecvQueue<T>),
-    Srq(Rc<SrqShared<B, T>>),
+impl<T> Drop for RecvQueue<T> {
+    fn drop(&mut self) {
+        self.drop_outstanding();
+    }
 }
 
 /// The view of a QP's work queues that its CQs dispatch to.
@@ -119,7 +162,10 @@ pub struct WorkQueues<B: Backend, T> {
     pub(crate) kind: QpKind,
     pub(crate) link: LinkLayer,
     pub(crate) sq: Option<SendQueue<B, T>>,
-    pub(crate) recv: RecvSide<B, T>,
+    /// The own receive queue (empty when the QP has none).
+    pub(crate) rq: RecvQueue<T>,
+    /// The SRQ the QP receives from, if any.
+    pub(crate) srq: Option<Rc<SrqShared<B, T>>>,
 }
 
 impl<B: Backend, T> std::fmt::Debug for WorkQueues<B, T> {
@@ -163,22 +209,81 @@ impl<B: Backend, T> WorkQueues<B, T> {
     /// Copy scattered data into the receive WQE a responder CQE names.
     #[cold]
     pub(crate) fn copy_scattered_recv(&self, wqe_counter: u16, data: &[u8]) -> Result<(), DoesNotFit> {
-        match &self.recv {
+        match &self.srq {
             // SAFETY: the live ring; the WQE is posted and not yet retired.
-            RecvSide::Rq(rq) => unsafe { rq.desc.copy_scattered(wqe_counter, data) },
+            Some(srq) => unsafe { srq.desc.copy_scattered(wqe_counter, data) },
+            None if !self.rq.exists() => Err(DoesNotFit),
             // SAFETY: as above.
-            RecvSide::Srq(srq) => unsafe { srq.desc.copy_scattered(wqe_counter, data) },
-            RecvSide::None => Err(DoesNotFit),
+            None => unsafe { self.rq.desc.copy_scattered(wqe_counter, data) },
         }
     }
 
     /// Retire the receive a responder CQE names.
     #[inline(always)]
     pub(crate) fn retire_recv(&self, wqe_counter: u16) -> Option<T> {
-        match &self.recv {
-            RecvSide::Rq(rq) => rq.retire(wqe_counter),
-            RecvSide::Srq(srq) => srq.retire(wqe_counter),
-            RecvSide::None => None,
+        // The own queue first: an empty one retires nothing.
+        match self.rq.retire(wqe_counter) {
+            Some(e) => Some(e),
+            None => self.retire_srq(wqe_counter),
         }
+    }
+
+    /// [`WorkQueues::retire_recv`] from the SRQ, out of the poll loop.
+    #[inline(never)]
+    fn retire_srq(&self, wqe_counter: u16) -> Option<T> {
+        self.srq.as_ref()?.retire(wqe_counter)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A receive queue over 4 slots of local memory, open.
+    fn queue(buf: &mut [[u8; 16]; 4], dbrec: &mut u32) -> RecvQueue<Rc<u32>> {
+        let rq = RecvQueue::new(RqDesc::new(buf.as_mut_ptr().cast(), 4, 16, dbrec, 1));
+        rq.set_open(true);
+        rq
+    }
+
+    #[test]
+    fn receives_retire_in_order_across_the_wrap_and_lost_ones_are_dropped() {
+        let (mut buf, mut dbrec) = ([[0u8; 16]; 4], 0u32);
+        let rq = queue(&mut buf, &mut dbrec);
+        let sge = [Sge::new(0x1000, 8, 1)];
+        let e: Vec<Rc<u32>> = (0..7).map(Rc::new).collect();
+        for x in &e[..3] {
+            rq.post(x.clone(), &sge).unwrap();
+        }
+        // Counter 2 completes: the completions of 0 and 1 were lost.
+        assert_eq!(*rq.retire(2).unwrap(), 2);
+        assert!(e[..3].iter().all(|x| Rc::strong_count(x) == 1), "0 and 1 dropped, 2 returned");
+        assert!(rq.retire(1).is_none(), "no longer outstanding");
+        // Around the wrap (counters 3..7 are slots 3, 0, 1, 2), in order.
+        for x in &e[3..7] {
+            rq.post(x.clone(), &sge).unwrap();
+        }
+        assert!(rq.post(Rc::new(9), &sge).is_err(), "full");
+        for (i, x) in e[3..6].iter().enumerate() {
+            assert_eq!(rq.retire(3 + i as u16).as_ref(), Some(x));
+        }
+        assert_eq!(Rc::strong_count(&e[6]), 2);
+        drop(rq);
+        assert!(e.iter().all(|x| Rc::strong_count(x) == 1), "the queue dropped its outstanding entry");
+    }
+
+    #[test]
+    fn a_closed_or_empty_queue_takes_nothing() {
+        let (mut buf, mut dbrec) = ([[0u8; 16]; 4], 0u32);
+        let rq = queue(&mut buf, &mut dbrec);
+        rq.set_open(false);
+        let x = Rc::new(0);
+        assert_eq!(rq.post(x.clone(), &[]), Err(PostError::RqFull { capacity: 0 }));
+        assert_eq!((Rc::strong_count(&x), dbrec), (1, 0), "nothing published");
+        let empty = RecvQueue::<Rc<u32>>::empty();
+        empty.set_open(true);
+        assert!(!empty.exists() && empty.is_closed());
+        assert_eq!(empty.post(x.clone(), &[]), Err(PostError::RqFull { capacity: 0 }));
+        assert!(empty.retire(0).is_none());
     }
 }

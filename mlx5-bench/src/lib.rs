@@ -93,9 +93,11 @@ fn post_kind(kind: &str, n: u32) {
             post_dc_phase(&qp, &av, black_box(n as u64));
         }
         _ => {
-            let qp = ctx
-                .create_rc_qp(&pd, &cq, &cq, &QpConfig { max_recv_wr: n.next_power_of_two(), ..cfg })
-                .unwrap();
+            // One scatter entry per receive: a 16-byte stride, no
+            // terminator, as in the C baseline.
+            let rq = QpConfig { max_recv_wr: n.next_power_of_two(), max_recv_sge: 1, ..cfg };
+            let qp = ctx.create_rc_qp(&pd, &cq, &cq, &rq).unwrap();
+            assert_eq!(qp.caps().max_recv_sge, 1);
             qp.activate(&ConnectParams::to(RemoteQpInfo::ib(2, 2))).unwrap();
             recv_phase(&qp, black_box(n as u64));
         }

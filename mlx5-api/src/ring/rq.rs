@@ -103,28 +103,34 @@ impl RqDesc {
     #[inline(always)]
     pub unsafe fn post(&self, sges: &[Sge], wr_id: u64) -> Result<u32, PostError> {
         // SAFETY: forwarded.
-        unsafe { self.post_inner(sges, Some(wr_id)) }
+        unsafe { self.post_inner(sges, Some(wr_id), self.wqe_cnt) }
     }
 
-    /// [`RqDesc::post`] without touching the wr-id array: for a poster that
-    /// keeps its own (the handle layer's typed entries).
+    /// [`RqDesc::post`] without touching the wr-id array, for a poster that
+    /// keeps its own (the handle layer's typed entries), accepting while
+    /// fewer than `limit` receives are outstanding: `wqe_cnt` for the whole
+    /// ring, 0 to close the queue (the handle layer's RESET state, or a QP
+    /// without its own receive queue, in one compare with the capacity).
+    /// A refusal for the limit is [`PostError::RqFull`] with the limit as
+    /// capacity.
     ///
     /// # Safety
-    /// As [`RqDesc::post`].
+    /// As [`RqDesc::post`]; `limit <= wqe_cnt`.
     #[inline(always)]
-    pub unsafe fn post_untracked(&self, sges: &[Sge]) -> Result<u32, PostError> {
+    pub unsafe fn post_untracked(&self, sges: &[Sge], limit: u32) -> Result<u32, PostError> {
+        debug_assert!(limit <= self.wqe_cnt);
         // SAFETY: forwarded.
-        unsafe { self.post_inner(sges, None) }
+        unsafe { self.post_inner(sges, None, limit) }
     }
 
     #[inline(always)]
-    unsafe fn post_inner(&self, sges: &[Sge], wr_id: Option<u64>) -> Result<u32, PostError> {
+    unsafe fn post_inner(&self, sges: &[Sge], wr_id: Option<u64>, limit: u32) -> Result<u32, PostError> {
         // What the post reads from the descriptor, before the Acquire load
         // of the consumer.
         let (buf, wqe_cnt, stride, max_sge) = (self.buf, self.wqe_cnt, self.stride, self.max_sge);
         let pi = self.pi.load(Ordering::Relaxed);
-        if pi.wrapping_sub(self.ci.load(Ordering::Acquire)) >= wqe_cnt {
-            return Err(PostError::RqFull { capacity: wqe_cnt });
+        if pi.wrapping_sub(self.ci.load(Ordering::Acquire)) >= limit {
+            return Err(PostError::RqFull { capacity: limit });
         }
         let slot = pi & wqe_cnt.wrapping_sub(1);
         let wqe = buf.wrapping_add((slot * stride) as usize) as *mut [u8; 16];
@@ -169,6 +175,23 @@ impl RqDesc {
     /// The descriptor describes live memory; one thread retires at a time.
     #[inline(always)]
     pub unsafe fn retire(&self, wqe_counter: u16) -> Option<Retired> {
+        // SAFETY: forwarded.
+        let (_, idx) = unsafe { self.retire_span(wqe_counter)? };
+        let slot = idx & (self.wqe_cnt - 1);
+        // SAFETY: `wrid` has wqe_cnt entries when not null (field contract).
+        let wr_id = (!self.wrid.is_null()).then(|| unsafe { *self.wrid.add(slot as usize) });
+        Some(Retired { slot, wr_id })
+    }
+
+    /// [`RqDesc::retire`] as free-running counters: the oldest outstanding
+    /// receive before the call and the one `wqe_counter` names (equal
+    /// unless completions were lost: the receives between are retired
+    /// without one). For a poster that keeps its own entries by slot.
+    ///
+    /// # Safety
+    /// As [`RqDesc::retire`].
+    #[inline(always)]
+    pub unsafe fn retire_span(&self, wqe_counter: u16) -> Option<(u32, u32)> {
         if self.wqe_cnt == 0 {
             return None;
         }
@@ -179,11 +202,8 @@ impl RqDesc {
             return None;
         }
         let idx = ci.wrapping_add(dist);
-        let slot = idx & (self.wqe_cnt - 1);
-        // SAFETY: `wrid` has wqe_cnt entries when not null (field contract).
-        let wr_id = (!self.wrid.is_null()).then(|| unsafe { *self.wrid.add(slot as usize) });
         self.ci.store(idx.wrapping_add(1), Ordering::Release);
-        Some(Retired { slot, wr_id })
+        Some((ci, idx))
     }
 
     /// Forget every receive (QP to RESET).
