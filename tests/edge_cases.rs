@@ -337,3 +337,53 @@ fn receive_posts_are_refused_with_their_reason() {
     assert_eq!(none.rq_outstanding(), 0);
     assert_eq!(Rc::strong_count(&live), 1);
 }
+
+/// A WQE is refused outside RTS (the post checks the state and the room in
+/// one compare and sorts out a refusal afterwards) and on a full ring, each
+/// with its reason, and the refused entry is dropped; back in RTS after RESET
+/// the ring takes WQEs again.
+#[test]
+fn wqes_are_refused_outside_rts_and_on_a_full_ring() {
+    use std::rc::Rc;
+    let (_f, a, _b) = two_hosts(ExecMode::Deterministic);
+    let ctx = a.open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64, |_, _: Rc<()>| {}).unwrap();
+    let qp = ctx.create_rc_qp(&pd, &cq, &cq, &QpConfig { max_send_wr: 8, ..QpConfig::default() }).unwrap();
+    let live = Rc::new(());
+    let refused = |state: QpState| {
+        let before = Rc::strong_count(&live);
+        let e = qp.wqe_builder(live.clone()).err();
+        assert!(
+            matches!(e, Some(Error::QpState { state: s, needed: QpState::Rts, .. }) if s == state),
+            "{e:?}"
+        );
+        assert_eq!(Rc::strong_count(&live), before, "the refused entry is dropped");
+    };
+    let peer = mlx5::RemoteQpInfo::ib(2, 2);
+    let p = ConnectParams::to(peer);
+    refused(QpState::Reset);
+    qp.modify_to_init(&p).unwrap();
+    refused(QpState::Init);
+    qp.modify_to_rtr(&p).unwrap();
+    refused(QpState::Rtr);
+    qp.modify_to_rts(&p).unwrap();
+    let n = qp.sq_wqebbs();
+    for _ in 0..n {
+        qp.wqe_builder(live.clone()).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap().finish_batch().unwrap();
+    }
+    assert_eq!(qp.wqe_builder(live.clone()).err(), Some(Error::SqFull { needed: 1, free: 0 }));
+    assert_eq!(Rc::strong_count(&live), 1 + n as usize);
+    qp.reset().unwrap();
+    assert_eq!(Rc::strong_count(&live), 1, "RESET dropped the posted entries");
+    refused(QpState::Reset);
+    qp.modify_to_init(&p).unwrap();
+    qp.modify_to_rtr(&p).unwrap();
+    qp.modify_to_rts(&p).unwrap();
+    qp.wqe_builder(live.clone()).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap().finish_batch().unwrap();
+    assert_eq!(qp.sq_free(), n - 1, "open again in RTS");
+    qp.modify_to_error().unwrap();
+    refused(QpState::Err);
+    drop(qp);
+    assert_eq!(Rc::strong_count(&live), 1);
+}

@@ -100,8 +100,7 @@ impl<B: Backend, T> QpShared<B, T> {
             }
             self.wq.rq.reset();
         }
-        self.wq.state.set(to);
-        self.wq.rq.set_open(to != QpState::Reset);
+        self.wq.set_state(to);
         if self.wq.kind == QpKind::Dct && to == QpState::Rtr {
             let n = B::dct_number(&self.pd.ctx.raw, &self.raw)?;
             self.wq.qpn.set(n);
@@ -120,13 +119,25 @@ impl<B: Backend, T> QpShared<B, T> {
         }
     }
 
+    /// Start a WQE. The QP's state and the queue's room are one compare
+    /// (`SendQueue::open`, 0 outside RTS); a refusal is sorted out in
+    /// `send_refused`.
     #[inline(always)]
     fn builder<S>(&self, entry: T, init: S) -> Result<WqeBuilder<'_, B, T, S>> {
+        match WqeBuilder::new(self.sq(), entry, init) {
+            Ok(b) => Ok(b),
+            Err(_) => Err(self.send_refused()),
+        }
+    }
+
+    /// The error for a refused WQE: the state outside RTS, else a full ring.
+    #[cold]
+    fn send_refused(&self) -> Error {
         let state = self.wq.state.get();
         if state != QpState::Rts {
-            return Err(Error::QpState { qpn: self.wq.qpn.get(), state, needed: QpState::Rts });
+            return Error::QpState { qpn: self.wq.qpn.get(), state, needed: QpState::Rts };
         }
-        WqeBuilder::new(self.sq(), entry, init)
+        Error::SqFull { needed: 1, free: 0 }
     }
 
     /// Post a receive. The QP's state, whether it has its own receive queue

@@ -28,6 +28,10 @@ pub(crate) struct SendQueue<B: Backend, T> {
     /// Largest inline payload that passes every limit:
     /// `min(max_inline, max_msg)`. One compare for the common post.
     pub(crate) inline_max: u32,
+    /// WQEBBs that may be outstanding: `wqe_cnt` in RTS, 0 in every other
+    /// state. The post checks it in the capacity compare; a refusal is
+    /// sorted out afterwards (`QpShared::send_refused`).
+    pub(crate) open: Cell<u32>,
     pub(crate) tracker: Tracker<T>,
     pub(crate) reg: Rc<UarReg<B>>,
     _wrid: Box<[u64]>,
@@ -41,7 +45,15 @@ impl<B: Backend, T> SendQueue<B, T> {
         desc.wrid = wrid.as_mut_ptr();
         let first_sge_max = if desc.max_sge == 0 { 0 } else { desc.max_msg.min(i32::MAX as u32) };
         let inline_max = desc.max_inline.min(desc.max_msg);
-        SendQueue { tracker: Tracker::new(desc.wqe_cnt), first_sge_max, inline_max, desc, reg, _wrid: wrid }
+        SendQueue {
+            tracker: Tracker::new(desc.wqe_cnt),
+            first_sge_max,
+            inline_max,
+            open: Cell::new(0),
+            desc,
+            reg,
+            _wrid: wrid,
+        }
     }
 
     /// Ring the doorbell for every WQE committed since the last one.
@@ -180,8 +192,18 @@ impl<B: Backend, T> WorkQueues<B, T> {
     pub(crate) fn enter_error(&self, send_side: bool) {
         let s = if send_side && self.kind == QpKind::Ud { QpState::Sqe } else { QpState::Err };
         if self.state.get() != QpState::Err {
-            self.state.set(s);
+            self.set_state(s);
         }
+    }
+
+    /// Enter state `s`: the send queue is open in RTS only, the own receive
+    /// queue in every state but RESET.
+    pub(crate) fn set_state(&self, s: QpState) {
+        self.state.set(s);
+        if let Some(sq) = &self.sq {
+            sq.open.set(if s == QpState::Rts { sq.desc.wqe_cnt } else { 0 });
+        }
+        self.rq.set_open(s != QpState::Reset);
     }
 
     /// Retire the send WQE a requester CQE names: its entry and opcode.

@@ -116,17 +116,21 @@ pub struct WqeBuilder<'q, B: Backend, T, S> {
 }
 
 impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
-    /// Start a WQE at the producer counter; fails when the ring is full.
+    /// Start a WQE at the producer counter. `Err` (the entry given back)
+    /// when the queue is closed (the QP is not in RTS: `SendQueue::open` is
+    /// 0) or full: the caller sorts out which.
     #[inline(always)]
-    pub(crate) fn new(sq: &'q SendQueue<B, T>, entry: T, state: S) -> Result<Self> {
+    pub(crate) fn new(sq: &'q SendQueue<B, T>, entry: T, state: S) -> core::result::Result<Self, T> {
         let d = &sq.desc;
         // Everything the post reads from the descriptor, before the Acquire
         // load of the consumer (after it, each would be loaded again).
-        let (buf, wqe_cnt, start) = (d.buf, d.wqe_cnt, d.producer());
-        let free = wqe_cnt - start.wrapping_sub(d.consumer());
-        if free == 0 {
-            return Err(Error::SqFull { needed: 1, free: 0 });
+        let (buf, wqe_cnt, start, open) = (d.buf, d.wqe_cnt, d.producer(), sq.open.get());
+        let used = start.wrapping_sub(d.consumer());
+        if used >= open {
+            return Err(entry);
         }
+        // Open, `open` is wqe_cnt.
+        let free = open - used;
         let slot = start & (wqe_cnt - 1);
         Ok(WqeBuilder {
             sq,
