@@ -316,9 +316,10 @@ macro_rules! send_queue {
         /// with their own code (the C ABI, another thread).
         ///
         /// # Safety
-        /// WQEs posted through it are not known to this handle's entries
-        /// (their completions come back as unknown through this QP's CQs):
-        /// use the descriptor with the ring core's CQ reader, and the
+        /// WQEs posted through it are not known to this handle's entries:
+        /// their completions must not be polled through this QP's CQ
+        /// handles (they would retire entries the handle never stored).
+        /// Use the descriptor with the ring core's CQ reader, and the
         /// builder not at the same time.
         pub unsafe fn sq_desc(&self) -> &SqDesc {
             &self.shared.sq().desc
@@ -374,7 +375,9 @@ macro_rules! recv_queue {
         ///
         /// # Safety
         /// As for `sq_desc`: receives posted through it are not known to
-        /// this handle.
+        /// this handle, and their completions must not be polled through
+        /// this QP's CQ handles (the own queue keeps its entries by slot,
+        /// live from posting to completion).
         pub unsafe fn rq_desc(&self) -> Option<&RqDesc> {
             let rq = &self.shared.wq.rq;
             rq.exists().then_some(&rq.desc)
