@@ -56,6 +56,11 @@ impl<B: Backend, T> SendQueue<B, T> {
         }
     }
 
+    /// Open the queue to WQEs (the QP entered RTS) or close it.
+    pub(crate) fn set_open(&self, open: bool) {
+        self.open.set(if open { self.desc.wqe_cnt } else { 0 });
+    }
+
     /// Ring the doorbell for every WQE committed since the last one.
     #[inline(always)]
     pub(crate) fn ring_doorbell(&self) {
@@ -201,7 +206,7 @@ impl<B: Backend, T> WorkQueues<B, T> {
     pub(crate) fn set_state(&self, s: QpState) {
         self.state.set(s);
         if let Some(sq) = &self.sq {
-            sq.open.set(if s == QpState::Rts { sq.desc.wqe_cnt } else { 0 });
+            sq.set_open(s == QpState::Rts);
         }
         self.rq.set_open(s != QpState::Reset);
     }
@@ -234,8 +239,7 @@ impl<B: Backend, T> WorkQueues<B, T> {
         match &self.srq {
             // SAFETY: the live ring; the WQE is posted and not yet retired.
             Some(srq) => unsafe { srq.desc.copy_scattered(wqe_counter, data) },
-            None if !self.rq.exists() => Err(DoesNotFit),
-            // SAFETY: as above.
+            // SAFETY: as above (an empty queue has no WQE: `DoesNotFit`).
             None => unsafe { self.rq.desc.copy_scattered(wqe_counter, data) },
         }
     }

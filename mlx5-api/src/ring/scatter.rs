@@ -54,6 +54,10 @@ impl RqDesc {
     /// The descriptor describes live memory; the WQE is posted and not yet
     /// retired; its buffers are writable.
     pub unsafe fn copy_scattered(&self, wqe_counter: u16, data: &[u8]) -> Result<(), DoesNotFit> {
+        if self.wqe_cnt == 0 {
+            // An empty queue (a QP without its own) holds no WQE.
+            return Err(DoesNotFit);
+        }
         let base =
             self.buf.wrapping_add(((u32::from(wqe_counter) & (self.wqe_cnt - 1)) * self.stride) as usize);
         // SAFETY: forwarded; segments inside the WQE's stride.
