@@ -288,6 +288,48 @@ proptest! {
 
 /// A receive is refused with its reason (the post checks the QP's state, its
 /// own queue and the room in one compare and sorts out a refusal afterwards):
+/// An own receive queue takes as many scatter entries as its stride holds,
+/// at least one, and the QP's capabilities say so: the kernel's `rq.max_gs`,
+/// `stride / 16`, where the stride is `16 × max(max_recv_sge, 1)` rounded up
+/// to a power of two (spec §4.1). A receive of that many entries scatters a
+/// SEND in order; one more entry is refused.
+#[test]
+fn a_receive_queue_takes_what_its_stride_holds() {
+    for (asked, held) in [(0u32, 1u32), (1, 1), (3, 4), (5, 8)] {
+        let p = pair();
+        let cfg = QpConfig { max_recv_wr: 4, max_recv_sge: asked, ..small_cfg() };
+        let q = p.a.ctx.create_rc_qp(&p.a.pd, &p.a.cq, &p.a.cq, &cfg).unwrap();
+        assert_eq!(q.caps().max_recv_sge, held, "asked {asked}");
+        let peer = p.b.ctx.create_rc_qp(&p.b.pd, &p.b.cq, &p.b.cq, &small_cfg()).unwrap();
+        q.activate(&ConnectParams::to(peer.local_info().unwrap())).unwrap();
+        peer.activate(&ConnectParams::to(q.local_info().unwrap())).unwrap();
+        let (la, lk) = (p.a.mr.addr(), p.a.mr.lkey());
+        let sges: Vec<Sge> = (0..=held as u64).map(|i| Sge::new(la + 0x100 * i, 8, lk)).collect();
+        assert_eq!(
+            q.post_recv(1, &sges).unwrap_err(),
+            Error::TooManySge { count: held + 1, max: held },
+            "asked {asked}"
+        );
+        q.post_recv(2, &sges[..held as usize]).unwrap();
+        fill(&p.b.mr, 0, 8 * held as usize, 7);
+        let sent = bytes(&p.b.mr, 0, 8 * held as usize);
+        peer.wqe_builder(3)
+            .unwrap()
+            .ctrl_send(WqeFlags::SIGNALED)
+            .unwrap()
+            .sge(Sge::new(p.b.mr.addr(), 8 * held, p.b.mr.lkey()))
+            .unwrap()
+            .finish()
+            .unwrap();
+        let got = drain(&p.a.cq);
+        assert_eq!(got.len(), 1, "asked {asked}: {got:?}");
+        assert_eq!((got[0].0.status, got[0].0.byte_len, got[0].1), (Status::Success, 8 * held, 2));
+        for i in 0..held as usize {
+            assert_eq!(bytes(&p.a.mr, 0x100 * i, 8), sent[8 * i..8 * i + 8], "entry {i} of {held}");
+        }
+    }
+}
+
 /// RESET needs INIT, a full queue gives its capacity, a QP on an SRQ and a QP
 /// without receives say so; entries of receives dropped by RESET are dropped.
 #[test]

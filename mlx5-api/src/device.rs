@@ -326,14 +326,27 @@ impl<B: Backend> Context<B> {
             srq.map(|s| s.raw()),
             &attr,
         )?;
+        // An own receive queue takes as many entries as its stride holds
+        // (the kernel's `rq.max_gs`), at least 1 (the post relies on it),
+        // and says so in the QP's capabilities.
+        let mut caps = caps;
         let rq = match srq {
-            None if res.rq_wqe_cnt > 0 => RecvQueue::new(RqDesc::new(
-                res.rq_buf,
-                res.rq_wqe_cnt,
-                res.rq_stride,
-                res.dbrec,
-                caps.max_recv_sge,
-            )),
+            None if res.rq_wqe_cnt > 0 => {
+                if res.rq_stride < 16 || !res.rq_stride.is_power_of_two() {
+                    return Err(Error::InvalidArgument(format!(
+                        "the backend gave a receive queue stride of {} bytes",
+                        res.rq_stride
+                    )));
+                }
+                caps.max_recv_sge = res.rq_stride / 16;
+                RecvQueue::new(RqDesc::new(
+                    res.rq_buf,
+                    res.rq_wqe_cnt,
+                    res.rq_stride,
+                    res.dbrec,
+                    caps.max_recv_sge,
+                ))
+            }
             _ => RecvQueue::empty(),
         };
         let max_msg = if kind == QpKind::Ud { port.active_mtu } else { 1 << 31 };

@@ -86,11 +86,13 @@ impl<B: Backend, T> Drop for SendQueue<B, T> {
 /// or takes no receives) has an empty one: no slots, always closed.
 pub(crate) struct RecvQueue<T> {
     pub(crate) desc: RqDesc,
-    /// Receives that may be outstanding: `wqe_cnt` while the QP may post
-    /// receives (INIT onwards), 0 while it may not (RESET) and always 0
-    /// for an empty queue. The post checks it in the capacity compare;
-    /// a refusal is sorted out afterwards (`QpShared::recv_refused`).
-    open: Cell<u32>,
+    /// The producer counter the next post may not reach: `ci + wqe_cnt`
+    /// while the QP may post receives (INIT onwards), `ci` while it may not
+    /// (RESET), and always `ci` (0) for an empty queue. The post checks
+    /// state, queue and room in one compare against it, with no load of
+    /// the consumer counter; a refusal is sorted out afterwards
+    /// (`QpShared::recv_refused`). `end - ci` is kept across retires.
+    end: Cell<u32>,
     tracker: RqTracker<T>,
     _wrid: Box<[u64]>,
 }
@@ -100,7 +102,7 @@ impl<T> RecvQueue<T> {
     pub(crate) fn new(mut desc: RqDesc) -> Self {
         let mut wrid = vec![0u64; desc.wqe_cnt as usize].into_boxed_slice();
         desc.wrid = wrid.as_mut_ptr();
-        RecvQueue { tracker: RqTracker::new(desc.wqe_cnt), open: Cell::new(0), desc, _wrid: wrid }
+        RecvQueue { tracker: RqTracker::new(desc.wqe_cnt), end: Cell::new(0), desc, _wrid: wrid }
     }
 
     /// The empty queue of a QP without its own.
@@ -115,21 +117,24 @@ impl<T> RecvQueue<T> {
 
     /// Open the queue to posts (the QP left RESET) or close it (RESET).
     pub(crate) fn set_open(&self, open: bool) {
-        self.open.set(if open { self.desc.wqe_cnt } else { 0 });
+        let ci = self.desc.ci.load(Ordering::Relaxed);
+        self.end.set(if open { ci.wrapping_add(self.desc.wqe_cnt) } else { ci });
     }
 
     /// Whether the queue is closed to posts.
     pub(crate) fn is_closed(&self) -> bool {
-        self.open.get() == 0
+        self.end.get() == self.desc.ci.load(Ordering::Relaxed)
     }
 
     #[inline(always)]
     pub(crate) fn post(&self, entry: T, sges: &[Sge]) -> Result<(), PostError> {
         // SAFETY: the descriptor describes the backend QP's live ring (or
-        // is empty, and then `open` is 0 and nothing is written);
-        // single-threaded; `open` is 0 or wqe_cnt. The wr-id array is left
-        // to C posters: entries are tracked here.
-        let slot = unsafe { self.desc.post_untracked(sges, self.open.get())? };
+        // is empty, and then `end` is `ci` and nothing is written);
+        // single-threaded; `end - ci` is 0 or wqe_cnt, and an own queue
+        // takes at least one entry (`max_sge` is its stride's capacity,
+        // set at creation). The wr-id array is left to C posters: entries
+        // are tracked here.
+        let slot = unsafe { self.desc.post_untracked(sges, self.end.get())? };
         // SAFETY: the free slot the ring just filled, of the ring whose
         // wqe_cnt sized the tracker.
         unsafe { self.tracker.put(slot, entry) };
@@ -140,20 +145,33 @@ impl<T> RecvQueue<T> {
     pub(crate) fn retire(&self, wqe_counter: u16) -> Option<T> {
         // SAFETY: as in `post` (an empty ring retires nothing).
         let (ci, at) = unsafe { self.desc.retire_span(wqe_counter)? };
-        if at != ci {
-            // Completions were lost: the receives before this one leave
-            // the queue without one.
-            // SAFETY: [ci, at) was live; the consumer moved past it.
-            unsafe { self.tracker.drop_range(ci, at) };
+        if at == ci {
+            // The bound moves with the consumer.
+            self.end.set(self.end.get().wrapping_add(1));
+        } else {
+            self.retire_lost(ci, at);
         }
         // SAFETY: `at` was live; the consumer moved past it.
         Some(unsafe { self.tracker.take(at) })
     }
 
-    /// Drop every outstanding entry and forget the receives (QP to RESET).
+    /// Completions were lost: the receives `[ci, at)` before the one
+    /// retired leave the queue without one.
+    #[cold]
+    #[inline(never)]
+    fn retire_lost(&self, ci: u32, at: u32) {
+        self.end.set(self.end.get().wrapping_add(at.wrapping_add(1).wrapping_sub(ci)));
+        // SAFETY: [ci, at) was live; the consumer moved past it.
+        unsafe { self.tracker.drop_range(ci, at) };
+    }
+
+    /// Drop every outstanding entry and forget the receives (QP to RESET);
+    /// the queue stays open or closed.
     pub(crate) fn reset(&self) {
         self.drop_outstanding();
+        let window = self.end.get().wrapping_sub(self.desc.ci.load(Ordering::Relaxed));
         self.desc.reset();
+        self.end.set(window);
     }
 
     fn drop_outstanding(&self) {
@@ -294,8 +312,37 @@ mod tests {
             assert_eq!(rq.retire(3 + i as u16).as_ref(), Some(x));
         }
         assert_eq!(Rc::strong_count(&e[6]), 2);
+        // Each retire gave its slot back: three more fit, a fourth does not.
+        let more: Vec<Rc<u32>> = (10..13).map(Rc::new).collect();
+        for x in &more {
+            rq.post(x.clone(), &sge).unwrap();
+        }
+        assert_eq!(rq.post(Rc::new(13), &sge), Err(PostError::RqFull { capacity: 4 }));
         drop(rq);
-        assert!(e.iter().all(|x| Rc::strong_count(x) == 1), "the queue dropped its outstanding entry");
+        assert!(
+            e.iter().chain(&more).all(|x| Rc::strong_count(x) == 1),
+            "the queue dropped its outstanding entries"
+        );
+    }
+
+    #[test]
+    fn a_reset_queue_keeps_its_open_state_and_gets_its_whole_room_back() {
+        let (mut buf, mut dbrec) = ([[0u8; 16]; 4], 0u32);
+        let rq = queue(&mut buf, &mut dbrec);
+        let sge = [Sge::new(0x1000, 8, 1)];
+        for i in 0..3 {
+            rq.post(Rc::new(i), &sge).unwrap();
+        }
+        assert!(rq.retire(0).is_some());
+        rq.reset();
+        for i in 0..4 {
+            rq.post(Rc::new(i), &sge).unwrap();
+        }
+        assert_eq!(rq.post(Rc::new(4), &sge), Err(PostError::RqFull { capacity: 4 }));
+        rq.set_open(false);
+        rq.reset();
+        assert!(rq.is_closed());
+        assert_eq!(rq.post(Rc::new(5), &sge), Err(PostError::RqFull { capacity: 0 }));
     }
 
     #[test]

@@ -102,43 +102,56 @@ impl RqDesc {
     /// The descriptor describes live memory; one thread posts at a time.
     #[inline(always)]
     pub unsafe fn post(&self, sges: &[Sge], wr_id: u64) -> Result<u32, PostError> {
-        // SAFETY: forwarded.
-        unsafe { self.post_inner(sges, Some(wr_id), self.wqe_cnt) }
+        let end = self.ci.load(Ordering::Acquire).wrapping_add(self.wqe_cnt);
+        // SAFETY: forwarded; `end` is the ring's own bound.
+        unsafe { self.post_inner::<true>(sges, Some(wr_id), end) }
     }
 
     /// [`RqDesc::post`] without touching the wr-id array, for a poster that
-    /// keeps its own (the handle layer's typed entries), accepting while
-    /// fewer than `limit` receives are outstanding: `wqe_cnt` for the whole
-    /// ring, 0 to close the queue (the handle layer's RESET state, or a QP
-    /// without its own receive queue, in one compare with the capacity).
-    /// A refusal for the limit is [`PostError::RqFull`] with the limit as
+    /// keeps its own entries and its own bound: it accepts while the
+    /// producer counter is before `end` (free-running: `end - pi`, read as
+    /// signed, above 0). The handle layer keeps `end` at `ci + wqe_cnt`
+    /// while the QP may post receives and at `ci` while it may not (RESET,
+    /// or no receive queue of its own), so that the state, the queue and
+    /// the room are one compare, with no load of the consumer counter. A
+    /// refusal for the bound is [`PostError::RqFull`] with `end - ci` as
     /// capacity.
     ///
     /// # Safety
-    /// As [`RqDesc::post`]; `limit <= wqe_cnt`.
+    /// As [`RqDesc::post`]; `end - ci` is at most `wqe_cnt`, and `max_sge`
+    /// is at least 1 unless `end == ci` (a single entry is written without
+    /// looking at `max_sge`).
     #[inline(always)]
-    pub unsafe fn post_untracked(&self, sges: &[Sge], limit: u32) -> Result<u32, PostError> {
-        debug_assert!(limit <= self.wqe_cnt);
+    pub unsafe fn post_untracked(&self, sges: &[Sge], end: u32) -> Result<u32, PostError> {
+        debug_assert!(end.wrapping_sub(self.ci.load(Ordering::Relaxed)) <= self.wqe_cnt);
+        debug_assert!(end == self.ci.load(Ordering::Relaxed) || self.max_sge >= 1);
         // SAFETY: forwarded.
-        unsafe { self.post_inner(sges, None, limit) }
+        unsafe { self.post_inner::<false>(sges, None, end) }
     }
 
+    /// The post. `CHECK_ONE`: whether a single entry is checked against
+    /// `max_sge` (the ring core's own post, whose descriptor may say 0).
     #[inline(always)]
-    unsafe fn post_inner(&self, sges: &[Sge], wr_id: Option<u64>, limit: u32) -> Result<u32, PostError> {
-        // What the post reads from the descriptor, before the Acquire load
-        // of the consumer.
-        let (buf, wqe_cnt, stride, max_sge) = (self.buf, self.wqe_cnt, self.stride, self.max_sge);
+    unsafe fn post_inner<const CHECK_ONE: bool>(
+        &self,
+        sges: &[Sge],
+        wr_id: Option<u64>,
+        end: u32,
+    ) -> Result<u32, PostError> {
+        // What the post reads from the descriptor.
+        let (buf, wqe_cnt, stride) = (self.buf, self.wqe_cnt, self.stride);
         let pi = self.pi.load(Ordering::Relaxed);
-        if pi.wrapping_sub(self.ci.load(Ordering::Acquire)) >= limit {
-            return Err(PostError::RqFull { capacity: limit });
+        if end.wrapping_sub(pi) as i32 <= 0 {
+            return Err(self.full(end));
         }
         let slot = pi & wqe_cnt.wrapping_sub(1);
         let wqe = buf.wrapping_add((slot * stride) as usize) as *mut [u8; 16];
         // A single entry (the common receive) goes straight through; longer
         // lists, empty entries and errors take the general pass.
         match sges {
-            [s] if s.len.wrapping_sub(1) < i32::MAX as u32 && max_sge != 0 => {
-                // SAFETY: 0 < max_sge <= stride / 16: inside the free slot.
+            [s] if s.len.wrapping_sub(1) < i32::MAX as u32 && (!CHECK_ONE || self.max_sge != 0) => {
+                // SAFETY: 0 < max_sge <= stride / 16 (checked, or the
+                // caller's contract): inside the free slot.
                 set_data_ptr_seg(unsafe { &mut *wqe }, s.len, s.lkey, s.addr);
                 if stride > 16 {
                     // SAFETY: as above; the terminator after the one entry.
@@ -147,7 +160,7 @@ impl RqDesc {
             }
             _ => {
                 // SAFETY: the free slot of stride bytes; max_sge <= stride / 16.
-                let n = unsafe { write_list(wqe, sges, max_sge)? };
+                let n = unsafe { write_list(wqe, sges, self.max_sge)? };
                 if n < stride / 16 {
                     // SAFETY: as above; the terminator of a shorter list.
                     set_data_ptr_seg(unsafe { &mut *wqe.add(n as usize) }, 0, INVALID_LKEY, 0);
@@ -166,6 +179,12 @@ impl RqDesc {
         // SAFETY: the doorbell record word is live (caller contract).
         unsafe { AtomicU32::from_ptr(self.dbrec) }.store((pi & 0xffff).to_be(), Ordering::Release);
         Ok(slot)
+    }
+
+    /// The refusal of a post at bound `end`.
+    #[cold]
+    fn full(&self, end: u32) -> PostError {
+        PostError::RqFull { capacity: end.wrapping_sub(self.ci.load(Ordering::Relaxed)) }
     }
 
     /// Retire the receive with counter `wqe_counter` (receives complete in
