@@ -34,20 +34,50 @@ fn unknown_opcode_format_and_counter_are_consumed_and_reported() {
     qp.wqe_builder(1).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();
     // SAFETY: the test plays the device of a ring-only CQ.
     let ring = unsafe { cq.raw_ring() };
-    put(ring, 0, 0x77, 0, 0x70); // opcode 7: not a CQE opcode of spec §5.3
-    put(ring, 1, 0x77, 0, 0x0c); // a compressed-session title announcing 0 completions
-    put(ring, 2, 0x77, 5, 0x00); // REQ naming wqe_index 5: nothing posted there
-    put(ring, 3, 0x99, 0, 0x00); // REQ for a QPN that is not on this CQ
-    let out = cq.poll(16);
-    assert_eq!((out.completions, out.unknown), (0, 4), "all four consumed, none dispatched");
-    assert_eq!(cq.consumer_index(), 4);
-    assert_eq!(cq.take_unknown().map(|u| u.reason), Some(UnknownReason::NoSuchQp));
+    let cases = [
+        (0x77, 0, 0x70, UnknownReason::Opcode), // opcode 7: not a CQE opcode of spec §5.3
+        (0x77, 0, 0xc0, UnknownReason::Opcode), // opcode 12 (signature error): not dispatched either
+        (0x77, 0, 0x0c, UnknownReason::Format), // a compressed-session title announcing 0 completions
+        (0x77, 5, 0x00, UnknownReason::NoSuchWqe), // REQ naming wqe_index 5: nothing posted there
+        (0x77, 5, 0xd0, UnknownReason::NoSuchWqe), // REQ_ERR naming it: the error path says the same
+        (0x77, 0, 0x20, UnknownReason::NoSuchWqe), // RESP_SEND: no receive posted
+        (0x99, 0, 0x00, UnknownReason::NoSuchQp), // REQ for a QPN that is not on this CQ
+        (0x99, 0, 0x20, UnknownReason::NoSuchQp), // RESP_SEND for it
+    ];
+    for (slot, &(qpn, ctr, op_own, reason)) in cases.iter().enumerate() {
+        put(ring, slot as u32, qpn, ctr, op_own);
+        let out = cq.poll(16);
+        assert_eq!((out.completions, out.unknown), (0, 1), "op_own {op_own:#x}: consumed, not dispatched");
+        assert_eq!(cq.take_unknown().map(|u| (u.qpn, u.wqe_counter, u.reason)), Some((qpn, ctr, reason)));
+    }
+    assert_eq!(cq.consumer_index(), cases.len() as u32);
     assert_eq!(cq.poll(16).consumed(), 0, "nothing left in place");
     // The NOP is still outstanding and completes normally afterwards.
-    put(ring, 4, 0x77, 0, 0x00);
+    put(ring, cases.len() as u32, 0x77, 0, 0x00);
     assert_eq!(cq.poll(16).completions, 1);
     drop(cq);
     assert_eq!(seen, 1);
+}
+
+/// A DCT has no send queue: a requester CQE naming it (which no device
+/// writes) finds nothing outstanding and is reported, on the plain path
+/// and on the error path.
+#[test]
+fn a_requester_cqe_naming_a_dct_is_reported() {
+    let ctx = Device::<RingOnly>::new(RingOnlyDevice::new(0x77, 0)).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut cq = ctx.create_mono_cq(16, |_, _: u32| panic!("nothing to dispatch")).unwrap();
+    let srq = ctx.create_srq::<u32>(&pd, 16, 1).unwrap();
+    let dct = ctx.create_dct(&pd, &cq, &srq, &QpConfig::default()).unwrap();
+    dct.activate(&ConnectParams::default()).unwrap();
+    let dctn = dct.dct_number().unwrap();
+    // SAFETY: the test plays the device of a ring-only CQ.
+    let ring = unsafe { cq.raw_ring() };
+    for (slot, op_own) in [0x00u8, 0xd0].into_iter().enumerate() {
+        put(ring, slot as u32, dctn, 0, op_own);
+        assert_eq!(cq.poll(16).unknown, 1);
+        assert_eq!(cq.take_unknown().map(|u| (u.qpn, u.reason)), Some((dctn, UnknownReason::NoSuchWqe)));
+    }
 }
 
 #[test]

@@ -19,7 +19,7 @@ use crate::qpn_table::QpnTable;
 pub use crate::ring::cqe::cqe_opcode;
 use crate::ring::cqe::CqeView;
 use crate::ring::seg::opcode;
-use crate::ring::CqDesc;
+use crate::ring::{CqDesc, Peek};
 pub use crate::ring::{CqeError, Status, Syndrome};
 use crate::types::LinkLayer;
 use crate::wq::WorkQueues;
@@ -242,6 +242,39 @@ impl<B: Backend, T> std::fmt::Debug for CqShared<B, T> {
     }
 }
 
+/// Responder opcodes as a bit set: one bit test.
+const RESP_OPS: u16 = 1 << cqe_opcode::RESP_WR_IMM
+    | 1 << cqe_opcode::RESP_SEND
+    | 1 << cqe_opcode::RESP_SEND_IMM
+    | 1 << cqe_opcode::RESP_SEND_INV
+    | 1 << cqe_opcode::RESP_ERR;
+
+/// The completion of CQE `v` before its work request is known: the fields
+/// every opcode has (an error CQE carries its syndrome instead of a byte
+/// count and a timestamp). Inlined: fields the callback does not read are
+/// never loaded.
+#[inline(always)]
+fn completion(v: CqeView, op_own: u8, ok: bool) -> Completion {
+    Completion {
+        status: if ok { Status::Success } else { Status::Error(v.error_fields()) },
+        opcode: WcOpcode::Nop,
+        qpn: v.qpn(),
+        wqe_counter: v.wqe_counter(),
+        byte_len: if ok { v.byte_cnt() } else { 0 },
+        imm: None,
+        invalidated_rkey: None,
+        src_qpn: 0,
+        slid: 0,
+        solicited: op_own & 2 != 0,
+        grh: false,
+        sl: 0,
+        network: None,
+        timestamp: if ok { v.timestamp() } else { 0 },
+        user_index: v.srqn_uidx() & 0xff_ffff,
+        scattered: None,
+    }
+}
+
 impl<B: Backend, T> CqShared<B, T> {
     pub(crate) fn new(
         raw: B::Cq,
@@ -317,29 +350,52 @@ impl<B: Backend, T> CqShared<B, T> {
             // SAFETY: the backend's live CQ ring; handles are single-threaded;
             // no session is open (checked above; only a title opens one, and
             // titles leave this loop before anything is consumed).
-            let Some((p, op_own)) = (unsafe { self.desc.peek(ci) }) else { break };
-            if op_own & 0x0c != 0 {
-                let out = PollOutcome { completions: n - unknown, unknown };
-                return self.poll_general(budget, f, out);
-            }
+            let (p, op_own) = match unsafe { self.desc.peek_plain(ci) } {
+                Peek::Plain(p, op_own) => (p, op_own),
+                Peek::Empty => break,
+                Peek::Other => {
+                    let out = PollOutcome { completions: n - unknown, unknown };
+                    return self.poll_general(budget, f, out);
+                }
+            };
             n += 1;
-            // SAFETY: `p` is an owned 64-byte CQE of format 0, read before
-            // it is handed back.
-            match unsafe { self.dispatch(p, op_own, None) } {
-                Ok((c, entry)) => {
-                    // Hand the slot back before running user code (which may
-                    // post WQEs whose CQEs land here): everything was read.
+            // A success and an error each call the callback from their own
+            // site, where the status is a constant (error CQEs have opcodes
+            // REQ_ERR and RESP_ERR, above every other but INVALID's).
+            if op_own >> 4 == cqe_opcode::REQ {
+                // The common requester completion, dispatched with its
+                // opcode known.
+                // SAFETY: as below.
+                if let Some((c, entry)) = unsafe { self.dispatch(p, op_own, None, true) } {
+                    // SAFETY: as below.
+                    unsafe { self.desc.advance_plain(ci) };
+                    f(c, entry);
+                    continue;
+                }
+            } else if op_own < cqe_opcode::REQ_ERR << 4 {
+                // SAFETY: `p` is an owned 64-byte CQE of format 0, read
+                // before it is handed back; not an error CQE.
+                if let Some((c, entry)) = unsafe { self.dispatch(p, op_own, None, true) } {
+                    // Hand the slot back before running user code (which
+                    // may post WQEs whose CQEs land here): all was read.
                     // SAFETY: as above; the CQE was read.
                     unsafe { self.desc.advance_plain(ci) };
                     f(c, entry);
+                    continue;
                 }
-                Err(u) => {
-                    // SAFETY: as above.
-                    unsafe { self.desc.advance_plain(ci) };
-                    unknown += 1;
-                    self.last_unknown.set(Some(u));
-                }
+            // SAFETY: as above; an error CQE.
+            } else if let Some((c, entry)) = unsafe { self.dispatch(p, op_own, None, false) } {
+                // SAFETY: as above.
+                unsafe { self.desc.advance_plain(ci) };
+                f(c, entry);
+                continue;
             }
+            // SAFETY: as above.
+            let u = unsafe { self.unknown_cqe(p) };
+            // SAFETY: as above; the CQE was read.
+            unsafe { self.desc.advance_plain(ci) };
+            unknown += 1;
+            self.last_unknown.set(Some(u));
         }
         if n == 0 {
             B::cq_idle(&self.raw);
@@ -363,14 +419,15 @@ impl<B: Backend, T> CqShared<B, T> {
             // SAFETY: `p` is an owned 64-byte CQE, read before it is handed back.
             let decoded = unsafe {
                 let op_own = *p.add(63);
+                let ok = op_own < cqe_opcode::REQ_ERR << 4;
                 if op_own & 0x0c != 0 {
                     match self.desc.scattered(p) {
-                        Some(d) => self.dispatch(p, op_own, Some(d)),
+                        Some(d) => self.dispatch(p, op_own, Some(d), ok).ok_or_else(|| self.unknown_cqe(p)),
                         // A title never gets here (the descriptor expands sessions).
                         None => Err(self.unknown(CqeView::new(p), UnknownReason::Format)),
                     }
                 } else {
-                    self.dispatch(p, op_own, None)
+                    self.dispatch(p, op_own, None, ok).ok_or_else(|| self.unknown_cqe(p))
                 }
             };
             // SAFETY: as above; the CQE was read.
@@ -408,55 +465,53 @@ impl<B: Backend, T> CqShared<B, T> {
         UnknownCqe { op_own: v.op_own(), qpn: v.qpn(), wqe_counter: v.wqe_counter(), reason }
     }
 
+    /// Why [`CqShared::dispatch`] found nothing for the CQE at `p`: no QP
+    /// of this CQ has its QPN; else its opcode is not a completion's; else
+    /// nothing is outstanding at its WQE counter.
+    ///
+    /// # Safety
+    /// As [`CqShared::dispatch`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn unknown_cqe(&self, p: *const u8) -> UnknownCqe {
+        // SAFETY: caller contract.
+        let v = unsafe { CqeView::new(p) };
+        // SAFETY: as in `dispatch`.
+        let reason = if (unsafe { &*self.table.get() }).get_wire(v.qpn_wire()).is_none() {
+            UnknownReason::NoSuchQp
+        } else if matches!(v.op_own() >> 4, cqe_opcode::REQ | cqe_opcode::REQ_ERR)
+            || RESP_OPS >> (v.op_own() >> 4) & 1 != 0
+        {
+            UnknownReason::NoSuchWqe
+        } else {
+            UnknownReason::Opcode
+        };
+        self.unknown(v, reason)
+    }
+
     /// Retire the work request a CQE names and build its completion
     /// (fields the callback does not read are never loaded).
     ///
     /// # Safety
     /// `p` is an owned CQE `desc` handed out, not yet handed back;
     /// `op_own` is its byte 63 and `scattered` the data `desc.scattered`
-    /// found in it (`None` for format 0).
+    /// found in it (`None` for format 0); `ok` says whether its opcode is
+    /// not an error's (`op_own < 0xd0`).
     #[inline(always)]
     unsafe fn dispatch(
         &self,
         p: *const u8,
         op_own: u8,
         scattered: Option<&[u8]>,
-    ) -> Result<(Completion, T), UnknownCqe> {
+        ok: bool,
+    ) -> Option<(Completion, T)> {
+        debug_assert_eq!(ok, op_own < cqe_opcode::REQ_ERR << 4);
         // SAFETY: caller contract.
         let v = unsafe { CqeView::new(p) };
-        let qpn = v.qpn();
-        let unknown = |reason| self.unknown(v, reason);
         // SAFETY: single-threaded; the reference ends with this function,
         // which runs no user code.
-        let Some(wq) = (unsafe { &*self.table.get() }).get(qpn) else {
-            return Err(unknown(UnknownReason::NoSuchQp));
-        };
-        let ok = !matches!(op_own >> 4, cqe_opcode::REQ_ERR | cqe_opcode::RESP_ERR);
-        let status = if ok { Status::Success } else { Status::Error(v.error_fields()) };
-        let mut c = Completion {
-            status,
-            opcode: WcOpcode::Nop,
-            qpn,
-            wqe_counter: v.wqe_counter(),
-            byte_len: if ok { v.byte_cnt() } else { 0 },
-            imm: None,
-            invalidated_rkey: None,
-            src_qpn: 0,
-            slid: 0,
-            solicited: op_own & 2 != 0,
-            grh: false,
-            sl: 0,
-            network: None,
-            timestamp: if ok { v.timestamp() } else { 0 },
-            user_index: v.srqn_uidx() & 0xff_ffff,
-            scattered: None,
-        };
-        // Responder opcodes as a bit set: one bit test.
-        const RESP_OPS: u16 = 1 << cqe_opcode::RESP_WR_IMM
-            | 1 << cqe_opcode::RESP_SEND
-            | 1 << cqe_opcode::RESP_SEND_IMM
-            | 1 << cqe_opcode::RESP_SEND_INV
-            | 1 << cqe_opcode::RESP_ERR;
+        let wq = (unsafe { &*self.table.get() }).get_wire(v.qpn_wire())?;
+        let mut c = completion(v, op_own, ok);
         let op = op_own >> 4;
         if op == cqe_opcode::REQ || op == cqe_opcode::REQ_ERR {
             if let Some(d) = scattered {
@@ -465,16 +520,14 @@ impl<B: Backend, T> CqShared<B, T> {
                     c.status = local_length_error();
                 }
             }
-            let Some((entry, op)) = wq.retire_send(c.wqe_counter) else {
-                return Err(unknown(UnknownReason::NoSuchWqe));
-            };
+            let (entry, op) = wq.retire_send(c.wqe_counter)?;
             c.opcode = WcOpcode::from_send(op);
             if !ok {
                 wq.enter_error(true);
             } else if matches!(op, opcode::ATOMIC_CS | opcode::ATOMIC_FA) {
                 c.byte_len = 8;
             }
-            Ok((c, entry))
+            Some((c, entry))
         } else if RESP_OPS >> op & 1 != 0 {
             if let Some(d) = scattered {
                 c.scattered = Some(Scattered::new(d));
@@ -483,9 +536,7 @@ impl<B: Backend, T> CqShared<B, T> {
                 }
             }
             let ok = c.status.is_ok();
-            let Some(entry) = wq.retire_recv(c.wqe_counter) else {
-                return Err(unknown(UnknownReason::NoSuchWqe));
-            };
+            let entry = wq.retire_recv(c.wqe_counter)?;
             c.opcode = match op {
                 cqe_opcode::RESP_WR_IMM => WcOpcode::RecvRdmaImm,
                 cqe_opcode::RESP_SEND => WcOpcode::Recv,
@@ -521,9 +572,9 @@ impl<B: Backend, T> CqShared<B, T> {
                     }
                 }
             }
-            Ok((c, entry))
+            Some((c, entry))
         } else {
-            Err(unknown(UnknownReason::Opcode))
+            None
         }
     }
 

@@ -351,7 +351,7 @@ impl<B: Backend> Context<B> {
         };
         let max_msg = if kind == QpKind::Ud { port.active_mtu } else { 1 << 31 };
         let sq = match kind {
-            QpKind::Dct => None,
+            QpKind::Dct => SendQueue::empty(),
             _ => {
                 let sq_kind = match kind {
                     QpKind::Ud => SqKind::Ud,
@@ -372,7 +372,7 @@ impl<B: Backend> Context<B> {
                     max_msg,
                 );
                 let reg = self.inner.register(res.bf_reg, res.bf_size, res.uar);
-                Some(SendQueue::new(desc, reg))
+                SendQueue::new(desc, reg)
             }
         };
         let wq = WorkQueues {

@@ -95,9 +95,7 @@ impl<B: Backend, T> QpShared<B, T> {
         }
         B::modify_qp(&self.pd.ctx.raw, &self.raw, t)?;
         if to == QpState::Reset {
-            if let Some(sq) = &self.wq.sq {
-                sq.reset();
-            }
+            self.wq.sq.reset();
             self.wq.rq.reset();
         }
         self.wq.set_state(to);
@@ -110,13 +108,7 @@ impl<B: Backend, T> QpShared<B, T> {
     }
 
     fn sq(&self) -> &crate::wq::SendQueue<B, T> {
-        match &self.wq.sq {
-            Some(sq) => sq,
-            // SAFETY: only the handles of kinds with a send queue (RC, UD,
-            // DCI: `send_queue!`) call this, and `create_qp` gives every
-            // kind but DCT one; `QpShared` never changes `sq` afterwards.
-            None => unsafe { std::hint::unreachable_unchecked() },
-        }
+        &self.wq.sq
     }
 
     /// Start a WQE. The QP's state and the queue's room are one compare

@@ -1,41 +1,57 @@
 //! QPN → value in O(1): what a CQ uses to find the work queues a CQE
 //! names. Open addressing with linear probing over a power-of-two table,
-//! a multiplicative hash of the 24-bit QPN, and a last hit (its key and a
-//! pointer to its value) that makes the common case (a CQ serving one QP,
-//! or bursts from one QP) a single compare. Inserts and removals are
-//! control path; lookups allocate nothing.
+//! a multiplicative hash of the 24-bit QPN, and a last hit (its key as the
+//! CQE carries it, big-endian, and a pointer to what its value points at)
+//! that makes the common case (a CQ serving one QP, or bursts from one QP)
+//! a single compare with no byte swap. Values are owning pointers (`Rc`,
+//! `Box`): lookups give their target. Inserts and removals are control
+//! path; lookups allocate nothing.
 
 use std::cell::Cell;
+use std::ops::Deref;
 use std::ptr::NonNull;
 
 /// Marks a free slot (QPNs are 24 bits, so no QPN equals it).
 const EMPTY: u32 = u32::MAX;
 
+/// The low 24 bits of a 32-bit word read from a CQE as it lies in memory
+/// (big-endian): the QPN of `sop_drop_qpn` without a byte swap.
+pub const WIRE_QPN_MASK: u32 = 0x00ff_ffffu32.to_be();
+
 /// A QPN-keyed table.
-pub struct QpnTable<V> {
+pub struct QpnTable<V: Deref> {
     keys: Box<[u32]>,
     vals: Box<[Option<V>]>,
     len: usize,
-    /// Key of the last hit, EMPTY when none (reset by every change).
-    last_key: Cell<u32>,
-    /// Its value, inside `vals` (valid while `last_key` is not EMPTY: the
-    /// table has not changed since).
-    last_val: Cell<NonNull<V>>,
+    /// Key of the last hit as it lies in a CQE (big-endian), EMPTY when
+    /// none (reset by every change; no 24-bit key is EMPTY in either byte
+    /// order).
+    last_wire: Cell<u32>,
+    /// What its value points at (valid while `last_wire` is not EMPTY: the
+    /// table has not changed since, so the value is alive and owns it).
+    last_val: Cell<NonNull<V::Target>>,
 }
 
-impl<V> Default for QpnTable<V> {
+impl<V: Deref> Default for QpnTable<V>
+where
+    V::Target: Sized,
+{
     fn default() -> Self {
         Self::with_capacity(8)
     }
 }
 
-impl<V> QpnTable<V> {
+impl<V: Deref> QpnTable<V>
+where
+    V::Target: Sized,
+{
     fn with_capacity(cap: usize) -> Self {
         QpnTable {
             keys: vec![EMPTY; cap].into_boxed_slice(),
             vals: (0..cap).map(|_| None).collect(),
             len: 0,
-            last_key: Cell::new(EMPTY),
+            last_wire: Cell::new(EMPTY),
+            // Never read while `last_wire` is EMPTY.
             last_val: Cell::new(NonNull::dangling()),
         }
     }
@@ -47,20 +63,32 @@ impl<V> QpnTable<V> {
         (qpn.wrapping_mul(0x9e37_79b9) >> (32 - bits)) as usize & (self.keys.len() - 1)
     }
 
-    /// The value of `qpn` (its low 24 bits: a QPN).
+    /// What the value of `qpn` (its low 24 bits: a QPN) points at.
+    #[cfg(test)]
+    pub fn get(&self, qpn: u32) -> Option<&V::Target> {
+        self.get_wire(qpn.to_be() & WIRE_QPN_MASK)
+    }
+
+    /// [`QpnTable::get`] of a key as a CQE carries it: a 32-bit word read
+    /// as it lies in memory (big-endian), masked with [`WIRE_QPN_MASK`].
     #[inline(always)]
-    pub fn get(&self, qpn: u32) -> Option<&V> {
-        // Never EMPTY, whatever the caller passes (the mask folds into the
-        // CQE decoder's own).
-        let qpn = qpn & 0xff_ffff;
-        if self.last_key.get() == qpn {
-            // SAFETY: `last_key` is not EMPTY (`qpn` never is), so the table
-            // has not changed since `last_val` pointed at this live value.
+    pub fn get_wire(&self, wire: u32) -> Option<&V::Target> {
+        debug_assert_eq!(wire & !WIRE_QPN_MASK, 0);
+        if self.last_wire.get() == wire {
+            // SAFETY: `last_wire` is not EMPTY (`wire` never is), so the
+            // table has not changed since `last_val` pointed at the target
+            // of this live value.
             return Some(unsafe { self.last_val.get().as_ref() });
         }
-        let i = self.find(qpn)?;
-        let v = self.vals[i].as_ref()?;
-        self.last_key.set(qpn);
+        self.get_slow(wire)
+    }
+
+    /// A lookup that missed the last hit.
+    #[inline(never)]
+    fn get_slow(&self, wire: u32) -> Option<&V::Target> {
+        let i = self.find(u32::from_be(wire))?;
+        let v: &V::Target = self.vals[i].as_ref()?;
+        self.last_wire.set(wire);
         self.last_val.set(NonNull::from(v));
         Some(v)
     }
@@ -82,7 +110,7 @@ impl<V> QpnTable<V> {
     pub fn insert(&mut self, qpn: u32, v: V) {
         debug_assert!(qpn <= 0xff_ffff, "QPNs are 24 bits: {qpn:#x}");
         let qpn = qpn & 0xff_ffff;
-        self.last_key.set(EMPTY);
+        self.last_wire.set(EMPTY);
         if let Some(i) = self.find(qpn) {
             self.vals[i] = Some(v);
             return;
@@ -111,7 +139,7 @@ impl<V> QpnTable<V> {
     pub fn remove(&mut self, qpn: u32) -> Option<V> {
         let qpn = qpn & 0xff_ffff;
         let mask = self.keys.len() - 1;
-        self.last_key.set(EMPTY);
+        self.last_wire.set(EMPTY);
         let mut hole = self.find(qpn)?;
         let v = self.vals[hole].take();
         self.keys[hole] = EMPTY;
@@ -151,14 +179,14 @@ mod tests {
     #[test]
     fn a_free_slot_never_matches() {
         let mut t = QpnTable::default();
-        t.insert(5, 50);
+        t.insert(5, Box::new(50));
         assert_eq!(t.get(5), Some(&50));
-        t.insert(5, 51);
+        t.insert(5, Box::new(51));
         assert_eq!(t.get(5), Some(&51));
-        assert_eq!(t.remove(5), Some(51));
+        assert_eq!(t.remove(5).as_deref(), Some(&51));
         assert_eq!(t.get(u32::MAX), None);
         assert_eq!(t.get(5), None);
-        t.insert(0x12_3456, 7);
+        t.insert(0x12_3456, Box::new(7));
         assert_eq!(t.get(0xff12_3456), Some(&7), "only the 24 QPN bits count");
     }
 
@@ -167,10 +195,10 @@ mod tests {
     #[test]
     fn the_last_hit_does_not_survive_growth() {
         let mut t = QpnTable::default();
-        t.insert(7, 70u64);
+        t.insert(7, Box::new(70u64));
         assert_eq!(t.get(7), Some(&70));
         for k in 100..200 {
-            t.insert(k, u64::from(k));
+            t.insert(k, Box::new(u64::from(k)));
         }
         assert_eq!(t.get(7), Some(&70));
         assert_eq!(t.get(150), Some(&150));
@@ -187,10 +215,10 @@ mod tests {
                 // Keys collide on purpose: few distinct values, some far apart.
                 let qpn = k | (hi << 20);
                 if ins {
-                    t.insert(qpn, qpn * 3);
+                    t.insert(qpn, Box::new(qpn * 3));
                     m.insert(qpn, qpn * 3);
                 } else {
-                    prop_assert_eq!(t.remove(qpn), m.remove(&qpn));
+                    prop_assert_eq!(t.remove(qpn).map(|b| *b), m.remove(&qpn));
                 }
                 prop_assert_eq!(t.len(), m.len());
                 for probe in [qpn, qpn ^ 1, k] {

@@ -18,7 +18,10 @@ use crate::types::{LinkLayer, QpState};
 
 /// The send side of a QP: the ring-core descriptor (whose register view
 /// lives in `reg`, shared with the QPs on the same register), the entries
-/// and a wr-id array for ring-core posters (the C ABI's `send_wqe`).
+/// and a wr-id array for ring-core posters (the C ABI's `send_wqe`). A QP
+/// without one (a DCT) has an empty one: no slots, no register, always
+/// closed, so that a requester CQE naming it finds nothing outstanding
+/// with no check of its own.
 pub(crate) struct SendQueue<B: Backend, T> {
     pub(crate) desc: SqDesc,
     /// Largest first gather entry that passes every limit (0 when the QP
@@ -33,15 +36,27 @@ pub(crate) struct SendQueue<B: Backend, T> {
     /// sorted out afterwards (`QpShared::send_refused`).
     pub(crate) open: Cell<u32>,
     pub(crate) tracker: Tracker<T>,
-    pub(crate) reg: Rc<UarReg<B>>,
+    /// The register (`None` for the empty queue only).
+    reg: Option<Rc<UarReg<B>>>,
     _wrid: Box<[u64]>,
 }
 
 impl<B: Backend, T> SendQueue<B, T> {
     /// A send queue over `desc` (whose `bf` and `wrid` are set here).
-    pub(crate) fn new(mut desc: SqDesc, reg: Rc<UarReg<B>>) -> Self {
+    pub(crate) fn new(desc: SqDesc, reg: Rc<UarReg<B>>) -> Self {
+        Self::with_reg(desc, Some(reg))
+    }
+
+    /// The empty queue of a QP without one (a DCT).
+    pub(crate) fn empty() -> Self {
+        use std::ptr::null_mut;
+        let desc = SqDesc::new(null_mut(), 0, null_mut(), null_mut(), 0, crate::ring::SqKind::Rc, 0, 0, 0, 0);
+        Self::with_reg(desc, None)
+    }
+
+    fn with_reg(mut desc: SqDesc, reg: Option<Rc<UarReg<B>>>) -> Self {
         let mut wrid = vec![0u64; desc.wqe_cnt as usize].into_boxed_slice();
-        desc.bf = &reg.bf as *const _ as *mut _;
+        desc.bf = reg.as_ref().map_or(std::ptr::null_mut(), |r| &r.bf as *const _ as *mut _);
         desc.wrid = wrid.as_mut_ptr();
         let first_sge_max = if desc.max_sge == 0 { 0 } else { desc.max_msg.min(i32::MAX as u32) };
         let inline_max = desc.max_inline.min(desc.max_msg);
@@ -61,12 +76,31 @@ impl<B: Backend, T> SendQueue<B, T> {
         self.open.set(if open { self.desc.wqe_cnt } else { 0 });
     }
 
-    /// Ring the doorbell for every WQE committed since the last one.
+    /// Ring the doorbell for every WQE committed since the last one (the
+    /// empty queue never has one).
     #[inline(always)]
     pub(crate) fn ring_doorbell(&self) {
-        // SAFETY: the descriptor describes the backend QP's live ring and
-        // register; handles are single-threaded.
-        unsafe { self.desc.ring_db(&self.reg.mmio) }
+        if let Some(reg) = &self.reg {
+            // SAFETY: the descriptor describes the backend QP's live ring
+            // and register; handles are single-threaded.
+            unsafe { self.desc.ring_db(&reg.mmio) }
+        }
+    }
+
+    /// How writes reach the register, for a builder's doorbell.
+    ///
+    /// # Safety
+    /// The queue has slots. A builder exists only then: `WqeBuilder::new`
+    /// refuses a closed queue, and the empty queue is never open
+    /// (`set_open` opens it to its `wqe_cnt`, 0).
+    #[inline(always)]
+    pub(crate) unsafe fn mmio(&self) -> &B::Uar {
+        debug_assert!(self.desc.wqe_cnt != 0);
+        match &self.reg {
+            Some(r) => &r.mmio,
+            // SAFETY: only the empty queue has no register (caller contract).
+            None => unsafe { std::hint::unreachable_unchecked() },
+        }
     }
 
     /// Forget every WQE (QP to RESET).
@@ -196,7 +230,8 @@ pub struct WorkQueues<B: Backend, T> {
     pub(crate) state: Cell<QpState>,
     pub(crate) kind: QpKind,
     pub(crate) link: LinkLayer,
-    pub(crate) sq: Option<SendQueue<B, T>>,
+    /// The send queue (empty for a DCT).
+    pub(crate) sq: SendQueue<B, T>,
     /// The own receive queue (empty when the QP has none).
     pub(crate) rq: RecvQueue<T>,
     /// The SRQ the QP receives from, if any.
@@ -223,16 +258,14 @@ impl<B: Backend, T> WorkQueues<B, T> {
     /// queue in every state but RESET.
     pub(crate) fn set_state(&self, s: QpState) {
         self.state.set(s);
-        if let Some(sq) = &self.sq {
-            sq.set_open(s == QpState::Rts);
-        }
+        self.sq.set_open(s == QpState::Rts);
         self.rq.set_open(s != QpState::Reset);
     }
 
     /// Retire the send WQE a requester CQE names: its entry and opcode.
     #[inline(always)]
     pub(crate) fn retire_send(&self, wqe_counter: u16) -> Option<(T, u8)> {
-        let sq = self.sq.as_ref()?;
+        let sq = &self.sq;
         let r = sq.tracker.retire(sq.desc.producer(), sq.desc.consumer(), wqe_counter)?;
         sq.desc.ci.store(r.ci, std::sync::atomic::Ordering::Release);
         Some((r.entry, r.opcode))
@@ -246,7 +279,7 @@ impl<B: Backend, T> WorkQueues<B, T> {
         op: u8,
         data: &[u8],
     ) -> Result<(), DoesNotFit> {
-        let sq = self.sq.as_ref().ok_or(DoesNotFit)?;
+        let sq = &self.sq;
         // SAFETY: the live SQ ring; the WQE is posted and not yet retired.
         unsafe { sq.desc.copy_scattered(wqe_counter, op, data) }
     }

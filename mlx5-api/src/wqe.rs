@@ -509,7 +509,8 @@ impl<'q, B: Backend, T, S: Finishable> WqeBuilder<'q, B, T, S> {
         let (ctrl, start, ds) = self.write_ctrl();
         // SAFETY: the descriptor describes the backend QP's live ring and
         // register; handles are single-threaded.
-        unsafe { sq.desc.commit_and_ring(&sq.reg.mmio, start, ds, ctrl) };
+        // (A builder exists: the queue has slots and a register.)
+        unsafe { sq.desc.commit_and_ring(sq.mmio(), start, ds, ctrl) };
         Ok(())
     }
 
@@ -521,7 +522,7 @@ impl<'q, B: Backend, T, S: Finishable> WqeBuilder<'q, B, T, S> {
         let sq = self.sq;
         let (ctrl, start, ds) = self.write_ctrl();
         // SAFETY: as in `finish`.
-        unsafe { sq.desc.commit_and_ring_bf(&sq.reg.mmio, start, ds, ctrl) };
+        unsafe { sq.desc.commit_and_ring_bf(sq.mmio(), start, ds, ctrl) };
         Ok(())
     }
 

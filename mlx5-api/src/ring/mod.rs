@@ -34,7 +34,7 @@ pub mod sq;
 pub mod srq;
 
 pub use av::{AddressVector, IbGrh, RoceAv};
-pub use cq::{mini_format, CqDesc};
+pub use cq::{mini_format, CqDesc, Peek};
 pub use cqe::{Cqe, CqeError, CqeFormat, CqeView, Status, Syndrome};
 pub use error::PostError;
 pub use gid::Gid;
