@@ -477,7 +477,7 @@ impl<B: Backend, T> CqShared<B, T> {
         // SAFETY: caller contract.
         let v = unsafe { CqeView::new(p) };
         // SAFETY: as in `dispatch`.
-        let reason = if (unsafe { &*self.table.get() }).get_wire(v.qpn_wire()).is_none() {
+        let reason = if (unsafe { &*self.table.get() }).get_raw(v.sop_drop_qpn_raw()).is_none() {
             UnknownReason::NoSuchQp
         } else if matches!(v.op_own() >> 4, cqe_opcode::REQ | cqe_opcode::REQ_ERR)
             || RESP_OPS >> (v.op_own() >> 4) & 1 != 0
@@ -510,7 +510,7 @@ impl<B: Backend, T> CqShared<B, T> {
         let v = unsafe { CqeView::new(p) };
         // SAFETY: single-threaded; the reference ends with this function,
         // which runs no user code.
-        let wq = (unsafe { &*self.table.get() }).get_wire(v.qpn_wire())?;
+        let wq = (unsafe { &*self.table.get() }).get_raw(v.sop_drop_qpn_raw())?;
         let mut c = completion(v, op_own, ok);
         let op = op_own >> 4;
         if op == cqe_opcode::REQ || op == cqe_opcode::REQ_ERR {

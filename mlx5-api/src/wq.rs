@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use crate::backend::{Backend, QpKind};
 use crate::ctx::UarReg;
 use crate::ring::scatter::DoesNotFit;
+use crate::ring::seg::ctrl_qpn_word;
 use crate::ring::{PostError, RqDesc, Sge, SqDesc};
 use crate::srq::SrqShared;
 use crate::tracker::{RqTracker, Tracker};
@@ -31,6 +32,9 @@ pub(crate) struct SendQueue<B: Backend, T> {
     /// Largest inline payload that passes every limit:
     /// `min(max_inline, max_msg)`. One compare for the common post.
     pub(crate) inline_max: u32,
+    /// The QPN's part of every ctrl segment (`ctrl_qpn_word`), encoded
+    /// once: the QPN of a QP with a send queue never changes.
+    pub(crate) ctrl_qpn: u64,
     /// WQEBBs that may be outstanding: `wqe_cnt` in RTS, 0 in every other
     /// state. The post checks it in the capacity compare; a refusal is
     /// sorted out afterwards (`QpShared::send_refused`).
@@ -61,6 +65,7 @@ impl<B: Backend, T> SendQueue<B, T> {
         let first_sge_max = if desc.max_sge == 0 { 0 } else { desc.max_msg.min(i32::MAX as u32) };
         let inline_max = desc.max_inline.min(desc.max_msg);
         SendQueue {
+            ctrl_qpn: ctrl_qpn_word(desc.qpn),
             tracker: Tracker::new(desc.wqe_cnt),
             first_sge_max,
             inline_max,

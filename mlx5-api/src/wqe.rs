@@ -24,7 +24,7 @@ use crate::av::AddressVector;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::ring::seg::{
-    self, set_atomic_seg, set_ctrl_seg, set_data_ptr_seg, set_datagram_seg, set_raddr_seg,
+    self, set_atomic_seg, set_ctrl_seg_qpn_word, set_data_ptr_seg, set_datagram_seg, set_raddr_seg,
 };
 use crate::ring::seg::{DS_BYTES, WQEBB_BYTES};
 use crate::ring::sq::{copy_in, ds_ptr, over_budget};
@@ -304,7 +304,16 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
     fn write_ctrl(self) -> ([u8; 8], u32, u32) {
         let sq = self.sq;
         let mut ctrl = [0u8; 16];
-        set_ctrl_seg(&mut ctrl, self.start, self.opcode, 0, sq.desc.qpn, self.fm_ce_se, self.ds, self.imm);
+        set_ctrl_seg_qpn_word(
+            &mut ctrl,
+            self.start,
+            self.opcode,
+            0,
+            sq.ctrl_qpn,
+            self.fm_ce_se,
+            self.ds,
+            self.imm,
+        );
         // SAFETY: DS 0 of this WQE, a free slot of the live ring.
         unsafe { self.wqe.cast::<[u8; 16]>().write(ctrl) };
         // SAFETY: the tracker has a slot per WQEBB, indexed as the ring is

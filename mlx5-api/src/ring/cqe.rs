@@ -257,12 +257,12 @@ impl CqeView {
     pub fn qpn(&self) -> u32 {
         self.sop_drop_qpn() & 0xff_ffff
     }
-    /// `sop_drop_qpn[23:0]` as it lies in memory (big-endian, not
-    /// swapped): for a compare with a key kept in the same order.
+    /// `sop_drop_qpn` as it lies in memory (big-endian, not swapped): for
+    /// a compare with a key kept in the same order.
     #[inline(always)]
-    pub fn qpn_wire(&self) -> u32 {
+    pub fn sop_drop_qpn_raw(&self) -> u32 {
         // SAFETY: 0x38..0x3c lies inside the CQE (constructor contract).
-        unsafe { (self.at(0x38) as *const u32).read_unaligned() & 0x00ff_ffffu32.to_be() }
+        unsafe { (self.at(0x38) as *const u32).read_unaligned() }
     }
     /// `wqe_counter` (0x3c).
     #[inline(always)]

@@ -89,11 +89,44 @@ pub fn set_ctrl_seg(
     ds: u32,
     imm: [u8; 4],
 ) {
-    let opmod_idx_opcode = ((opmod as u32) << 24) | ((pi & 0xffff) << 8) | opcode as u32;
-    seg[0..4].copy_from_slice(&opmod_idx_opcode.to_be_bytes());
-    seg[4..8].copy_from_slice(&(((qpn & 0xff_ffff) << 8) | (ds & 0x3f)).to_be_bytes());
+    set_ctrl_seg_qpn_word(seg, pi, opcode, opmod, ctrl_qpn_word(qpn), fm_ce_se, ds, imm);
+}
+
+/// [`set_ctrl_seg`] with the QPN's part of the first 8 bytes encoded once
+/// per QP ([`ctrl_qpn_word`]): the post path of a QP whose number does
+/// not change.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn set_ctrl_seg_qpn_word(
+    seg: &mut [u8; 16],
+    pi: u32,
+    opcode: u8,
+    opmod: u8,
+    qpn_word: u64,
+    fm_ce_se: u8,
+    ds: u32,
+    imm: [u8; 4],
+) {
+    seg[0..8].copy_from_slice(&ctrl_head(qpn_word, pi, opcode, opmod, ds).to_ne_bytes());
     seg[8..12].copy_from_slice(&(fm_ce_se as u32).to_be_bytes());
     seg[12..16].copy_from_slice(&imm);
+}
+
+/// The QPN's part of a ctrl segment's first 8 bytes (`qpn_ds` with DS 0,
+/// spec §2.1) as a word in memory order, for [`set_ctrl_seg_qpn_word`].
+pub const fn ctrl_qpn_word(qpn: u32) -> u64 {
+    let q = ((qpn & 0xff_ffff) << 8).to_be_bytes();
+    u64::from_ne_bytes([0, 0, 0, 0, q[0], q[1], q[2], q[3]])
+}
+
+/// A ctrl segment's first 8 bytes (`opmod_idx_opcode`, `qpn_ds`: the
+/// doorbell value) as a word in memory order: the QPN's part or-ed with the
+/// rest, so that the post computes no QPN field.
+#[inline(always)]
+fn ctrl_head(qpn_word: u64, pi: u32, opcode: u8, opmod: u8, ds: u32) -> u64 {
+    let w = (((opmod as u32) << 24) | ((pi & 0xffff) << 8) | opcode as u32).to_be_bytes();
+    let head = u64::from_ne_bytes([w[0], w[1], w[2], w[3], 0, 0, 0, 0]);
+    head | u64::from_ne_bytes([0, 0, 0, 0, 0, 0, 0, (ds & 0x3f) as u8]) | qpn_word
 }
 
 /// Remote address segment (spec §3.1).
