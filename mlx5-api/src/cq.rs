@@ -350,8 +350,9 @@ impl<B: Backend, T> CqShared<B, T> {
             // SAFETY: the backend's live CQ ring; handles are single-threaded;
             // no session is open (checked above; only a title opens one, and
             // titles leave this loop before anything is consumed).
-            let (p, op_own) = match unsafe { self.desc.peek_plain(ci) } {
-                Peek::Plain(p, op_own) => (p, op_own),
+            let (p, op_own, req) = match unsafe { self.desc.peek_plain(ci) } {
+                Peek::Req(p, op_own) => (p, op_own, true),
+                Peek::Plain(p, op_own) => (p, op_own, false),
                 Peek::Empty => break,
                 Peek::Other => {
                     let out = PollOutcome { completions: n - unknown, unknown };
@@ -359,13 +360,16 @@ impl<B: Backend, T> CqShared<B, T> {
                 }
             };
             n += 1;
-            // A success and an error each call the callback from their own
-            // site, where the status is a constant (error CQEs have opcodes
-            // REQ_ERR and RESP_ERR, above every other but INVALID's).
-            if op_own >> 4 == cqe_opcode::REQ {
-                // The common requester completion, dispatched with its
-                // opcode known.
-                // SAFETY: as below.
+            // Requester, other successful and error CQEs each call the
+            // callback from their own site, where the opcode's class and the
+            // status are constants (error CQEs have opcodes REQ_ERR and
+            // RESP_ERR, above every other but INVALID's).
+            if req {
+                // SAFETY: `Peek::Req` is a requester CQE (opcode 0): said to
+                // the compiler, so that `dispatch` keeps the requester branch
+                // only.
+                unsafe { core::hint::assert_unchecked(op_own >> 4 == cqe_opcode::REQ) };
+                // SAFETY: as below; a requester CQE.
                 if let Some((c, entry)) = unsafe { self.dispatch(p, op_own, None, true) } {
                     // SAFETY: as below.
                     unsafe { self.desc.advance_plain(ci) };
@@ -373,6 +377,9 @@ impl<B: Backend, T> CqShared<B, T> {
                     continue;
                 }
             } else if op_own < cqe_opcode::REQ_ERR << 4 {
+                // SAFETY: `Peek::Plain` is not a requester CQE (said to the
+                // compiler as above).
+                unsafe { core::hint::assert_unchecked(op_own >> 4 != cqe_opcode::REQ) };
                 // SAFETY: `p` is an owned 64-byte CQE of format 0, read
                 // before it is handed back; not an error CQE.
                 if let Some((c, entry)) = unsafe { self.dispatch(p, op_own, None, true) } {

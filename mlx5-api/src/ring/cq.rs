@@ -35,8 +35,10 @@ pub mod mini_format {
 /// What [`CqDesc::peek_plain`] found at a consumer index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Peek {
-    /// An owned CQE of format 0 (its CQE proper and `op_own`), after the
-    /// read barrier.
+    /// An owned requester CQE (opcode REQ) of format 0: its CQE proper and
+    /// `op_own`, after the read barrier.
+    Req(*const u8, u8),
+    /// An owned CQE of format 0 with another opcode, as [`Peek::Req`].
     Plain(*const u8, u8),
     /// Nothing owned yet.
     Empty,
@@ -186,11 +188,12 @@ impl CqDesc {
     }
 
     /// [`CqDesc::peek`] for a poller whose loop takes plain CQEs (format
-    /// 0) only: one test of `op_own` finds the common case, a CQE software
-    /// owns (owner bit as the lap expects, opcode not INVALID) of format 0.
-    /// The owner bit is flipped into bit 0, so that bits 0, 2 and 3 are
-    /// clear in that case; adding 0x10 carries the INVALID opcode (0xF)
-    /// into bit 8, which no other opcode reaches.
+    /// 0) only: one test of `op_own` finds the commonest case, a requester
+    /// CQE software owns, and one more the other plain ones (owner bit as
+    /// the lap expects, opcode not INVALID, format 0). The owner bit is
+    /// flipped into bit 0, so that bits 0, 2 and 3 are clear in those
+    /// cases; the requester's opcode is 0; adding 0x10 carries the INVALID
+    /// opcode (0xF) into bit 8, which no other opcode reaches.
     ///
     /// # Safety
     /// As [`CqDesc::peek`].
@@ -199,8 +202,12 @@ impl CqDesc {
         let cqe = self.proper(ci);
         // SAFETY: op_own is byte 63 of the CQE; the device stores it last.
         let op_own = unsafe { AtomicU8::from_ptr(cqe.add(63)) }.load(Ordering::Acquire);
-        let x = u32::from(op_own ^ (ci & self.cqe_cnt != 0) as u8);
-        if (x + 0x10) & 0x10d == 0 {
+        let x = op_own ^ (ci & self.cqe_cnt != 0) as u8;
+        if x & 0xfd == 0 {
+            udma_from_device_barrier();
+            return Peek::Req(cqe, op_own);
+        }
+        if (u32::from(x) + 0x10) & 0x10d == 0 {
             udma_from_device_barrier();
             return Peek::Plain(cqe, op_own);
         }
@@ -423,6 +430,7 @@ mod tests {
                 let owned = op_own >> 4 != 0xf && u32::from(op_own & 1) == lap_owner;
                 let want = match (owned, (op_own >> 2) & 3) {
                     (false, _) => Peek::Empty,
+                    (true, 0) if op_own >> 4 == cqe_opcode::REQ => Peek::Req(cqe, op_own),
                     (true, 0) => Peek::Plain(cqe, op_own),
                     (true, _) => Peek::Other,
                 };
