@@ -31,7 +31,8 @@ pub struct QpConfig {
     pub max_recv_wr: u32,
     /// Most SGEs per send WQE.
     pub max_send_sge: u32,
-    /// Most SGEs per receive WQE.
+    /// Most SGEs per receive WQE (at least; the queue takes what its
+    /// stride holds, as `caps().max_recv_sge` reports).
     pub max_recv_sge: u32,
     /// Most inline bytes per send WQE.
     pub max_inline_data: u32,
