@@ -8,7 +8,7 @@
 //!
 //! | Module | What (spec section) |
 //! |---|---|
-//! | [`seg`] | pure segment writers named after rdma-core: `set_ctrl_seg`, `set_raddr_seg`, `set_data_ptr_seg` (the one data-segment encoder of SQ, RQ and SRQ), `set_atomic_seg`, `set_datagram_seg`, `set_srq_next_seg` (§2–§4) |
+//! | [`seg`] | pure segment writers named after rdma-core: `set_ctrl_seg` (and `set_ctrl_seg_qpn_word`, its QPN part encoded once per QP), `set_raddr_seg`, `set_data_ptr_seg` (the one data-segment encoder of SQ, RQ and SRQ), `set_atomic_seg`, `set_datagram_seg`, `set_srq_next_seg` (§2–§4) |
 //! | [`gid`] | [`Gid`]: 16 bytes in network order, printed as IPv6 |
 //! | [`av`] | pre-encoded address vectors for UD and DCI (§3.6) |
 //! | [`sq`] | [`SqDesc`]: the send ring, its counters and the doorbell sequence (§1) |
