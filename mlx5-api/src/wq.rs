@@ -320,6 +320,94 @@ impl<B: Backend, T> WorkQueues<B, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Post,
+        /// Retire the receive `k` after the oldest (k > 0: completions lost).
+        Retire(u32),
+        Reset,
+        Open(bool),
+    }
+
+    proptest::proptest! {
+        /// Random posts, in-order and lossy retires, RESETs and state changes
+        /// against a model: a post is taken exactly when the queue is open and
+        /// has room (it is refused with its capacity otherwise), no post ever
+        /// overwrites the WQE of an outstanding receive, retires hand back the
+        /// entry the counter names and drop the ones before it, and every
+        /// entry is dropped exactly once.
+        #[test]
+        fn the_receive_queue_agrees_with_a_model(ops in proptest::collection::vec(
+            proptest::prop_oneof![
+                4 => proptest::strategy::Just(Op::Post),
+                3 => (0u32..5).prop_map(Op::Retire),
+                1 => proptest::strategy::Just(Op::Reset),
+                1 => proptest::bool::ANY.prop_map(Op::Open),
+            ],
+            1..200,
+        )) {
+            let (mut buf, mut dbrec) = ([[0u8; 16]; 4], 0u32);
+            let ring = buf.as_mut_ptr();
+            let rq = RecvQueue::new(RqDesc::new(ring.cast(), 4, 16, &mut dbrec, 1));
+            let (mut open, mut pi, mut ci) = (false, 0u32, 0u32);
+            let mut live: std::collections::VecDeque<(u32, Rc<u32>)> = Default::default();
+            let mut all = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Post => {
+                        let e = Rc::new(pi);
+                        all.push(e.clone());
+                        let r = rq.post(e.clone(), &[Sge::new(u64::from(pi) << 8, 8, 1)]);
+                        if open && pi - ci < 4 {
+                            prop_assert_eq!(r, Ok(()));
+                            live.push_back((pi, e));
+                            pi += 1;
+                        } else {
+                            let capacity = if open { 4 } else { 0 };
+                            prop_assert_eq!(r, Err(PostError::RqFull { capacity }));
+                        }
+                    }
+                    Op::Retire(k) => {
+                        let got = rq.retire((ci + k) as u16);
+                        if (k as usize) < live.len() {
+                            live.drain(..k as usize);
+                            let (n, e) = live.pop_front().unwrap();
+                            prop_assert_eq!(got.as_ref(), Some(&e));
+                            ci = n + 1;
+                        } else {
+                            prop_assert!(got.is_none());
+                        }
+                    }
+                    Op::Reset => {
+                        rq.reset();
+                        live.clear();
+                        (pi, ci) = (0, 0);
+                    }
+                    Op::Open(o) => {
+                        rq.set_open(o);
+                        open = o;
+                    }
+                }
+                prop_assert_eq!(rq.is_closed(), !open);
+                // Every outstanding receive's WQE is still its own: the SGE
+                // address carries the counter it was posted at.
+                for (n, _) in &live {
+                    // SAFETY: a slot of the local ring (read, no reference kept).
+                    let w = unsafe { *ring.add((n & 3) as usize) };
+                    prop_assert_eq!(u64::from_be_bytes(w[8..16].try_into().unwrap()), u64::from(*n) << 8);
+                }
+                for e in &all {
+                    let held = live.iter().any(|(_, x)| Rc::ptr_eq(x, e));
+                    // Ours, and the model's and the queue's while outstanding.
+                    prop_assert_eq!(Rc::strong_count(e), 1 + 2 * usize::from(held), "entry {}", **e);
+                }
+            }
+            drop(rq);
+            prop_assert!(all.iter().all(|e| Rc::strong_count(e) == 1 + usize::from(live.iter().any(|(_, x)| Rc::ptr_eq(x, e)))));
+        }
+    }
 
     /// A receive queue over 4 slots of local memory, open.
     fn queue(buf: &mut [[u8; 16]; 4], dbrec: &mut u32) -> RecvQueue<Rc<u32>> {
