@@ -35,6 +35,9 @@ pub(crate) struct SendQueue<B: Backend, T> {
     /// The QPN's part of every ctrl segment (`ctrl_qpn_word`), encoded
     /// once: the QPN of a QP with a send queue never changes.
     pub(crate) ctrl_qpn: u64,
+    /// Whole WQEBBs of the largest WQE (`max_ds / 4`): the builder's
+    /// compare in WQEBBs stays within the DS limit below it.
+    pub(crate) max_bbs: u32,
     /// WQEBBs that may be outstanding: `wqe_cnt` in RTS, 0 in every other
     /// state. The post checks it in the capacity compare; a refusal is
     /// sorted out afterwards (`QpShared::send_refused`).
@@ -66,6 +69,7 @@ impl<B: Backend, T> SendQueue<B, T> {
         let inline_max = desc.max_inline.min(desc.max_msg);
         SendQueue {
             ctrl_qpn: ctrl_qpn_word(desc.qpn),
+            max_bbs: desc.max_ds / 4,
             tracker: Tracker::new(desc.wqe_cnt),
             first_sge_max,
             inline_max,

@@ -97,6 +97,10 @@ pub struct WqeBuilder<'q, B: Backend, T, S> {
     mask: usize,
     /// The WQE's first WQEBB (DS 0 to 3 never wrap) and its ring slot.
     wqe: *mut u8,
+    /// The WQEBB after it, where DS 4 to 7 lie (the ring's first at its
+    /// end). Computed whether or not the WQE reaches it: unused, it costs
+    /// nothing once inlined.
+    wqe2: *mut u8,
     slot: u32,
     /// Counter of the WQE's first WQEBB.
     start: u32,
@@ -104,6 +108,11 @@ pub struct WqeBuilder<'q, B: Backend, T, S> {
     ds: u32,
     /// Free WQEBBs at the start (at least 1).
     free: u32,
+    /// WQEBBs the WQE may take without a DS-exact check: the free ones, at
+    /// most the whole WQEBBs of the largest WQE (`SendQueue::max_bbs`).
+    /// One compare in WQEBBs per segment past the first WQEBB, the same
+    /// for every DS of a WQEBB (so that later ones fold away).
+    bbs: u32,
     nsge: u32,
     /// Message bytes so far (gather SGEs or inline).
     msg_len: u32,
@@ -132,16 +141,19 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         // Open, `open` is wqe_cnt.
         let free = open - used;
         let slot = start & (wqe_cnt - 1);
+        let slot2 = start.wrapping_add(1) & (wqe_cnt - 1);
         Ok(WqeBuilder {
             sq,
             entry,
             buf,
             mask: (wqe_cnt * WQEBB_BYTES) as usize - 1,
             wqe: buf.wrapping_add(slot as usize * WQEBB_BYTES as usize),
+            wqe2: buf.wrapping_add(slot2 as usize * WQEBB_BYTES as usize),
             slot,
             start,
             ds: 1,
             free,
+            bbs: free.min(sq.max_bbs),
             nsge: 0,
             msg_len: 0,
             opcode: 0,
@@ -174,10 +186,12 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
             buf,
             mask,
             wqe,
+            wqe2,
             slot,
             start,
             ds,
             free,
+            bbs,
             nsge,
             msg_len,
             opcode,
@@ -192,10 +206,12 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
             buf,
             mask,
             wqe,
+            wqe2,
             slot,
             start,
             ds,
             free,
+            bbs,
             nsge,
             msg_len,
             opcode,
@@ -220,22 +236,29 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
     /// segment. One WQEBB always fits: `new` found one free, and a QP's
     /// WQEs may be at least one WQEBB (`max_ds >= 4`, checked at creation
     /// by `qp_geometry`), so the check costs nothing for the segments that
-    /// the builder's state puts in the first WQEBB.
+    /// the builder's state puts in the first WQEBB. Past it, one compare
+    /// in WQEBBs against `bbs` (the same for each DS of a WQEBB, so that
+    /// the compiler keeps one per WQEBB); the DS-exact limit (the last
+    /// WQEBB of the largest WQE may be partly usable) is checked cold.
+    /// (That limit is defensive: `qp_geometry` sizes the gather list and
+    /// the inline payload so that no WQE the builder takes exceeds it.)
     #[inline(always)]
     fn reserve(&self, ds: u32) -> Result<()> {
-        if ds <= 4 || (ds <= self.sq.desc.max_ds && ds.div_ceil(4) <= self.free) {
+        if ds <= 4 || ds.div_ceil(4) <= self.bbs {
             Ok(())
         } else {
-            Err(over_budget(ds, self.sq.desc.max_ds, self.free).into())
+            reserve_exact(ds, self.sq.desc.max_ds, self.free)
         }
     }
 
-    /// DS `i` of the WQE, in the ring (modulo rule of spec §1.3; the first
-    /// WQEBB never wraps).
+    /// DS `i` of the WQE, in the ring (modulo rule of spec §1.3; a WQEBB
+    /// never wraps).
     #[inline(always)]
     fn ds_at(&self, i: u32) -> *mut [u8; 16] {
         if i < 4 {
             self.wqe.wrapping_add(i as usize * DS_BYTES as usize) as *mut [u8; 16]
+        } else if i < 8 {
+            self.wqe2.wrapping_add((i - 4) as usize * DS_BYTES as usize) as *mut [u8; 16]
         } else {
             ds_ptr(self.buf, self.mask, self.start, i)
         }
@@ -333,6 +356,19 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         let (db, start, ds) = self.write_ctrl();
         sq.desc.commit(start, ds);
         db
+    }
+}
+
+/// [`WqeBuilder::reserve`] past its `bbs`: the DS limit of the largest WQE
+/// and the free WQEBBs, each with its error. Out of line, with the builder's
+/// values passed, so that the builder stays in registers.
+#[cold]
+#[inline(never)]
+fn reserve_exact(ds: u32, max_ds: u32, free: u32) -> Result<()> {
+    if ds <= max_ds && ds.div_ceil(4) <= free {
+        Ok(())
+    } else {
+        Err(over_budget(ds, max_ds, free).into())
     }
 }
 
@@ -618,7 +654,7 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Data> {
             if data.len() > max {
                 return Err(Error::InlineTooLarge { len: data.len(), max });
             }
-            b.reserve(b.ds + seg_ds)?;
+            reserve_exact(b.ds + seg_ds, b.sq.desc.max_ds, b.free)?;
             b.add_msg(data.len() as u32)?;
         } else {
             debug_assert_eq!(b.msg_len, 0);
