@@ -648,13 +648,23 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Data> {
         // The message so far is empty (inline is the whole payload), so one
         // compare against min(max_inline, max_msg) passes the common case;
         // the separate checks give the error.
-        let fast = data.len() <= b.sq.inline_max as usize && b.ds + seg_ds <= 4;
-        if !fast {
+        let within = data.len() <= b.sq.inline_max as usize;
+        let fast = within && b.ds + seg_ds <= 4;
+        // Two WQEBBs side by side in the ring (the first is not its last
+        // slot): the segment is written in one piece there too, once the
+        // second WQEBB's room is checked.
+        let two = within
+            && !fast
+            && b.ds + seg_ds <= 8
+            && b.wqe2 == b.wqe.wrapping_add(WQEBB_BYTES as usize)
+            && b.reserve(b.ds + seg_ds).is_ok();
+        let direct = fast || two;
+        if !direct {
             let max = b.sq.desc.max_inline as usize;
             if data.len() > max {
                 return Err(Error::InlineTooLarge { len: data.len(), max });
             }
-            reserve_exact(b.ds + seg_ds, b.sq.desc.max_ds, b.free)?;
+            b.reserve(b.ds + seg_ds)?;
             b.add_msg(data.len() as u32)?;
         } else {
             debug_assert_eq!(b.msg_len, 0);
@@ -665,9 +675,11 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Data> {
         let base = b.ds * 16;
         // Zero the pad up to the DS boundary so no stale ring bytes go out.
         let pad = (seg_ds * 16 - 4) as usize - data.len();
-        if fast {
-            // Inside the first WQEBB, which never wraps.
-            // SAFETY: DS ds..4 of this WQE's first WQEBB, a free slot of the live ring.
+        if direct {
+            // Inside the first WQEBB, which never wraps, or the first two,
+            // which are adjacent.
+            // SAFETY: DS ds..ds + seg_ds of this WQE, within its first one
+            // or two (adjacent, reserved) WQEBBs: free slots of the live ring.
             unsafe {
                 let p = b.wqe.add(base as usize);
                 core::ptr::copy_nonoverlapping(hdr.as_ptr(), p, 4);
