@@ -423,10 +423,34 @@ impl<B: Backend, T> CqShared<B, T> {
         while out.consumed() < budget {
             // SAFETY: the backend's live CQ ring; handles are single-threaded.
             let Some(p) = (unsafe { self.desc.next() }) else { break };
+            // SAFETY: `p` is an owned 64-byte CQE (in the ring, or a
+            // session's completion expanded by the descriptor).
+            let op_own = unsafe { *p.add(63) };
+            let ok = op_own < cqe_opcode::REQ_ERR << 4;
+            if op_own & 0x0c == 0 {
+                // As in `poll_with`: a requester completion (the common
+                // compressed session) and the other plain ones each call
+                // the callback from their own site.
+                if op_own >> 4 == cqe_opcode::REQ {
+                    // SAFETY: as above; read before it is handed back.
+                    if let Some((c, entry)) = unsafe { self.dispatch(p, op_own, None, true) } {
+                        // SAFETY: as above; the CQE was read.
+                        unsafe { self.desc.advance() };
+                        out.completions += 1;
+                        f(c, entry);
+                        continue;
+                    }
+                // SAFETY: as above.
+                } else if let Some((c, entry)) = unsafe { self.dispatch(p, op_own, None, ok) } {
+                    // SAFETY: as above; the CQE was read.
+                    unsafe { self.desc.advance() };
+                    out.completions += 1;
+                    f(c, entry);
+                    continue;
+                }
+            }
             // SAFETY: `p` is an owned 64-byte CQE, read before it is handed back.
             let decoded = unsafe {
-                let op_own = *p.add(63);
-                let ok = op_own < cqe_opcode::REQ_ERR << 4;
                 if op_own & 0x0c != 0 {
                     match self.desc.scattered(p) {
                         Some(d) => self.dispatch(p, op_own, Some(d), ok).ok_or_else(|| self.unknown_cqe(p)),
@@ -434,7 +458,7 @@ impl<B: Backend, T> CqShared<B, T> {
                         None => Err(self.unknown(CqeView::new(p), UnknownReason::Format)),
                     }
                 } else {
-                    self.dispatch(p, op_own, None, ok).ok_or_else(|| self.unknown_cqe(p))
+                    Err(self.unknown_cqe(p))
                 }
             };
             // SAFETY: as above; the CQE was read.
