@@ -369,9 +369,12 @@ impl<B: Backend, T> CqShared<B, T> {
                 // the compiler, so that `dispatch` keeps the requester branch
                 // only.
                 unsafe { core::hint::assert_unchecked(op_own >> 4 == cqe_opcode::REQ) };
-                // SAFETY: as below; a requester CQE.
+                // SAFETY: `p` is an owned 64-byte CQE of format 0, read
+                // before it is handed back; a requester CQE, not an error's.
                 if let Some((c, entry)) = unsafe { self.dispatch(p, op_own, None, true) } {
-                    // SAFETY: as below.
+                    // Hand the slot back before running user code (which
+                    // may post WQEs whose CQEs land here): all was read.
+                    // SAFETY: as above; the CQE was read.
                     unsafe { self.desc.advance_plain(ci) };
                     f(c, entry);
                     continue;
@@ -380,12 +383,9 @@ impl<B: Backend, T> CqShared<B, T> {
                 // SAFETY: `Peek::Plain` is not a requester CQE (said to the
                 // compiler as above).
                 unsafe { core::hint::assert_unchecked(op_own >> 4 != cqe_opcode::REQ) };
-                // SAFETY: `p` is an owned 64-byte CQE of format 0, read
-                // before it is handed back; not an error CQE.
+                // SAFETY: as above; not an error CQE.
                 if let Some((c, entry)) = unsafe { self.dispatch(p, op_own, None, true) } {
-                    // Hand the slot back before running user code (which
-                    // may post WQEs whose CQEs land here): all was read.
-                    // SAFETY: as above; the CQE was read.
+                    // SAFETY: as above.
                     unsafe { self.desc.advance_plain(ci) };
                     f(c, entry);
                     continue;
