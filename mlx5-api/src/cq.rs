@@ -249,6 +249,18 @@ const RESP_OPS: u16 = 1 << cqe_opcode::RESP_WR_IMM
     | 1 << cqe_opcode::RESP_SEND_INV
     | 1 << cqe_opcode::RESP_ERR;
 
+/// Whether CQE opcode `op` completes a send WQE (REQ, REQ_ERR).
+#[inline(always)]
+fn is_requester(op: u8) -> bool {
+    matches!(op, cqe_opcode::REQ | cqe_opcode::REQ_ERR)
+}
+
+/// Whether CQE opcode `op` completes a receive (the RESP opcodes).
+#[inline(always)]
+fn is_responder(op: u8) -> bool {
+    RESP_OPS >> op & 1 != 0
+}
+
 /// The completion of CQE `v` before its work request is known: the fields
 /// every opcode has (an error CQE carries its syndrome instead of a byte
 /// count and a timestamp). Inlined: fields the callback does not read are
@@ -510,9 +522,7 @@ impl<B: Backend, T> CqShared<B, T> {
         // SAFETY: as in `dispatch`.
         let reason = if (unsafe { &*self.table.get() }).get_raw(v.sop_drop_qpn_raw()).is_none() {
             UnknownReason::NoSuchQp
-        } else if matches!(v.op_own() >> 4, cqe_opcode::REQ | cqe_opcode::REQ_ERR)
-            || RESP_OPS >> (v.op_own() >> 4) & 1 != 0
-        {
+        } else if is_requester(v.op_own() >> 4) || is_responder(v.op_own() >> 4) {
             UnknownReason::NoSuchWqe
         } else {
             UnknownReason::Opcode
@@ -544,7 +554,7 @@ impl<B: Backend, T> CqShared<B, T> {
         let wq = (unsafe { &*self.table.get() }).get_raw(v.sop_drop_qpn_raw())?;
         let mut c = completion(v, op_own, ok);
         let op = op_own >> 4;
-        if op == cqe_opcode::REQ || op == cqe_opcode::REQ_ERR {
+        if is_requester(op) {
             if let Some(d) = scattered {
                 c.scattered = Some(Scattered::new(d));
                 if wq.copy_scattered_send(c.wqe_counter, (v.sop_drop_qpn() >> 24) as u8, d).is_err() {
@@ -559,7 +569,7 @@ impl<B: Backend, T> CqShared<B, T> {
                 c.byte_len = 8;
             }
             Some((c, entry))
-        } else if RESP_OPS >> op & 1 != 0 {
+        } else if is_responder(op) {
             if let Some(d) = scattered {
                 c.scattered = Some(Scattered::new(d));
                 if wq.copy_scattered_recv(c.wqe_counter, d).is_err() {
