@@ -53,14 +53,37 @@ pub(crate) fn lock(s: &Mutex<FabricState>) -> Guard<'_> {
     Guard(s.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
-/// A UAR write as queued for a NIC thread: fixed size, no heap allocation (boxing the
-/// BlueFlame payload would allocate per doorbell, which the data path avoids).
-#[allow(clippy::large_enum_variant)]
+/// A UAR write as queued for a NIC thread: 32 bytes, no heap allocation. A BlueFlame
+/// write's payload waits in one of the link's [`BfSlot`]s, so that every message (the
+/// plain doorbells above all) moves one small channel slot between the cores, not a
+/// 256-byte payload with each.
 enum Msg {
     Db { uar: u32, offset: u32, value: [u8; 8], epoch: u64 },
-    Bf { uar: u32, offset: u32, len: u16, valid_len: bool, epoch: u64, data: [u8; BF_SIZE as usize] },
+    Bf { uar: u32, offset: u32, len: u16, valid_len: bool, slot: u16, epoch: u64 },
     CqDb { value: [u8; 8] },
     Tick,
+}
+
+// Small enough that a channel slot (this and crossbeam's 8-byte stamp) is well
+// inside one cache line.
+const _: () = assert!(std::mem::size_of::<Msg>() <= 32);
+
+/// BlueFlame payloads a link holds at once; a poster that finds the next slot still
+/// taken helps the NIC or yields, as for a full channel.
+const BF_SLOTS: usize = 64;
+
+/// The payload of one queued BlueFlame write. Taken by a poster (`busy` false → true),
+/// written, then named by its message; freed by whoever handles the message, after the
+/// copy. The channel orders the poster's writes before the handler's reads.
+struct BfSlot {
+    busy: AtomicBool,
+    data: std::cell::UnsafeCell<[u8; BF_SIZE as usize]>,
+}
+
+impl Default for BfSlot {
+    fn default() -> Self {
+        BfSlot { busy: AtomicBool::new(false), data: std::cell::UnsafeCell::new([0; BF_SIZE as usize]) }
+    }
 }
 
 /// How `quiesce` waits for a NIC thread. Aligned to its own cache lines: the NIC side
@@ -106,7 +129,16 @@ struct Link {
     /// [`Nic::set_thread_paused`]: read by the NIC thread under the fabric lock.
     paused: AtomicBool,
     thread: OnceLock<std::thread::Thread>,
+    /// BlueFlame payloads of queued messages ([`Msg::Bf`]).
+    bf: Box<[BfSlot]>,
+    /// The next slot a BlueFlame poster tries (a ticket, modulo [`BF_SLOTS`]).
+    bf_next: AtomicU32,
 }
+
+// SAFETY: a `BfSlot`'s data is written only by the poster that took the slot (its
+// `busy` flag) and read only by the handler of the message naming it, after the
+// channel ordered the two; everything else in `Link` is `Sync` already.
+unsafe impl Sync for Link {}
 
 /// `Link::pending` when no doorbell waits to be coalesced with.
 const NO_QP: u32 = u32::MAX;
@@ -156,6 +188,39 @@ impl Link {
         // after a coalesced one carries a new epoch.
         let epoch = self.coalesced.load(Ordering::Relaxed);
         self.post(Msg::Db { uar, offset, value, epoch });
+    }
+
+    /// Queues a BlueFlame write of `data` (at most [`BF_SIZE`] bytes): its payload into a
+    /// free slot, then the message naming it.
+    fn bf(&self, uar: u32, offset: u32, data: &[u8], valid_len: bool) {
+        let slot = loop {
+            let i = self.bf_next.fetch_add(1, Ordering::Relaxed) as usize % BF_SLOTS;
+            if self.bf[i].busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                break i;
+            }
+            // Every slot may be waiting in the queue: make room as for a full channel.
+            if !self.help() {
+                std::thread::yield_now();
+            }
+        };
+        // SAFETY: the slot is ours (taken above) until the handler of our message frees it.
+        let buf = unsafe { &mut *self.bf[slot].data.get() };
+        buf[..data.len()].copy_from_slice(data);
+        let epoch = self.coalesced.load(Ordering::Relaxed);
+        self.post(Msg::Bf { uar, offset, len: data.len() as u16, valid_len, slot: slot as u16, epoch });
+    }
+
+    /// The payload of a queued [`Msg::Bf`] (its first `len` bytes), copied out of
+    /// `slot`, which is then free for the next poster.
+    fn take_bf(&self, slot: u16, len: u16) -> [u8; BF_SIZE as usize] {
+        let s = &self.bf[usize::from(slot)];
+        let len = usize::from(len);
+        let mut data = [0u8; BF_SIZE as usize];
+        // SAFETY: the poster wrote the slot before queuing the message naming it (the
+        // channel orders the two) and nobody touches it until it is freed below.
+        data[..len].copy_from_slice(&unsafe { &*s.data.get() }[..len]);
+        s.busy.store(false, Ordering::Release);
+        data
     }
 
     /// Queues a message without heap allocation (crossbeam's blocking `send` lazily
@@ -345,7 +410,8 @@ fn handle(st: &mut FabricState, link: &Link, msg: &Msg) {
             }
             engine::doorbell(st, h, *uar, *offset, *value, None, Some(*epoch))
         }
-        Msg::Bf { uar, offset, len, valid_len, epoch, data } => {
+        Msg::Bf { uar, offset, len, valid_len, slot, epoch } => {
+            let data = link.take_bf(*slot, *len);
             bf_write(st, h, *uar, *offset, &data[..usize::from(*len)], *valid_len, Some(*epoch))
         }
         Msg::CqDb { value } => engine::cq_doorbell(st, h, *value),
@@ -538,6 +604,8 @@ impl Fabric {
                     stop: AtomicBool::new(false),
                     paused: AtomicBool::new(false),
                     thread: OnceLock::new(),
+                    bf: (0..BF_SLOTS).map(|_| BfSlot::default()).collect(),
+                    bf_next: AtomicU32::new(0),
                 });
                 let l2 = Arc::clone(&link);
                 let t = std::thread::Builder::new()
@@ -1015,12 +1083,7 @@ impl Nic {
                 let mut st = self.state();
                 bf_write(&mut st, self.host, uar_index, offset, &data[..n], valid_len, None);
             }
-            Some(l) => {
-                let mut buf = [0u8; BF_SIZE as usize];
-                buf[..n].copy_from_slice(&data[..n]);
-                let epoch = l.coalesced.load(Ordering::Relaxed);
-                l.post(Msg::Bf { uar: uar_index, offset, len: n as u16, valid_len, epoch, data: buf });
-            }
+            Some(l) => l.bf(uar_index, offset, &data[..n], valid_len),
         }
     }
 
@@ -1223,5 +1286,34 @@ mod tests {
     fn handles_are_send_sync() {
         assert_send_sync::<Nic>();
         assert_send_sync::<Fabric>();
+    }
+
+    /// Every queued BlueFlame message finds the payload its poster wrote, across
+    /// three rounds that fill every slot (so each slot is reused), with the NIC
+    /// thread paused and the messages taken off the queue here.
+    #[test]
+    fn each_blueflame_message_finds_its_own_payload() {
+        let f = Fabric::new(FabricConfig { mode: ExecMode::Threaded, ..Default::default() });
+        let nic = f.add_host(HostConfig::infiniband("h0", 1));
+        nic.set_thread_paused(true);
+        let link = nic.link.clone().expect("a threaded NIC has a link");
+        let payload = |k: usize| -> Vec<u8> { (0..64 * (1 + k % 4)).map(|i| (k * 7 + i) as u8).collect() };
+        for round in 0..3 {
+            for k in 0..BF_SLOTS {
+                let p = payload(round * BF_SLOTS + k);
+                link.bf(1, (k as u32 % 2) * BF_SIZE, &p, true);
+            }
+            assert!(link.bf.iter().all(|s| s.busy.load(Ordering::Relaxed)), "every slot holds a payload");
+            for k in 0..BF_SLOTS {
+                let Ok(Msg::Bf { offset, len, slot, .. }) = link.rx.try_recv() else {
+                    panic!("round {round}: message {k} is not the BlueFlame write queued")
+                };
+                let want = payload(round * BF_SLOTS + k);
+                assert_eq!(offset, (k as u32 % 2) * BF_SIZE);
+                assert_eq!(usize::from(len), want.len());
+                assert_eq!(link.take_bf(slot, len)[..want.len()], want[..], "round {round}, message {k}");
+            }
+            assert!(link.bf.iter().all(|s| !s.busy.load(Ordering::Relaxed)), "every slot freed");
+        }
     }
 }

@@ -421,3 +421,43 @@ fn two_posting_threads_coalescing_lose_no_wqe() {
     assert_eq!(s.doorbells, 2 * N as u64, "{s:?}");
     assert_eq!(s.doorbell_mismatch + s.bf_offset_mismatch + s.malformed_wqes, 0, "{s:?}");
 }
+
+/// BlueFlame payloads wait in a fixed set of slots beside the doorbell queue:
+/// more BlueFlame writes queued than there are slots (the NIC thread paused)
+/// make the poster hand the queue to `help` before it reuses a slot, and every
+/// write executes, in order, with no mismatch counted. (A payload taken from
+/// another write's slot cannot be told from its own here: the first doorbell
+/// handled runs the whole ring, so later payloads are no longer compared. The
+/// unit test `fabric::tests::each_blueflame_message_finds_its_own_payload`
+/// checks that.)
+#[test]
+fn more_blueflame_writes_than_payload_slots_all_execute() {
+    const N: u64 = 150;
+    let p = Pair::with(PairOpts {
+        cfg: FabricConfig { mode: ExecMode::Threaded, ..Default::default() },
+        sq: 256,
+        cq: 16,
+        ..Default::default()
+    });
+    let mut src = Buf::new(&p.a, p.pda, N as usize * 8, ALL_ACCESS);
+    src.fill(|i| (i / 8 + 1) as u8);
+    let dst = Buf::new(&p.b, p.pdb, N as usize * 8, ALL_ACCESS);
+    let mut p = p;
+    p.a.set_thread_paused(true);
+    for k in 0..N {
+        let segs = [
+            Seg::Raddr { raddr: dst.addr() + 8 * k, rkey: dst.keys.rkey },
+            Seg::Data { addr: src.addr() + 8 * k, len: 8, lkey: src.keys.lkey },
+        ];
+        p.qa.post_bf(op::RDMA_WRITE, if k == N - 1 { SIGNALED } else { 0 }, [0; 4], &segs);
+    }
+    // More writes than slots: the poster made room by handling queued ones.
+    assert!(p.a.stats().bf_writes > 0, "the poster helped the paused NIC");
+    p.a.set_thread_paused(false);
+    p.a.quiesce();
+    assert_eq!(wait_for(&mut p.scq_a, 1)[0].wqe_counter(), (N - 1) as u16);
+    assert_eq!(dst.read(), src.read());
+    let s = p.a.stats();
+    assert_eq!((s.doorbells, s.bf_writes), (N, N), "{s:?}");
+    assert_eq!(s.doorbell_mismatch + s.bf_offset_mismatch + s.bf_content_mismatch, 0, "{s:?}");
+}
