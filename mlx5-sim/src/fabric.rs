@@ -80,6 +80,11 @@ struct BfSlot {
     data: std::cell::UnsafeCell<[u8; BF_SIZE as usize]>,
 }
 
+// SAFETY: the data is written only by the poster that took the slot (its `busy`
+// flag) and read only by the handler of the message naming it, after the channel
+// ordered the two; the handler frees the slot after its last read.
+unsafe impl Sync for BfSlot {}
+
 impl Default for BfSlot {
     fn default() -> Self {
         BfSlot { busy: AtomicBool::new(false), data: std::cell::UnsafeCell::new([0; BF_SIZE as usize]) }
@@ -134,11 +139,6 @@ struct Link {
     /// The next slot a BlueFlame poster tries (a ticket, modulo [`BF_SLOTS`]).
     bf_next: AtomicU32,
 }
-
-// SAFETY: a `BfSlot`'s data is written only by the poster that took the slot (its
-// `busy` flag) and read only by the handler of the message naming it, after the
-// channel ordered the two; everything else in `Link` is `Sync` already.
-unsafe impl Sync for Link {}
 
 /// `Link::pending` when no doorbell waits to be coalesced with.
 const NO_QP: u32 = u32::MAX;
@@ -210,17 +210,16 @@ impl Link {
         self.post(Msg::Bf { uar, offset, len: data.len() as u16, valid_len, slot: slot as u16, epoch });
     }
 
-    /// The payload of a queued [`Msg::Bf`] (its first `len` bytes), copied out of
-    /// `slot`, which is then free for the next poster.
-    fn take_bf(&self, slot: u16, len: u16) -> [u8; BF_SIZE as usize] {
+    /// Runs `f` on the payload of a queued [`Msg::Bf`] (the first `len` bytes of
+    /// `slot`), in place; the slot is then free for the next poster.
+    fn take_bf<R>(&self, slot: u16, len: u16, f: impl FnOnce(&[u8]) -> R) -> R {
         let s = &self.bf[usize::from(slot)];
-        let len = usize::from(len);
-        let mut data = [0u8; BF_SIZE as usize];
         // SAFETY: the poster wrote the slot before queuing the message naming it (the
-        // channel orders the two) and nobody touches it until it is freed below.
-        data[..len].copy_from_slice(&unsafe { &*s.data.get() }[..len]);
+        // channel orders the two) and nobody writes it until it is freed below, after
+        // the last use of this reference.
+        let r = f(&unsafe { &*s.data.get() }[..usize::from(len)]);
         s.busy.store(false, Ordering::Release);
-        data
+        r
     }
 
     /// Queues a message without heap allocation (crossbeam's blocking `send` lazily
@@ -411,8 +410,7 @@ fn handle(st: &mut FabricState, link: &Link, msg: &Msg) {
             engine::doorbell(st, h, *uar, *offset, *value, None, Some(*epoch))
         }
         Msg::Bf { uar, offset, len, valid_len, slot, epoch } => {
-            let data = link.take_bf(*slot, *len);
-            bf_write(st, h, *uar, *offset, &data[..usize::from(*len)], *valid_len, Some(*epoch))
+            link.take_bf(*slot, *len, |data| bf_write(st, h, *uar, *offset, data, *valid_len, Some(*epoch)))
         }
         Msg::CqDb { value } => engine::cq_doorbell(st, h, *value),
         Msg::Tick => engine::tick(st, h),
@@ -1311,7 +1309,7 @@ mod tests {
                 let want = payload(round * BF_SLOTS + k);
                 assert_eq!(offset, (k as u32 % 2) * BF_SIZE);
                 assert_eq!(usize::from(len), want.len());
-                assert_eq!(link.take_bf(slot, len)[..want.len()], want[..], "round {round}, message {k}");
+                link.take_bf(slot, len, |got| assert_eq!(got, &want[..], "round {round}, message {k}"));
             }
             assert!(link.bf.iter().all(|s| !s.busy.load(Ordering::Relaxed)), "every slot freed");
         }
