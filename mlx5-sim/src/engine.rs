@@ -2,6 +2,7 @@
 //! under the fabric lock), receive-queue consumption, RNR, error and flush semantics, and
 //! CQE generation (spec §5–§8).
 
+use crate::hosts::FabricState;
 use crate::idmap::{DirectMap, IdMap, IdSet};
 
 use crate::cq::Cq;
@@ -14,8 +15,7 @@ use crate::wire::{
 };
 use crate::wqe::{self, Piece, SendWqe};
 use crate::{
-    access, AsyncEvent, AtomicEndianness, ExecMode, FabricConfig, HostConfig, LinkLayer, NicStats, QpState,
-    QpType,
+    access, AsyncEvent, AtomicEndianness, ExecMode, HostConfig, LinkLayer, NicStats, QpState, QpType,
 };
 
 /// BlueFlame register half size (spec §1.6).
@@ -111,6 +111,14 @@ pub(crate) struct Host {
     /// The page CQ doorbells (arm requests) are stored into at offset 0x20 in watch mode.
     pub cq_page: crate::mem::DevMem,
     scratch: Vec<u32>,
+    /// The NIC's clock, used as CQE timestamp: one tick per WQE executed or message
+    /// received, per RNR-timer period.
+    pub clock: u64,
+    /// CQs holding a pending compressed session, written when the host's lock is let go
+    /// ([`flush_sessions`]).
+    pub dirty: Vec<u32>,
+    /// Scratch for the WQE being executed ([`process_sq`]).
+    pub wqe_scratch: Option<Box<[u8; MAX_WQE_DS * DS_SIZE]>>,
 }
 
 /// A completion channel: CQ numbers of pending events, and a socket pair whose read end
@@ -179,6 +187,9 @@ impl Host {
             next_channel: 1,
             cq_page: crate::mem::DevMem::new(4096, 4096).expect("a 4 KiB page"),
             scratch: Vec::new(),
+            clock: 0,
+            dirty: Vec::new(),
+            wqe_scratch: None,
         }
     }
 
@@ -252,22 +263,6 @@ impl Host {
     }
 }
 
-/// Everything behind the fabric lock.
-#[derive(Debug)]
-pub(crate) struct FabricState {
-    pub cfg: FabricConfig,
-    pub hosts: Vec<Host>,
-    /// Virtual clock, used as CQE timestamp.
-    pub clock: u64,
-    /// CQs holding a pending compressed session: (host, cqn), written when the lock is
-    /// released ([`flush_sessions`]).
-    pub dirty: Vec<(usize, u32)>,
-    /// The network: simulated time, link faults, capture.
-    pub net: crate::net::Net,
-    /// Scratch for the WQE being executed ([`process_sq`]).
-    pub wqe_scratch: Option<Box<[u8; MAX_WQE_DS * DS_SIZE]>>,
-}
-
 // ---------------------------------------------------------------------------------------
 // CQE construction and delivery
 
@@ -338,8 +333,8 @@ fn push_cqe_data(
     match cq.push_with(&b, half) {
         Ok(()) => {
             host.stats.cqes_written += 1;
-            if cq.has_pending() && !st.dirty.contains(&(h, cqn)) {
-                st.dirty.push((h, cqn));
+            if cq.has_pending() && !host.dirty.contains(&cqn) {
+                host.dirty.push(cqn);
             }
             // The event for an armed CQ, without looking the CQ up again.
             if let Some(ch) = cq.take_event().then_some(cq.channel).flatten() {
@@ -385,13 +380,13 @@ fn deliver_event(host: &mut Host, cqn: u32) {
     }
 }
 
-/// Writes every pending compressed session (the end of a burst: the fabric lock is being
-/// released).
-pub(crate) fn flush_sessions(st: &mut FabricState) {
-    while let Some((h, cqn)) = st.dirty.pop() {
-        if let Some(cq) = st.hosts[h].cqs.get_mut(&cqn) {
+/// Writes every pending compressed session of `host` (the end of a burst: its lock is
+/// being let go).
+pub(crate) fn flush_sessions(host: &mut Host) {
+    while let Some(cqn) = host.dirty.pop() {
+        if let Some(cq) = host.cqs.get_mut(&cqn) {
             cq.flush();
-            deliver_event(&mut st.hosts[h], cqn);
+            deliver_event(host, cqn);
         }
     }
 }
@@ -509,6 +504,9 @@ pub(crate) enum Outcome {
         /// Responder QP to move to ERR once the requester's error CQE is written.
         responder: Option<(usize, u32)>,
     },
+    /// Nothing was done: the hosts were taken again in order ([`FabricState::need`]);
+    /// execute the WQE afresh.
+    Restart,
 }
 
 pub(crate) fn fail(synd: u8) -> Outcome {
@@ -528,13 +526,14 @@ fn resolve(
     if !st.hosts[h].reachable() {
         return None;
     }
-    st.hosts.iter().position(|o| {
-        o.cfg.link_layer == ll
-            && o.reachable()
+    st.cells().position(|c| {
+        let o = &c.addr;
+        o.link_layer == ll
             && match ll {
-                LinkLayer::InfiniBand => o.cfg.lid == dlid && dlid != 0,
-                LinkLayer::Ethernet => Some(o.cfg.gid) == dgid && dmac.is_none_or(|m| m == o.cfg.mac),
+                LinkLayer::InfiniBand => o.lid == dlid && dlid != 0,
+                LinkLayer::Ethernet => Some(o.gid) == dgid && dmac.is_none_or(|m| m == o.mac),
             }
+            && c.up()
     })
 }
 
@@ -546,13 +545,14 @@ fn resolve_av(st: &FabricState, h: usize, av: &DatagramSeg<&[u8]>) -> Option<usi
     if !st.hosts[h].reachable() {
         return None;
     }
-    st.hosts.iter().position(|o| {
-        o.cfg.link_layer == ll
-            && o.reachable()
+    st.cells().position(|c| {
+        let o = &c.addr;
+        o.link_layer == ll
             && match ll {
-                LinkLayer::InfiniBand => rlid != 0 && o.cfg.lid == rlid && (!grh || o.cfg.gid == rgid),
-                LinkLayer::Ethernet => o.cfg.gid == rgid && o.cfg.mac == rmac,
+                LinkLayer::InfiniBand => rlid != 0 && o.lid == rlid && (!grh || o.gid == rgid),
+                LinkLayer::Ethernet => o.gid == rgid && o.mac == rmac,
             }
+            && c.up()
     })
 }
 
@@ -714,7 +714,8 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
     let Some(me) = st.hosts[h].qps.get(&qpn) else {
         return fail(syndrome::LOCAL_QP_OP_ERR);
     };
-    let (pdn, path, qtype, mtu) = (me.pdn, me.attrs.path, me.qp_type, me.attrs.path_mtu.max(256));
+    let (pdn, path, qtype, mtu, sq_psn) =
+        (me.pdn, me.attrs.path, me.qp_type, me.attrs.path_mtu.max(256), me.attrs.sq_psn);
     // Requester scatter-to-CQE: RC only, and only for a signaled WQE (an unsignaled one
     // has no CQE to carry the data, so it goes to memory) [model choice, spec §5.7].
     let req_scatter = if qtype == QpType::Rc && me.scatter_to_cqe && w.ctrl.fm_ce_se & 0x08 != 0 {
@@ -775,6 +776,9 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
             let Some(rh) = resolve(st, h, p.dlid, p.dgid, p.dmac) else {
                 return unanswered(st, h, qpn);
             };
+            if st.need(rh).is_err() {
+                return Outcome::Restart;
+            }
             let Some(r) = st.hosts[rh].qps.get(&p.dest_qpn) else {
                 return unanswered(st, h, qpn);
             };
@@ -790,7 +794,7 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
             // Either way nothing the requester can retransmit fixes it: its retries run
             // out [model: at once, as for an unreachable peer; step 7 models the retries
             // on a clock].
-            if r.attrs.rq_psn != me.attrs.sq_psn {
+            if r.attrs.rq_psn != sq_psn {
                 st.hosts[rh].stats.psn_errors += 1;
                 return unanswered(st, h, qpn);
             }
@@ -809,6 +813,9 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
             let Some(rh) = resolve_av(st, h, &av) else {
                 return unanswered(st, h, qpn);
             };
+            if st.need(rh).is_err() {
+                return Outcome::Restart;
+            }
             let num = av.dqpn();
             let Some(r) = st.hosts[rh].dcts.get(&num).and_then(|d| st.hosts[rh].qps.get(d)) else {
                 return unanswered(st, h, qpn);
@@ -824,7 +831,7 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
         }
         QpType::Dct => return fail(syndrome::LOCAL_QP_OP_ERR),
     };
-    if st.net.active() {
+    if st.lossy() {
         return crate::lossy::execute(st, h, qpn, tgt, w, srcs, &sink, src_lid, req_scatter);
     }
     let (rh, rqpn) = (tgt.h, tgt.qpn);
@@ -840,7 +847,7 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
 /// A request nobody answers (no such peer, not connected, wrong PSN or DC key): the
 /// requester's retries run out (on the simulated clock when the network model runs).
 fn unanswered(st: &mut FabricState, h: usize, qpn: u32) -> Outcome {
-    if st.net.active() {
+    if st.lossy() {
         crate::lossy::silent_peer(st, h, qpn);
     }
     fail(syndrome::TRANSPORT_RETRY_EXC_ERR)
@@ -892,8 +899,12 @@ pub(crate) fn respond(
 ) -> Outcome {
     let op = w.ctrl.opcode;
     let endian = st.cfg.atomic_endianness;
-    let ts = st.clock;
     let rh = tgt.h;
+    let ts = {
+        let c = &mut st.hosts[rh].clock;
+        *c += 1;
+        *c
+    };
     let nak = |synd| Outcome::Fail { synd, responder: tgt.err_on_nak.then_some((rh, tgt.qpn)) };
     let len = w.len;
     let consumes =
@@ -1202,10 +1213,13 @@ fn execute_ud(
         st.hosts[h].stats.ud_dropped += 1;
         return done;
     };
+    if st.need(rh).is_err() {
+        return Outcome::Restart;
+    }
     // IB rule: a Q_Key with the high-order bit set means "use the sender QP's own Q_Key".
     let qkey = if av.qkey() & 0x8000_0000 != 0 { own_qkey } else { av.qkey() };
     let rqpn = av.dqpn();
-    if st.net.active() && !crate::lossy::datagram(st, h, rh, qpn, rqpn, qkey, w, srcs) {
+    if st.lossy() && !crate::lossy::datagram(st, h, rh, qpn, rqpn, qkey, w, srcs) {
         return done; // lost on the link: nothing else changes
     }
     let tgt = match st.hosts[rh].qps.get(&rqpn) {
@@ -1266,7 +1280,11 @@ fn execute_ud(
         slid: if roce { 0 } else { src_lid },
         flags_rqpn: ud_flags_rqpn(kind, av, qpn),
         byte_cnt: (len + GRH_SLOT) as u32,
-        ts: st.clock,
+        ts: {
+            let c = &mut st.hosts[rh].clock;
+            *c += 1;
+            *c
+        },
     };
     complete_recv(st, &tgt, c);
     done
@@ -1301,9 +1319,9 @@ pub(crate) fn active_mtu(ll: LinkLayer) -> u32 {
 pub(crate) fn process_sq(st: &mut FabricState, h: usize, qpn: u32, retry: bool) {
     // A WQE's copy: a buffer kept in the fabric state, not a fresh zeroed array per
     // call (a nested call, if one ever happens, gets a new one).
-    let mut buf = st.wqe_scratch.take().unwrap_or_else(|| Box::new([0u8; MAX_WQE_DS * DS_SIZE]));
+    let mut buf = st.hosts[h].wqe_scratch.take().unwrap_or_else(|| Box::new([0u8; MAX_WQE_DS * DS_SIZE]));
     process_sq_in(st, h, qpn, retry, &mut buf);
-    st.wqe_scratch = Some(buf);
+    st.hosts[h].wqe_scratch = Some(buf);
 }
 
 fn process_sq_in(
@@ -1338,8 +1356,6 @@ fn process_sq_in(
             Some(l) => wqe::parse_with_ctrl(qtype, ctrl, &buf[..l]),
         };
         let nbb = ctrl.wqebbs().min(avail);
-        st.clock += 1;
-        st.hosts[h].stats.wqes_executed += 1;
         let outcome = match &parsed {
             Err(_) => {
                 st.hosts[h].stats.malformed_wqes += 1;
@@ -1347,10 +1363,17 @@ fn process_sq_in(
             }
             Ok(w) => {
                 let l = usize::from(w.ctrl.ds) * DS_SIZE;
-                execute(st, h, qpn, &buf[..l], w)
+                match execute(st, h, qpn, &buf[..l], w) {
+                    // Home was let go for a moment: look at the QP afresh.
+                    Outcome::Restart => continue,
+                    o => o,
+                }
             }
         };
-        let ts = st.clock;
+        let me = &mut st.hosts[h];
+        me.stats.wqes_executed += 1;
+        me.clock += 1;
+        let ts = me.clock;
         let outcome = match outcome {
             Outcome::Rnr => {
                 st.hosts[h].stats.rnr_naks += 1;
@@ -1406,7 +1429,7 @@ fn process_sq_in(
                 }
                 return fail_qp(st, h, qpn);
             }
-            Outcome::Rnr => return,
+            Outcome::Rnr | Outcome::Restart => return,
         }
         if !more {
             return;
@@ -1662,7 +1685,7 @@ pub(crate) fn scan(st: &mut FabricState, h: usize) -> bool {
 /// doorbell, flush WQEs posted to QPs in ERR.
 pub(crate) fn tick(st: &mut FabricState, h: usize) {
     scan_uars(st, h);
-    st.clock += 1;
+    st.hosts[h].clock += 1;
     run_qps(st, h, false, true);
 }
 

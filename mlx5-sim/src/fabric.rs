@@ -3,7 +3,7 @@
 //! (spec §1.5–§1.8, §7). In threaded mode each NIC has its own thread.
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,8 @@ use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
 use crate::cq::Cq;
 use crate::dma::{self, Mr};
-use crate::engine::{self, FabricState, Host, BF_SIZE};
+use crate::engine::{self, Host, BF_SIZE};
+use crate::hosts::{FabricState, Shared};
 use crate::qp::Qp;
 use crate::srq::Srq;
 use crate::{
@@ -22,36 +23,7 @@ use crate::{
 /// Depth of each NIC's doorbell channel in threaded mode.
 const CHANNEL_DEPTH: usize = 1024;
 
-type State = Arc<Mutex<FabricState>>;
-
-/// The fabric lock. Releasing it ends the model's burst: compressed sessions gathered
-/// while it was held are written then ([`engine::flush_sessions`]).
-pub(crate) struct Guard<'a>(MutexGuard<'a, FabricState>);
-
-impl std::ops::Deref for Guard<'_> {
-    type Target = FabricState;
-    fn deref(&self) -> &FabricState {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Guard<'_> {
-    fn deref_mut(&mut self) -> &mut FabricState {
-        &mut self.0
-    }
-}
-
-impl Drop for Guard<'_> {
-    fn drop(&mut self) {
-        if !self.0.dirty.is_empty() {
-            engine::flush_sessions(&mut self.0);
-        }
-    }
-}
-
-pub(crate) fn lock(s: &Mutex<FabricState>) -> Guard<'_> {
-    Guard(s.lock().unwrap_or_else(|e| e.into_inner()))
-}
+type State = Arc<Shared>;
 
 /// A UAR write as queued for a NIC thread: 32 bytes, no heap allocation. A BlueFlame
 /// write's payload waits in one of the link's [`BfSlot`]s, so that every message (the
@@ -105,9 +77,10 @@ struct Progress {
 
 /// A NIC of [`ExecMode::Threaded`]: its doorbell queue, its thread, and how far it got.
 ///
-/// Doorbells are queued by the poster and taken off the queue only under the fabric
-/// lock, by the NIC thread or by a helper ([`Nic::help`]), so they are handled in the
-/// order they were queued whoever handles them. The NIC thread spins briefly when it
+/// Doorbells are queued by the poster and taken off the queue only while holding the
+/// link's `drain` lock, by the NIC thread or by a helper ([`Nic::help`]), so they are
+/// handled in the order they were queued whoever handles them. (Not the host's lock:
+/// an operation may let its home host go for a moment, see [`crate::hosts`].) The NIC thread spins briefly when it
 /// runs out of work, then yields, then parks; a poster unparks it only when it is
 /// parked (no wake-up per doorbell).
 struct Link {
@@ -115,6 +88,8 @@ struct Link {
     rx: Receiver<Msg>,
     state: State,
     host: usize,
+    /// Held by whoever takes messages off the queue, for as long as it handles them.
+    drain: Mutex<()>,
     /// QPN of the last doorbell queued, until the NIC takes a doorbell of that
     /// QP ([`NO_QP`] then): a poster that rings the same QP again meanwhile
     /// queues nothing (see [`Link::doorbell`]).
@@ -131,7 +106,7 @@ struct Link {
     /// The NIC thread is parked or about to park: a poster must unpark it.
     sleeping: AtomicBool,
     stop: AtomicBool,
-    /// [`Nic::set_thread_paused`]: read by the NIC thread under the fabric lock.
+    /// [`Nic::set_thread_paused`]: read by the NIC thread holding its queue.
     paused: AtomicBool,
     thread: OnceLock<std::thread::Thread>,
     /// BlueFlame payloads of queued messages ([`Msg::Bf`]).
@@ -248,28 +223,34 @@ impl Link {
         }
     }
 
-    /// Handles what is queued if the fabric lock is free; whether anything was handled.
+    /// Handles what is queued if nobody else is at it; whether anything was handled.
     fn help(&self) -> bool {
         if self.rx.is_empty() {
             return false;
         }
-        let g = match self.state.try_lock() {
+        let d = match self.drain.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return false,
         };
-        let mut st = Guard(g);
+        let mut st = self.state.host(self.host);
         let n = drain(&mut st, self);
         drop(st);
+        drop(d);
         self.finished(n);
         n > 0
     }
 
-    /// After `n` messages were handled (and the fabric lock released): wakes `quiesce`.
+    /// Holds the queue for handling it (see `drain`).
+    fn hold(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.drain.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// After `n` messages were handled (and the queue let go): wakes `quiesce`.
     fn finished(&self, n: u64) {
         if n > 0 {
             // SeqCst against `quiesce`, which registers before it looks at the queue
-            // under the fabric lock: either it finds the queue as we left it or we see
+            // holding it: either it finds the queue as we left it or we see
             // it waiting. Notified under the lock, so it cannot be between its check
             // and its wait.
             fence(Ordering::SeqCst);
@@ -305,7 +286,7 @@ fn watch_thread(state: State, h: usize, w: Arc<Watcher>) {
     let mut last_tick = Instant::now();
     while !w.stop.load(Ordering::Acquire) {
         let busy = {
-            let mut st = lock(&state);
+            let mut st = state.host(h);
             let mut busy = engine::scan(&mut st, h);
             if engine::tick_interval(&st, h).is_some_and(|d| last_tick.elapsed() >= d.min(RNR_PERIOD * 50)) {
                 engine::tick(&mut st, h);
@@ -360,6 +341,16 @@ impl Drop for Front {
     }
 }
 
+/// A host held by [`Nic::hold`].
+#[doc(hidden)]
+pub struct HostHold<'a>(#[allow(dead_code)] FabricState<'a>);
+
+impl std::fmt::Debug for HostHold<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostHold").finish_non_exhaustive()
+    }
+}
+
 /// A set of simulated hosts connected by an ideal network.
 #[derive(Clone)]
 pub struct Fabric {
@@ -387,7 +378,7 @@ impl std::fmt::Debug for Fabric {
     }
 }
 
-/// Most doorbells a NIC thread handles under one hold of the fabric lock.
+/// Most doorbells a NIC thread handles under one hold of its host.
 const BATCH: u32 = 64;
 
 fn handle(st: &mut FabricState, link: &Link, msg: &Msg) {
@@ -417,7 +408,7 @@ fn handle(st: &mut FabricState, link: &Link, msg: &Msg) {
     }
 }
 
-/// Handles up to [`BATCH`] queued messages under the caller's hold of the lock.
+/// Handles up to [`BATCH`] queued messages under the caller's hold of the queue and host.
 fn drain(st: &mut FabricState, link: &Link) -> u64 {
     let mut n = 0;
     while n < u64::from(BATCH) {
@@ -472,7 +463,8 @@ fn nic_thread(link: Arc<Link>) {
     loop {
         let stop = link.stop.load(Ordering::Acquire);
         let (n, interval) = {
-            let mut st = lock(&link.state);
+            let _d = link.hold();
+            let mut st = link.state.host(h);
             if link.paused.load(Ordering::Acquire) && !stop {
                 // Stopped by `Nic::set_thread_paused`: no doorbell, no tick.
                 (0, None)
@@ -538,14 +530,7 @@ impl Fabric {
     pub fn new(cfg: FabricConfig) -> Fabric {
         Fabric {
             front: Arc::new(Front {
-                state: Arc::new(Mutex::new(FabricState {
-                    cfg,
-                    hosts: Vec::new(),
-                    clock: 0,
-                    net: crate::net::Net::default(),
-                    wqe_scratch: None,
-                    dirty: Vec::new(),
-                })),
+                state: Arc::new(Shared::new(cfg, crate::net::Net::default())),
                 links: Mutex::new(Vec::new()),
                 watchers: Mutex::new(Vec::new()),
                 threads: Mutex::new(Vec::new()),
@@ -556,12 +541,10 @@ impl Fabric {
     /// Adds a host with one single-port NIC and returns its handle.
     pub fn add_host(&self, cfg: HostConfig) -> Nic {
         let mut links = self.front.links.lock().unwrap_or_else(|e| e.into_inner());
-        let (h, mode) = {
-            let mut st = lock(&self.front.state);
-            let h = st.hosts.len();
-            st.hosts.push(Host::new(h, cfg));
-            (h, st.cfg.mode)
-        };
+        // Hosts are added one at a time (under `links`).
+        let shared = &self.front.state;
+        let h = shared.push(Host::new(shared.len(), cfg));
+        let mode = shared.cfg.mode;
         let mut watch = None;
         let link = match mode {
             ExecMode::Deterministic => None,
@@ -594,6 +577,7 @@ impl Fabric {
                     rx,
                     state: Arc::clone(&self.front.state),
                     host: h,
+                    drain: Mutex::new(()),
                     pending: AtomicU32::new(NO_QP),
                     last_rung: Padded(AtomicU32::new(NO_QP)),
                     coalesced: AtomicU64::new(0),
@@ -625,17 +609,17 @@ impl Fabric {
     /// caller's thread. What a program that rings with plain stores calls instead of
     /// waiting for [`ExecMode::Watch`] threads. Returns whether any NIC found work.
     pub fn progress(&self) -> bool {
-        let mut st = lock(&self.front.state);
+        let shared = &self.front.state;
         let mut any = false;
-        for h in 0..st.hosts.len() {
-            any |= engine::scan(&mut st, h);
+        for h in 0..shared.len() {
+            any |= engine::scan(&mut shared.host(h), h);
         }
         any
     }
 
     /// The configuration the fabric was created with.
     pub fn config(&self) -> FabricConfig {
-        lock(&self.front.state).cfg
+        self.front.state.cfg
     }
 
     /// The execution mode.
@@ -666,8 +650,8 @@ fn bad<T>(what: &'static str) -> Result<T, SimError> {
 }
 
 impl Nic {
-    fn state(&self) -> Guard<'_> {
-        lock(&self.front.state)
+    fn state(&self) -> FabricState<'_> {
+        self.front.state.host(self.host)
     }
 
     /// Port and device attributes.
@@ -1096,7 +1080,7 @@ impl Nic {
     }
 
     /// Threaded mode: when doorbells wait in this NIC's queue and the NIC thread is not at
-    /// work (the fabric lock is free), handles them in the caller's thread, as the NIC
+    /// work (nobody holds the queue), handles them in the caller's thread, as the NIC
     /// thread would (under the same lock, in queue order). A poller that found nothing
     /// calls it, so the simulated NIC keeps pace with the application when its thread is
     /// waiting for a core (cores shared with busy processes). Returns whether it handled
@@ -1117,9 +1101,9 @@ impl Nic {
     pub fn set_thread_paused(&self, paused: bool) {
         if let Some(l) = &self.link {
             l.paused.store(paused, Ordering::Release);
-            // The NIC thread reads the flag under the fabric lock: once we have held the
-            // lock, a batch it started before the flag was set is over.
-            drop(lock(&l.state));
+            // The NIC thread reads the flag holding its queue: once we have held the
+            // queue, a batch it started before the flag was set is over.
+            drop(l.hold());
             if let Some(t) = l.thread.get() {
                 t.unpark();
             }
@@ -1182,18 +1166,18 @@ impl Nic {
             }
         }
         if let Some(l) = &self.link {
-            // Messages leave the queue only under the fabric lock and are handled in
-            // the same hold: an empty queue seen while holding the lock means everything
-            // queued before this call has been handled.
+            // Messages leave the queue only while it is held and are handled in the
+            // same hold: an empty queue seen while holding it means everything queued
+            // before this call has been handled.
             let handled = || {
-                let g = lock(&l.state);
+                let g = l.hold();
                 let empty = l.rx.is_empty();
                 drop(g);
                 empty
             };
             if !handled() {
                 // Registered before the queue is looked at again (SeqCst both sides):
-                // whoever handles the last batch releases the fabric lock, then looks
+                // whoever handles the last batch lets the queue go, then looks
                 // at `waiters`; it either left the queue empty for our next look or
                 // finds us registered and notifies under `p.lock`, which we hold
                 // from the look to the wait.
@@ -1206,6 +1190,14 @@ impl Nic {
                 p.waiters.fetch_sub(1, Ordering::SeqCst);
             }
         }
+    }
+
+    /// Holds this NIC's host as an operation on it does, until the value is dropped:
+    /// doorbells, ticks and control calls on this host wait, and so do other hosts' WQEs
+    /// that need it. For tests of the per-host locks; not part of the stable API.
+    #[doc(hidden)]
+    pub fn hold(&self) -> HostHold<'_> {
+        HostHold(self.state())
     }
 
     /// Counters.
@@ -1231,6 +1223,7 @@ impl Nic {
         }
         host.port_down = !active;
         host.push_event(if active { AsyncEvent::PortActive } else { AsyncEvent::PortError });
+        st.set_reachable(self.host);
     }
 
     /// The device fails (`IBV_EVENT_DEVICE_FATAL`): every QP moves to ERR and its
@@ -1244,6 +1237,7 @@ impl Nic {
         }
         st.hosts[h].fatal = true;
         st.hosts[h].push_event(AsyncEvent::DeviceFatal);
+        st.set_reachable(h);
         let mut qpns: Vec<u32> = st.hosts[h].qps.keys().copied().collect();
         qpns.sort_unstable();
         for qpn in qpns {

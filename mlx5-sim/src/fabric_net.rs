@@ -3,7 +3,6 @@
 
 use std::path::Path;
 
-use crate::fabric::lock;
 use crate::net::capture::Capture;
 use crate::{Fabric, LinkFaults, LinkLayer, SimError};
 
@@ -18,19 +17,21 @@ impl Fabric {
     /// simulated time) up to `retry_cnt` times and are executed by the responder exactly
     /// once; a UD datagram the link loses is simply lost.
     pub fn set_faults(&self, seed: u64, faults: LinkFaults) {
-        let mut st = lock(&self.front.state);
+        let mut st = self.front.state.all();
         st.net.seed(seed);
         st.net.set_default(faults);
+        st.net_changed();
     }
 
     /// Faults of the link between the hosts named `a` and `b` (both directions).
     pub fn set_link_faults(&self, a: &str, b: &str, faults: LinkFaults) -> Result<(), SimError> {
-        let mut st = lock(&self.front.state);
-        let find = |n: &str| st.hosts.iter().position(|h| h.cfg.name == n);
+        let mut st = self.front.state.all();
+        let find = |n: &str| st.hosts.all().position(|h| h.cfg.name == n);
         let (Some(x), Some(y)) = (find(a), find(b)) else {
             return Err(SimError::InvalidArgument { what: "no host of that name" });
         };
         st.net.set_pair(x, y, faults);
+        st.net_changed();
         Ok(())
     }
 
@@ -38,7 +39,7 @@ impl Fabric {
     /// and RNR waits (it moves only while the network model runs: with faults or a
     /// capture).
     pub fn now_ns(&self) -> u64 {
-        lock(&self.front.state).net.now_ns
+        self.front.state.net().now_ns
     }
 
     /// Write every packet put on the wire from now on to the pcap file `path`: RoCE v2
@@ -46,18 +47,25 @@ impl Fabric {
     /// InfiniBand hosts as ERF records of type 21 (LRH / BTH… / ICRC / VCRC), as ibdump
     /// writes them. Wireshark and tshark read both. A running capture is closed first.
     pub fn start_capture(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
-        let mut st = lock(&self.front.state);
+        let mut st = self.front.state.all();
         if let Some(old) = st.net.capture.take() {
+            st.net_changed();
             old.finish()?;
         }
-        let erf = st.hosts.iter().any(|h| h.cfg.link_layer == LinkLayer::InfiniBand);
+        let erf = st.hosts.all().any(|h| h.cfg.link_layer == LinkLayer::InfiniBand);
         st.net.capture = Some(Capture::create(path.as_ref(), erf)?);
+        st.net_changed();
         Ok(())
     }
 
     /// Close the capture; returns how many packets it holds (0 when none ran).
     pub fn stop_capture(&self) -> std::io::Result<u64> {
-        let cap = lock(&self.front.state).net.capture.take();
+        let cap = {
+            let mut st = self.front.state.all();
+            let cap = st.net.capture.take();
+            st.net_changed();
+            cap
+        };
         match cap {
             Some(c) => {
                 let n = c.packets;

@@ -20,11 +20,13 @@ pub mod dma;
 mod engine;
 mod fabric;
 mod fabric_net;
+mod hosts;
 mod idmap;
 mod lossy;
 mod mem;
 mod net;
 mod qp;
+mod slots;
 mod srq;
 pub mod wire;
 mod wqe;
@@ -567,6 +569,11 @@ pub struct NicStats {
     /// them (the NIC runs a send queue up to its doorbell record). Their values are
     /// not checked, and the register's half alternation resumes from the next write.
     pub doorbells_coalesced: u64,
+    /// WQEs of this NIC that needed another host while a NIC or a handle was using it,
+    /// with that host numbered below this one: this NIC let its own host go, took both
+    /// in order and started the WQE afresh (nothing of it had been done). Each host has
+    /// a lock of its own, taken in ascending order so NICs never wait for each other.
+    pub lock_restarts: u64,
 }
 
 /// Control-path errors (what `ibv_*` calls would return as errno).

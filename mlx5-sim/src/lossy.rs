@@ -4,7 +4,8 @@
 //! runs. The engine enters here only when faults are configured or a capture runs.
 
 use crate::dma::{self, Sgl, Src};
-use crate::engine::{self, FabricState, Outcome, Target};
+use crate::engine::{self, Outcome, Target};
+use crate::hosts::FabricState;
 use crate::net::packet::{self, aeth, op, AtomicEth, Packet, Pos, Reth};
 use crate::net::transport::{self, Delivery, Ends, Msg, Wire};
 use crate::net::PACKET_GAP_NS;
@@ -73,7 +74,8 @@ impl Ends for MsgEnds<'_, '_> {
                 self.data = Some(data[..*byte_cnt as usize].to_vec());
             }
             Outcome::Fail { synd, .. } => self.committed = Some((false, *synd)),
-            Outcome::Rnr => {}
+            // Nothing done (`respond` never restarts: every host is held here).
+            Outcome::Rnr | Outcome::Restart => {}
         }
         o
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use mlx5_sim::wire::cqe_opcode;
-use mlx5_sim::{ExecMode, FabricConfig};
+use mlx5_sim::{ExecMode, Fabric, FabricConfig, HostConfig, Nic, RcPath};
 
 fn threaded() -> Pair {
     Pair::with(PairOpts {
@@ -460,4 +460,150 @@ fn more_blueflame_writes_than_payload_slots_all_execute() {
     let s = p.a.stats();
     assert_eq!((s.doorbells, s.bf_writes), (N, N), "{s:?}");
     assert_eq!(s.doorbell_mismatch + s.bf_offset_mismatch + s.bf_content_mismatch, 0, "{s:?}");
+}
+
+/// Ends the test process if the test is not over in `secs` (a lock-order bug would
+/// hang it rather than fail it): dropped at the end of the test.
+fn watchdog(secs: u64) -> mpsc::Sender<()> {
+    let (tx, rx) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(secs)) {
+            eprintln!("test still running after {secs} s: deadlocked");
+            std::process::exit(101);
+        }
+    });
+    tx
+}
+
+/// Each host has a lock of its own. A WRITE from host 1 to host 0 while host 0 is
+/// held: host 1's NIC lets its own host go (lower-numbered hosts are only ever waited
+/// for that way), waits for host 0, takes both in order and executes the WQE afresh,
+/// exactly once. Host 1 stays free meanwhile (its counters can be read).
+#[test]
+fn a_write_to_a_busy_lower_host_restarts_once_and_runs_once() {
+    let _watchdog = watchdog(120);
+    let mut p = threaded();
+    let mut src = Buf::new(&p.b, p.pdb, 64, ALL_ACCESS);
+    src.fill(|i| i as u8 + 1);
+    let dst = Buf::new(&p.a, p.pda, 64, ALL_ACCESS);
+    let hold = p.a.hold();
+    p.qb.post(
+        op::RDMA_WRITE,
+        SIGNALED,
+        [0; 4],
+        &[
+            Seg::Raddr { raddr: dst.addr(), rkey: dst.keys.rkey },
+            Seg::Data { addr: src.addr(), len: 64, lkey: src.keys.lkey },
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while p.b.stats().lock_restarts == 0 {
+        assert!(Instant::now() < deadline, "host 1's NIC never let its host go");
+        std::thread::yield_now();
+    }
+    assert_eq!(dst.read(), vec![0; 64], "nothing done before host 0 was free");
+    assert_eq!(p.b.stats().wqes_executed, 0);
+    drop(hold);
+    let c = wait_for(&mut p.scq_b, 1);
+    assert_eq!(c[0].opcode(), cqe_opcode::REQ, "{c:?}");
+    assert_eq!(dst.read(), src.read());
+    let s = p.b.stats();
+    assert_eq!((s.wqes_executed, s.lock_restarts, s.cqes_written), (1, 1, 1), "{s:?}");
+}
+
+/// Hosts that exchange nothing do not wait for each other: with hosts 0 and 1 held
+/// (as by NICs busy with each other), a WRITE from host 2 to host 3 completes.
+#[test]
+fn hosts_that_share_nothing_run_while_others_are_held() {
+    let _watchdog = watchdog(120);
+    let fabric = Fabric::new(FabricConfig { mode: ExecMode::Threaded, ..Default::default() });
+    let nics: Vec<Nic> =
+        (0..4u16).map(|i| fabric.add_host(HostConfig::infiniband(&format!("mlx5_{i}"), i + 1))).collect();
+    let (c, d) = (&nics[2], &nics[3]);
+    let (pdc, pdd) = (c.alloc_pd().unwrap(), d.alloc_pd().unwrap());
+    let mut scq = TestCq::new(c, 16, 64);
+    let rcq_c = TestCq::new(c, 16, 64);
+    let cq_d = TestCq::new(d, 16, 64);
+    let mut qc = TestQp::new(c, pdc, scq.res.cqn, rcq_c.res.cqn, 16, 16, 1);
+    let qd = TestQp::new(d, pdd, cq_d.res.cqn, cq_d.res.cqn, 16, 16, 2);
+    init_rtr_rts(c, qc.qpn(), RcPath { dest_qpn: qd.qpn(), dlid: 4, ..Default::default() }, ALL_ACCESS, 7);
+    init_rtr_rts(d, qd.qpn(), RcPath { dest_qpn: qc.qpn(), dlid: 3, ..Default::default() }, ALL_ACCESS, 7);
+    let mut src = Buf::new(c, pdc, 256, ALL_ACCESS);
+    src.fill(|i| (i * 7) as u8);
+    let dst = Buf::new(d, pdd, 256, ALL_ACCESS);
+    let holds = (nics[0].hold(), nics[1].hold());
+    qc.post(
+        op::RDMA_WRITE,
+        SIGNALED,
+        [0; 4],
+        &[
+            Seg::Raddr { raddr: dst.addr(), rkey: dst.keys.rkey },
+            Seg::Data { addr: src.addr(), len: 256, lkey: src.keys.lkey },
+        ],
+    );
+    let cqe = wait_for(&mut scq, 1);
+    assert_eq!(cqe[0].opcode(), cqe_opcode::REQ, "{cqe:?}");
+    assert_eq!(dst.read(), src.read());
+    drop(holds);
+}
+
+/// Two NICs writing to each other at once, from two threads: each needs the other's
+/// host, so one of them (the higher-numbered) restarts whenever it finds the other
+/// busy. Every WRITE runs exactly once and lands, in both directions.
+#[test]
+fn writes_crossing_both_ways_at_once_each_run_once() {
+    let _watchdog = watchdog(120);
+    const N: usize = 3000;
+    let p = Pair::with(PairOpts {
+        cfg: FabricConfig { mode: ExecMode::Threaded, ..Default::default() },
+        sq: 64,
+        cq: 64,
+        ..Default::default()
+    });
+    let Pair { a, b, pda, pdb, scq_a, scq_b, qa, qb, fabric, .. } = p;
+    let side = |me: Nic, pd_me: u32, peer: Nic, pd_peer: u32, mut q: TestQp, mut cq: TestCq, seed: u8| {
+        let mut src = Buf::new(&me, pd_me, N * 8, ALL_ACCESS);
+        src.fill(|i| (i as u8).wrapping_mul(31).wrapping_add(seed));
+        let dst = Buf::new(&peer, pd_peer, N * 8, ALL_ACCESS);
+        std::thread::spawn(move || {
+            let mut outstanding = 0;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            for i in 0..N {
+                while outstanding >= 16 {
+                    assert!(Instant::now() < deadline, "stalled at {i}");
+                    for c in cq.poll_all() {
+                        assert_eq!(c.opcode(), cqe_opcode::REQ, "{c:?}");
+                        outstanding -= 1;
+                    }
+                    me.help();
+                }
+                let off = (i * 8) as u64;
+                q.post(
+                    op::RDMA_WRITE,
+                    SIGNALED,
+                    [0; 4],
+                    &[
+                        Seg::Raddr { raddr: dst.addr() + off, rkey: dst.keys.rkey },
+                        Seg::Data { addr: src.addr() + off, len: 8, lkey: src.keys.lkey },
+                    ],
+                );
+                outstanding += 1;
+            }
+            for c in wait_for(&mut cq, outstanding) {
+                assert_eq!(c.opcode(), cqe_opcode::REQ, "{c:?}");
+            }
+            assert_eq!(dst.read(), src.read());
+            me.stats()
+        })
+    };
+    let ta = side(a.clone(), pda, b.clone(), pdb, qa, scq_a, 1);
+    let tb = side(b.clone(), pdb, a.clone(), pda, qb, scq_b, 2);
+    let (sa, sb) = (ta.join().unwrap(), tb.join().unwrap());
+    for s in [sa, sb] {
+        assert_eq!(s.wqes_executed, N as u64, "{s:?}");
+        assert_eq!(s.doorbell_mismatch + s.malformed_wqes, 0, "{s:?}");
+    }
+    // Host 0's NIC never restarts: every host it needs is numbered above it.
+    assert_eq!(sa.lock_restarts, 0, "{sa:?}");
+    drop(fabric);
 }

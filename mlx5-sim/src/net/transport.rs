@@ -20,7 +20,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::PACKET_GAP_NS;
-use crate::engine::{FabricState, Outcome};
+use crate::engine::Outcome;
+use crate::hosts::FabricState;
 
 /// What one message needs from the network.
 #[derive(Debug, Clone, Copy)]
@@ -161,7 +162,8 @@ pub(crate) fn deliver(st: &mut FabricState, m: &Msg, ends: &mut impl Ends) -> De
                     if epsn == m.req_pkts {
                         let o = ends.commit(st);
                         match o {
-                            Outcome::Rnr => {
+                            // (`respond` never restarts: every host is held here.)
+                            Outcome::Rnr | Outcome::Restart => {
                                 epsn = 0; // nothing accepted: the message starts over
                                 reply = Some(Wire::RnrNak);
                             }
@@ -323,21 +325,23 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{FabricState, Host};
-    use crate::{FabricConfig, HostConfig};
+    use crate::engine::Host;
+    use crate::hosts::{FabricState, Shared};
+    use crate::{FabricConfig, HostConfig, NicStats};
 
-    fn state() -> FabricState {
-        FabricState {
-            cfg: FabricConfig::default(),
-            hosts: vec![
-                Host::new(0, HostConfig::infiniband("a", 1)),
-                Host::new(1, HostConfig::infiniband("b", 2)),
-            ],
-            clock: 0,
-            dirty: Vec::new(),
-            net: crate::net::Net::new(1),
-            wqe_scratch: None,
-        }
+    /// Two hosts, a and b, with the network model seeded with 1.
+    fn fabric() -> Shared {
+        let s = Shared::new(FabricConfig::default(), crate::net::Net::new(1));
+        s.push(Host::new(0, HostConfig::infiniband("a", 1)));
+        s.push(Host::new(1, HostConfig::infiniband("b", 2)));
+        s
+    }
+
+    /// What a run leaves: each host's counters, the simulated time.
+    struct Seen {
+        a: NicStats,
+        b: NicStats,
+        now_ns: u64,
     }
 
     /// Records what went on the wire and counts executions.
@@ -360,12 +364,14 @@ mod tests {
         Msg { req: 0, resp: 1, req_pkts, resp_pkts, atomic, timeout: 4, retry_cnt: 3 }
     }
 
-    fn run(m: Msg, script: &[bool]) -> (FabricState, Log, Delivery) {
-        let mut st = state();
+    fn run(m: Msg, script: &[bool]) -> (Seen, Log, Delivery) {
+        let f = fabric();
+        let mut st = f.all();
         st.net.script = script.iter().copied().collect();
         let mut log = Log { commits: 0, sent: Vec::new() };
         let d = deliver(&mut st, &m, &mut log);
-        (st, log, d)
+        let seen = Seen { a: st.hosts[0].stats, b: st.hosts[1].stats, now_ns: st.net.now_ns };
+        (seen, log, d)
     }
 
     const fn req(off: u32, retransmit: bool) -> Wire {
@@ -391,7 +397,7 @@ mod tests {
             ]
         );
         assert_eq!(log.commits, 1);
-        assert_eq!((st.hosts[0].stats.seq_naks, st.hosts[0].stats.retransmits), (1, 2));
+        assert_eq!((st.a.seq_naks, st.a.retransmits), (1, 2));
     }
 
     #[test]
@@ -402,9 +408,9 @@ mod tests {
         assert!(matches!(d, Delivery::Answered(_)));
         assert_eq!(log.sent, [req(0, false), Wire::Ack { upto: 0 }, req(0, true), Wire::Ack { upto: 0 }]);
         assert_eq!(log.commits, 1);
-        assert_eq!((st.hosts[1].stats.duplicates, st.hosts[0].stats.ack_timeouts), (1, 1));
+        assert_eq!((st.b.duplicates, st.a.ack_timeouts), (1, 1));
         // One timeout of 4.096 µs × 2^4 after the first transmission, plus two latencies.
-        assert_eq!(st.net.now_ns, (4096 << 4) + 2 * crate::net::LINK_LATENCY_NS);
+        assert_eq!(st.now_ns, (4096 << 4) + 2 * crate::net::LINK_LATENCY_NS);
     }
 
     #[test]
@@ -433,8 +439,8 @@ mod tests {
         assert!(matches!(d, Delivery::RetryExceeded { committed: None }), "{d:?}");
         assert_eq!(log.sent, [req(0, false), req(0, true), req(0, true), req(0, true)]);
         assert_eq!(log.commits, 0);
-        assert_eq!(st.net.now_ns, 4 * (4096 << 4));
-        assert_eq!((st.hosts[0].stats.ack_timeouts, st.hosts[0].stats.link_drops), (4, 4));
+        assert_eq!(st.now_ns, 4 * (4096 << 4));
+        assert_eq!((st.a.ack_timeouts, st.a.link_drops), (4, 4));
     }
 
     #[test]
