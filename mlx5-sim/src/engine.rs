@@ -2,7 +2,7 @@
 //! under the fabric lock), receive-queue consumption, RNR, error and flush semantics, and
 //! CQE generation (spec §5–§8).
 
-use crate::hosts::FabricState;
+use crate::hosts::{FabricState, Found};
 use crate::idmap::{DirectMap, IdMap, IdSet};
 
 use crate::cq::Cq;
@@ -381,7 +381,9 @@ fn deliver_event(host: &mut Host, cqn: u32) {
 }
 
 /// Writes every pending compressed session of `host` (the end of a burst: its lock is
-/// being let go).
+/// being let go). Out of line: only compressing CQs have sessions.
+#[cold]
+#[inline(never)]
 pub(crate) fn flush_sessions(host: &mut Host) {
     while let Some(cqn) = host.dirty.pop() {
         if let Some(cq) = host.cqs.get_mut(&cqn) {
@@ -515,44 +517,40 @@ pub(crate) fn fail(synd: u8) -> Outcome {
 
 /// Finds the host an RC path leads to: DLID on IB; DGID on RoCE, and the host's MAC must
 /// equal `dmac` when one is given.
-fn resolve(
-    st: &FabricState,
+fn resolve<'a>(
+    st: &FabricState<'a>,
     h: usize,
     dlid: u16,
     dgid: Option<[u8; 16]>,
     dmac: Option<[u8; 6]>,
-) -> Option<usize> {
+) -> Option<Found<'a>> {
     let ll = st.hosts[h].cfg.link_layer;
     if !st.hosts[h].reachable() {
         return None;
     }
-    st.cells().position(|c| {
-        let o = &c.addr;
+    st.find_host(|o| {
         o.link_layer == ll
             && match ll {
                 LinkLayer::InfiniBand => o.lid == dlid && dlid != 0,
                 LinkLayer::Ethernet => Some(o.gid) == dgid && dmac.is_none_or(|m| m == o.mac),
             }
-            && c.up()
     })
 }
 
 /// Finds the host an address vector leads to (spec §3.6): IB by `rlid`, and when the GRH
 /// bit is set also by `rgid`; RoCE by `rgid`, and `rmac` must be the host's MAC.
-fn resolve_av(st: &FabricState, h: usize, av: &DatagramSeg<&[u8]>) -> Option<usize> {
+fn resolve_av<'a>(st: &FabricState<'a>, h: usize, av: &DatagramSeg<&[u8]>) -> Option<Found<'a>> {
     let ll = st.hosts[h].cfg.link_layer;
     let (rlid, rgid, rmac, grh) = (av.rlid(), av.rgid(), av.rmac(), av.grh());
     if !st.hosts[h].reachable() {
         return None;
     }
-    st.cells().position(|c| {
-        let o = &c.addr;
+    st.find_host(|o| {
         o.link_layer == ll
             && match ll {
                 LinkLayer::InfiniBand => rlid != 0 && o.lid == rlid && (!grh || o.gid == rgid),
                 LinkLayer::Ethernet => o.gid == rgid && o.mac == rmac,
             }
-            && c.up()
     })
 }
 
@@ -773,12 +771,13 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
             let Some(p) = path else {
                 return unanswered(st, h, qpn);
             };
-            let Some(rh) = resolve(st, h, p.dlid, p.dgid, p.dmac) else {
+            let Some(found) = resolve(st, h, p.dlid, p.dgid, p.dmac) else {
                 return unanswered(st, h, qpn);
             };
-            if st.need(rh).is_err() {
+            if st.need(found).is_err() {
                 return Outcome::Restart;
             }
+            let rh = found.h;
             let Some(r) = st.hosts[rh].qps.get(&p.dest_qpn) else {
                 return unanswered(st, h, qpn);
             };
@@ -810,12 +809,13 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
             if me.grh_required && me.link_layer == LinkLayer::InfiniBand && !av.grh() {
                 return unanswered(st, h, qpn);
             }
-            let Some(rh) = resolve_av(st, h, &av) else {
+            let Some(found) = resolve_av(st, h, &av) else {
                 return unanswered(st, h, qpn);
             };
-            if st.need(rh).is_err() {
+            if st.need(found).is_err() {
                 return Outcome::Restart;
             }
+            let rh = found.h;
             let num = av.dqpn();
             let Some(r) = st.hosts[rh].dcts.get(&num).and_then(|d| st.hosts[rh].qps.get(d)) else {
                 return unanswered(st, h, qpn);
@@ -1209,13 +1209,14 @@ fn execute_ud(
         st.hosts[h].stats.ud_dropped += 1;
         return done;
     }
-    let Some(rh) = resolve_av(st, h, av) else {
+    let Some(found) = resolve_av(st, h, av) else {
         st.hosts[h].stats.ud_dropped += 1;
         return done;
     };
-    if st.need(rh).is_err() {
+    if st.need(found).is_err() {
         return Outcome::Restart;
     }
+    let rh = found.h;
     // IB rule: a Q_Key with the high-order bit set means "use the sender QP's own Q_Key".
     let qkey = if av.qkey() & 0x8000_0000 != 0 { own_qkey } else { av.qkey() };
     let rqpn = av.dqpn();

@@ -650,6 +650,7 @@ fn bad<T>(what: &'static str) -> Result<T, SimError> {
 }
 
 impl Nic {
+    #[inline(always)]
     fn state(&self) -> FabricState<'_> {
         self.front.state.host(self.host)
     }

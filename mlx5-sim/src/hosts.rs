@@ -10,19 +10,24 @@
 //! never wait for each other. An operation holds at most two hosts: taking a new
 //! remote host lets go of the previous one, whose part of the work is complete.
 //!
+//! That is for the modes with NIC threads. In [`ExecMode::Deterministic`] the work runs
+//! in the callers' threads, one operation at a time: one lock over every host, taken
+//! once per operation, as before the per-host locks (it costs a message no second lock).
+//!
 //! With the network model running (faults or a capture) the fabric is one simulation on
 //! one simulated clock: an operation then holds every host, in order, and the network
 //! ([`Shared::all`]).
 //!
-//! Releasing a host ends its burst: its compressed CQE sessions are written then.
+//! Letting a host go ends its burst: its compressed CQE sessions are written then.
 
+use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
-use crate::engine::Host;
+use crate::engine::{flush_sessions, Host};
 use crate::net::Net;
 use crate::slots::Slots;
-use crate::{FabricConfig, LinkLayer};
+use crate::{ExecMode, FabricConfig, LinkLayer};
 
 /// Where packets find a host: from its configuration, which never changes.
 #[derive(Debug, Clone, Copy)]
@@ -33,14 +38,24 @@ pub(crate) struct Addr {
     pub mac: [u8; 6],
 }
 
-/// One host behind its lock.
+/// One host and its lock.
 pub(crate) struct HostCell {
-    host: Mutex<Host>,
+    lock: Mutex<()>,
+    host: UnsafeCell<Host>,
     pub addr: Addr,
     /// [`Host::reachable`], readable without the host's lock: stored by whoever changes
     /// it, under the lock ([`FabricState::set_reachable`]).
     up: AtomicBool,
 }
+
+// SAFETY: `host` is reached only through a `Held` that holds `lock`, or the fabric's one
+// lock in deterministic mode (see `Held`); a host may move between threads (below).
+unsafe impl Sync for HostCell {}
+
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<Host>()
+};
 
 impl HostCell {
     /// Whether the host sends and receives (a look without its lock).
@@ -57,6 +72,8 @@ pub(crate) struct Shared {
     /// [`Net::active`], readable without the network's lock: changed only while every
     /// host is held, so an operation holding its home host reads a value that stays.
     lossy: AtomicBool,
+    /// Deterministic mode: the one lock over every host.
+    one: Option<Mutex<()>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -65,13 +82,17 @@ impl std::fmt::Debug for Shared {
     }
 }
 
-fn lock_host(c: &HostCell) -> HostGuard<'_> {
-    HostGuard(c.host.lock().unwrap_or_else(|e| e.into_inner()))
+fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// No host (an index no host has).
+const NONE: usize = usize::MAX;
 
 impl Shared {
     pub(crate) fn new(cfg: FabricConfig, net: Net) -> Shared {
-        Shared { cfg, cells: Slots::new(), lossy: AtomicBool::new(net.active()), net: Mutex::new(net) }
+        let one = (cfg.mode == ExecMode::Deterministic).then(|| Mutex::new(()));
+        Shared { cfg, cells: Slots::new(), lossy: AtomicBool::new(net.active()), net: Mutex::new(net), one }
     }
 
     /// Hosts added so far.
@@ -80,6 +101,7 @@ impl Shared {
     }
 
     /// Host `h`'s cell (`h` < [`Shared::len`]).
+    #[inline(always)]
     pub(crate) fn cell(&self, h: usize) -> &HostCell {
         self.cells.get(h).unwrap_or_else(|| no_host(h))
     }
@@ -94,18 +116,45 @@ impl Shared {
         let c = &host.cfg;
         let addr = Addr { link_layer: c.link_layer, lid: c.lid, gid: c.gid, mac: c.mac };
         let up = AtomicBool::new(host.reachable());
-        self.cells.push(HostCell { host: Mutex::new(host), addr, up })
+        self.cells.push(HostCell { lock: Mutex::new(()), host: UnsafeCell::new(host), addr, up })
+    }
+
+    #[inline(always)]
+    fn state(&self) -> FabricState<'_> {
+        FabricState {
+            cfg: &self.cfg,
+            hosts: Held {
+                shared: self,
+                home: NONE,
+                home_p: std::ptr::null_mut(),
+                other: NONE,
+                other_p: std::ptr::null_mut(),
+                any: false,
+                wide: Cell::new(false),
+                home_g: None,
+                other_g: None,
+                all: None,
+            },
+            net: NetRef(None),
+        }
     }
 
     /// An operation on host `h`: `h` held (every host and the network, when the network
     /// model runs).
+    #[inline(always)]
     pub(crate) fn host(&self, h: usize) -> FabricState<'_> {
-        let g = lock_host(self.cell(h));
-        let mut st = FabricState {
-            cfg: &self.cfg,
-            hosts: Held { shared: self, home: h, home_g: Some(g), other: None, all: Vec::new() },
-            net: NetRef(None),
-        };
+        let cell = self.cell(h);
+        let mut st = self.state();
+        let held = &mut st.hosts;
+        match &self.one {
+            Some(one) => {
+                held.home_g = Some(lock(one));
+                held.any = true;
+            }
+            None => held.home_g = Some(lock(&cell.lock)),
+        }
+        held.home = h;
+        held.home_p = cell.host.get();
         if self.lossy.load(Ordering::Acquire) {
             st.hold_all();
         }
@@ -114,11 +163,7 @@ impl Shared {
 
     /// Every host and the network held: the network controls, lossy operations.
     pub(crate) fn all(&self) -> FabricState<'_> {
-        let mut st = FabricState {
-            cfg: &self.cfg,
-            hosts: Held { shared: self, home: usize::MAX, home_g: None, other: None, all: Vec::new() },
-            net: NetRef(None),
-        };
+        let mut st = self.state();
         st.hold_all();
         st
     }
@@ -141,37 +186,92 @@ fn not_held(h: usize) -> ! {
     panic!("mlx5-sim: host {h} used without its lock (engine bug)")
 }
 
-/// A held host. Letting it go ends its burst: compressed sessions gathered while it was
-/// held are written then.
-pub(crate) struct HostGuard<'a>(MutexGuard<'a, Host>);
-
-impl Drop for HostGuard<'_> {
-    fn drop(&mut self) {
-        crate::engine::flush_sessions(&mut self.0);
-    }
-}
-
 /// The hosts an operation holds; indexed by host number like the `Vec` it replaces.
 /// Indexing a host it does not hold is an engine bug and panics.
+///
+/// `home_p` / `other_p` point at the hosts `home` / `other` (or are unused when those
+/// are [`NONE`]); they stay valid while the guard of their lock (or `one_g`, or `all`)
+/// is kept, and no other thread reaches those hosts meanwhile.
 pub(crate) struct Held<'a> {
     shared: &'a Shared,
     home: usize,
-    home_g: Option<HostGuard<'a>>,
-    other: Option<(usize, HostGuard<'a>)>,
-    /// Every host, by number (network model running, or a fabric-wide control).
-    all: Vec<HostGuard<'a>>,
+    home_p: *mut Host,
+    other: usize,
+    other_p: *mut Host,
+    /// Every host may be reached (the one lock, or every host's lock, is held).
+    any: bool,
+    /// A host other than home and other was reached (`any`): its sessions are written
+    /// when the operation ends.
+    wide: Cell<bool>,
+    /// Home's lock, or (deterministic mode) the one lock.
+    home_g: Option<MutexGuard<'a, ()>>,
+    other_g: Option<MutexGuard<'a, ()>>,
+    /// Every host's lock, in order (the network model running, with a lock per host).
+    #[allow(clippy::box_collection)] // one pointer to test and drop on the common path
+    all: Option<Box<Vec<MutexGuard<'a, ()>>>>,
 }
 
 impl Held<'_> {
-    /// Every host, when all are held (else empty).
+    /// Every host, when all are held (the network controls).
     pub(crate) fn all(&self) -> impl Iterator<Item = &Host> + '_ {
-        self.all.iter().map(|g| &*g.0)
+        debug_assert!(self.any);
+        (0..self.shared.len()).map(|h| &self[h])
     }
 
-    fn holds(&self, h: usize) -> bool {
-        (h == self.home && self.home_g.is_some())
-            || self.other.as_ref().is_some_and(|(o, _)| *o == h)
-            || h < self.all.len()
+    #[cold]
+    fn far(&self, h: usize) -> *mut Host {
+        if !self.any {
+            not_held(h);
+        }
+        self.wide.set(true);
+        self.shared.cell(h).host.get()
+    }
+
+    /// Writes the sessions of host `p` (held).
+    #[inline(always)]
+    fn flush(p: *mut Host) {
+        // SAFETY: the caller holds the host (see `Held`).
+        let h = unsafe { &mut *p };
+        if !h.dirty.is_empty() {
+            flush_sessions(h);
+        }
+    }
+
+    /// Lets the remote host go (its sessions written first).
+    #[inline]
+    fn drop_other(&mut self) {
+        if self.other != NONE {
+            Self::flush(self.other_p);
+            self.other = NONE;
+            self.other_g = None;
+        }
+    }
+
+    /// Lets home go (its sessions written first).
+    #[inline]
+    fn drop_home(&mut self) {
+        if self.home != NONE {
+            Self::flush(self.home_p);
+            self.home_g = None;
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Every session written while everything is still held.
+        if self.wide.get() {
+            let n = match &self.all {
+                Some(all) => all.len(),
+                None => self.shared.len(),
+            };
+            for h in 0..n {
+                Self::flush(self.shared.cell(h).host.get());
+            }
+        }
+        self.drop_other();
+        self.drop_home();
     }
 }
 
@@ -179,40 +279,30 @@ impl std::ops::Index<usize> for Held<'_> {
     type Output = Host;
     #[inline]
     fn index(&self, h: usize) -> &Host {
-        if h == self.home {
-            if let Some(g) = &self.home_g {
-                return &g.0;
-            }
-        }
-        if let Some((o, g)) = &self.other {
-            if *o == h {
-                return &g.0;
-            }
-        }
-        match self.all.get(h) {
-            Some(g) => &g.0,
-            None => not_held(h),
-        }
+        let p = if h == self.home {
+            self.home_p
+        } else if h == self.other {
+            self.other_p
+        } else {
+            self.far(h)
+        };
+        // SAFETY: a host this operation holds (see `Held`).
+        unsafe { &*p }
     }
 }
 
 impl std::ops::IndexMut<usize> for Held<'_> {
     #[inline]
     fn index_mut(&mut self, h: usize) -> &mut Host {
-        if h == self.home {
-            if let Some(g) = &mut self.home_g {
-                return &mut g.0;
-            }
-        }
-        if let Some((o, g)) = &mut self.other {
-            if *o == h {
-                return &mut g.0;
-            }
-        }
-        match self.all.get_mut(h) {
-            Some(g) => &mut g.0,
-            None => not_held(h),
-        }
+        let p = if h == self.home {
+            self.home_p
+        } else if h == self.other {
+            self.other_p
+        } else {
+            self.far(h)
+        };
+        // SAFETY: a host this operation holds, borrowed through `&mut self` (see `Held`).
+        unsafe { &mut *p }
     }
 }
 
@@ -255,76 +345,104 @@ impl std::fmt::Debug for FabricState<'_> {
     }
 }
 
-impl FabricState<'_> {
+/// A host found by its address: its number and cell.
+#[derive(Clone, Copy)]
+pub(crate) struct Found<'a> {
+    pub h: usize,
+    cell: &'a HostCell,
+}
+
+impl<'a> FabricState<'a> {
     /// Whether the network model runs (faults or a capture): packets, simulated time.
     #[inline]
     pub(crate) fn lossy(&self) -> bool {
         self.net.0.as_ref().is_some_and(|n| n.active())
     }
 
-    /// The host cells, for finding a host by its address without its lock.
-    pub(crate) fn cells(&self) -> impl Iterator<Item = &HostCell> + '_ {
-        self.hosts.shared.cells()
+    /// The first host whose address passes `f` and that is up (a look without its lock).
+    #[inline]
+    pub(crate) fn find_host(&self, mut f: impl FnMut(&Addr) -> bool) -> Option<Found<'a>> {
+        let shared: &'a Shared = self.hosts.shared;
+        shared.cells.find(|c| f(&c.addr) && c.up()).map(|(h, cell)| Found { h, cell })
     }
 
-    /// Holds host `t` too. `Err(Restart)`: `t` was busy and numbered below home, so both
-    /// were let go and taken again in order; what the caller read from home may have
-    /// changed, and nothing of the WQE may have been done yet.
-    pub(crate) fn need(&mut self, t: usize) -> Result<(), Restart> {
+    /// Holds host `t` (found by [`FabricState::find_host`]) too. `Err(Restart)`: `t` was
+    /// busy and numbered below home, so both were let go and taken again in order; what
+    /// the caller read from home may have changed, and nothing of the WQE may have been
+    /// done yet.
+    #[inline]
+    pub(crate) fn need(&mut self, t: Found<'a>) -> Result<(), Restart> {
         let held = &mut self.hosts;
-        if held.holds(t) {
+        if t.h == held.home || t.h == held.other {
             return Ok(());
         }
-        let shared = held.shared;
-        if !held.all.is_empty() {
-            // Hosts added since all were taken: numbered above every one held.
-            while held.all.len() <= t {
-                let g = lock_host(shared.cell(held.all.len()));
-                held.all.push(g);
-            }
+        if held.any && held.other == NONE {
+            // Every host is held already (deterministic mode's one lock).
+            held.other = t.h;
+            held.other_p = t.cell.host.get();
             return Ok(());
         }
-        // The previous remote host's part of the work is complete.
-        held.other = None;
-        let cell = shared.cell(t);
-        if t > held.home {
-            held.other = Some((t, lock_host(cell)));
-            return Ok(());
-        }
-        match cell.host.try_lock() {
-            Ok(g) => {
-                held.other = Some((t, HostGuard(g)));
-                Ok(())
-            }
-            Err(TryLockError::Poisoned(e)) => {
-                held.other = Some((t, HostGuard(e.into_inner())));
-                Ok(())
-            }
-            Err(TryLockError::WouldBlock) => {
-                if let Some(g) = &mut held.home_g {
-                    g.0.stats.lock_restarts += 1;
-                }
-                held.home_g = None;
-                let g = lock_host(cell);
-                held.other = Some((t, g));
-                held.home_g = Some(lock_host(shared.cell(held.home)));
-                if shared.lossy.load(Ordering::Acquire) {
-                    self.hold_all();
-                }
-                Err(Restart)
-            }
-        }
+        self.need_new(t.h, t.cell)
     }
 
-    /// Lets go of what is held, then takes every host in order and the network.
+    fn need_new(&mut self, t: usize, cell: &'a HostCell) -> Result<(), Restart> {
+        let held = &mut self.hosts;
+        // The previous remote host's part of the work is complete.
+        held.drop_other();
+        let shared = held.shared;
+        if held.any {
+            // Every host is held already.
+            held.other = t;
+            held.other_p = cell.host.get();
+            return Ok(());
+        }
+        let g = if t > held.home {
+            lock(&cell.lock)
+        } else {
+            match cell.lock.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    // SAFETY: home is held.
+                    unsafe { (*held.home_p).stats.lock_restarts += 1 };
+                    held.drop_home();
+                    let g = lock(&cell.lock);
+                    held.other_g = Some(g);
+                    held.other = t;
+                    held.other_p = cell.host.get();
+                    held.home_g = Some(lock(&shared.cell(held.home).lock));
+                    if shared.lossy.load(Ordering::Acquire) {
+                        self.hold_all();
+                    }
+                    return Err(Restart);
+                }
+            }
+        };
+        held.other_g = Some(g);
+        held.other = t;
+        held.other_p = cell.host.get();
+        Ok(())
+    }
+
+    /// Holds every host (in order, letting go of what is held first, unless the one lock
+    /// covers them) and the network.
     fn hold_all(&mut self) {
         let held = &mut self.hosts;
-        held.other = None;
-        held.home_g = None;
-        held.all.clear();
-        for c in held.shared.cells() {
-            held.all.push(lock_host(c));
+        match &held.shared.one {
+            Some(one) => {
+                if held.home_g.is_none() {
+                    held.home_g = Some(lock(one));
+                }
+            }
+            None => {
+                held.drop_other();
+                held.drop_home();
+                held.home = NONE;
+                held.all = None;
+                held.all = Some(Box::new(held.shared.cells().map(|c| lock(&c.lock)).collect()));
+            }
         }
+        held.any = true;
         self.net = NetRef(Some(held.shared.net()));
     }
 
@@ -349,8 +467,15 @@ mod tests {
     use crate::HostConfig;
     use std::sync::Arc;
 
+    fn at(s: &Shared, h: usize) -> Found<'_> {
+        Found { h, cell: s.cell(h) }
+    }
+
+    /// A fabric of `n` hosts with a lock each (the modes with NIC threads; none is
+    /// started here).
     fn fabric(n: usize) -> Arc<Shared> {
-        let s = Arc::new(Shared::new(FabricConfig::default(), Net::default()));
+        let cfg = FabricConfig { mode: ExecMode::Threaded, ..Default::default() };
+        let s = Arc::new(Shared::new(cfg, Net::default()));
         for i in 0..n {
             s.push(Host::new(i, HostConfig::infiniband(&format!("h{i}"), i as u16 + 1)));
         }
@@ -362,15 +487,15 @@ mod tests {
         let s = fabric(3);
         let mut st = s.host(1);
         st.hosts[1].clock = 5;
-        assert!(st.need(2).is_ok());
+        assert!(st.need(at(&s, 2)).is_ok());
         st.hosts[2].clock = 6;
         // Host 0 is free: taken without letting home go; host 2 is let go for it.
-        assert!(st.need(0).is_ok());
+        assert!(st.need(at(&s, 0)).is_ok());
         assert_eq!(st.hosts[1].clock, 5);
-        assert!(s.cell(2).host.try_lock().is_ok());
-        assert!(s.cell(0).host.try_lock().is_err());
+        assert!(s.cell(2).lock.try_lock().is_ok());
+        assert!(s.cell(0).lock.try_lock().is_err());
         drop(st);
-        assert!(s.cells().all(|c| c.host.try_lock().is_ok()));
+        assert!(s.cells().all(|c| c.lock.try_lock().is_ok()));
     }
 
     #[test]
@@ -386,7 +511,7 @@ mod tests {
                 rx1.recv().unwrap();
                 // The other operation (at home on 1) lets 1 go while it waits for 0.
                 let start = std::time::Instant::now();
-                while s.cell(1).host.try_lock().is_err() {
+                while s.cell(1).lock.try_lock().is_err() {
                     assert!(start.elapsed().as_secs() < 30, "home was never let go");
                     std::thread::yield_now();
                 }
@@ -396,10 +521,10 @@ mod tests {
             let mut st = s.host(1);
             st.hosts[1].clock = 3;
             tx1.send(()).unwrap();
-            assert!(st.need(0).is_err(), "host 0 was busy: a restart");
+            assert!(st.need(at(s, 0)).is_err(), "host 0 was busy: a restart");
             // Both held now, in order; what the holder wrote is there.
             assert_eq!((st.hosts[0].clock, st.hosts[1].clock, st.hosts[1].stats.lock_restarts), (7, 3, 1));
-            assert!(st.need(0).is_ok());
+            assert!(st.need(at(s, 0)).is_ok());
             drop(st);
             holder.join().unwrap();
         });
@@ -426,9 +551,9 @@ mod tests {
                     for _ in 0..20_000 {
                         let mut st = s.host(home);
                         let other = 1 - home;
-                        if st.need(other).is_err() {
+                        if st.need(at(&s, other)).is_err() {
                             restarts.fetch_add(1, Ordering::Relaxed);
-                            assert!(st.need(other).is_ok());
+                            assert!(st.need(at(&s, other)).is_ok());
                         }
                         st.hosts[home].clock += 1;
                         st.hosts[other].clock += 1;
