@@ -3,8 +3,8 @@
 //! then goes to error), CQE compression into sessions of a title and mini-CQE arrays,
 //! and the arm state that raises completion events.
 //!
-//! Compression: CQEs produced while the fabric lock is held are gathered into a pending
-//! session and written when the lock is released (the model's "burst"), or earlier when
+//! Compression: CQEs produced while the CQ's host is held are gathered into a pending
+//! session and written when the host is let go (the model's "burst"), or earlier when
 //! the next CQE cannot join. A session needs at least two CQEs; a single one is written
 //! as a plain CQE.
 

@@ -294,8 +294,8 @@ fn copy_region(src: &Region, soff: u64, dst: &Region, doff: u64, n: u64) -> bool
         return false;
     }
     // SAFETY: both regions were checked against registered MRs, whose memory the user
-    // guaranteed valid until dereg_mr (reg_mr's contract; dereg takes the fabric lock
-    // we hold); `copy` allows the ranges to overlap.
+    // guaranteed valid until dereg_mr (reg_mr's contract; dereg takes the lock of the
+    // MR's host, which we hold); `copy` allows the ranges to overlap.
     unsafe {
         std::ptr::copy(
             (src.addr + soff) as usize as *const u8,

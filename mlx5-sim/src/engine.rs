@@ -1,5 +1,5 @@
 //! The execution engine: doorbell handling, send-queue processing of RC WQEs (both sides,
-//! under the fabric lock), receive-queue consumption, RNR, error and flush semantics, and
+//! holding both hosts, see [`crate::hosts`]), receive-queue consumption, RNR, error and flush semantics, and
 //! CQE generation (spec §5–§8).
 
 use crate::hosts::{FabricState, Found};
@@ -696,8 +696,9 @@ impl Target {
 }
 
 /// Executes the validated WQE `w` (bytes in `wqe`) of QP `qpn` on host `h`, including the
-/// responder side (the model's simplification: the requester's NIC runs both ends under the
-/// fabric lock). Nothing is written to memory unless every check passed.
+/// responder side (the model's simplification: the requester's NIC runs both ends, holding
+/// the requester's and the responder's hosts, see [`crate::hosts`]). Nothing is written to
+/// memory unless every check passed.
 ///
 /// Choices where the spec is silent (see README.md): zero-length SGEs are 0 bytes and not
 /// checked [unverified, §11.4]; a zero-length RDMA WRITE/READ does not check the rkey; an

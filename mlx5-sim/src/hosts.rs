@@ -543,6 +543,16 @@ mod tests {
         // Two threads, each at home on one host and needing the other, many times: with
         // the order rule both finish, and a restart always comes back holding both.
         let s = fabric(2);
+        // A lock-order bug would hang the test rather than fail it.
+        let (done, watch) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                watch.recv_timeout(std::time::Duration::from_secs(120))
+            {
+                eprintln!("deadlocked");
+                std::process::exit(101);
+            }
+        });
         let restarts = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let threads: Vec<_> = (0..2)
             .map(|home| {
@@ -566,5 +576,6 @@ mod tests {
         }
         let st = s.all();
         assert_eq!(st.hosts[0].clock + st.hosts[1].clock, 80_000);
+        drop(done);
     }
 }

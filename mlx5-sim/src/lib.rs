@@ -6,7 +6,8 @@
 //! real 64-byte CQEs (owner bit, opcode, syndromes) into CQ ring memory.
 //!
 //! Simplification: both sides of an RC operation are executed by the requester's NIC,
-//! under the fabric lock, when the requester's WQE is processed (see README.md). The
+//! holding both hosts' locks (one lock per host; hosts meet only where a message
+//! crosses), when the requester's WQE is processed (see README.md). The
 //! fabric is perfect unless faults are set ([`Fabric::set_faults`]): then RC and DC
 //! messages travel as packets, retransmitted on a simulated clock and executed exactly
 //! once, and UD datagrams may be lost. [`Fabric::start_capture`] writes the packets to a
@@ -47,8 +48,9 @@ pub enum ExecMode {
     /// handles what waits in the queue itself when the NIC thread is not at
     /// work ([`Nic::help`], called by the front-end's poll), so progress does
     /// not wait for the scheduler when busy processes share the cores.
-    /// Whoever handles them, doorbells are handled one at a time under the
-    /// fabric lock, in the order they were rung.
+    /// Whoever handles them, doorbells are handled one at a time, holding the
+    /// NIC's queue, in the order they were rung. Each host has a lock of its
+    /// own: NIC threads whose messages share no host run in parallel.
     Threaded,
     /// Each NIC has its own thread that notices work from memory alone, as
     /// a NIC does when a foreign executor (a C program, another thread, a

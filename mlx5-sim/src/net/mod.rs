@@ -66,7 +66,7 @@ pub(crate) struct Fate {
     pub corrupted: bool,
 }
 
-/// The fabric's network state (inside the fabric lock).
+/// The fabric's network state (behind its own lock, taken after every host's).
 #[derive(Debug)]
 pub(crate) struct Net {
     /// Simulated time, ns.
