@@ -275,17 +275,25 @@ impl Drop for Held<'_> {
     }
 }
 
-impl std::ops::Index<usize> for Held<'_> {
-    type Output = Host;
-    #[inline]
-    fn index(&self, h: usize) -> &Host {
-        let p = if h == self.home {
+impl Held<'_> {
+    /// Host `h`, which this operation holds (else an engine bug: panics).
+    #[inline(always)]
+    fn ptr(&self, h: usize) -> *mut Host {
+        if h == self.home {
             self.home_p
         } else if h == self.other {
             self.other_p
         } else {
             self.far(h)
-        };
+        }
+    }
+}
+
+impl std::ops::Index<usize> for Held<'_> {
+    type Output = Host;
+    #[inline]
+    fn index(&self, h: usize) -> &Host {
+        let p = self.ptr(h);
         // SAFETY: a host this operation holds (see `Held`).
         unsafe { &*p }
     }
@@ -294,13 +302,7 @@ impl std::ops::Index<usize> for Held<'_> {
 impl std::ops::IndexMut<usize> for Held<'_> {
     #[inline]
     fn index_mut(&mut self, h: usize) -> &mut Host {
-        let p = if h == self.home {
-            self.home_p
-        } else if h == self.other {
-            self.other_p
-        } else {
-            self.far(h)
-        };
+        let p = self.ptr(h);
         // SAFETY: a host this operation holds, borrowed through `&mut self` (see `Held`).
         unsafe { &mut *p }
     }
@@ -438,7 +440,6 @@ impl<'a> FabricState<'a> {
                 held.drop_other();
                 held.drop_home();
                 held.home = NONE;
-                held.all = None;
                 held.all = Some(Box::new(held.shared.cells().map(|c| lock(&c.lock)).collect()));
             }
         }

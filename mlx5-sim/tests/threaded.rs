@@ -475,6 +475,14 @@ fn watchdog(secs: u64) -> mpsc::Sender<()> {
     tx
 }
 
+/// The segments of an RDMA WRITE of `len` bytes from `src` + `soff` to `dst` + `doff`.
+fn write_segs(src: &Buf, soff: u64, dst: &Buf, doff: u64, len: u32) -> [Seg<'static>; 2] {
+    [
+        Seg::Raddr { raddr: dst.addr() + doff, rkey: dst.keys.rkey },
+        Seg::Data { addr: src.addr() + soff, len, lkey: src.keys.lkey },
+    ]
+}
+
 /// Each host has a lock of its own. A WRITE from host 1 to host 0 while host 0 is
 /// held: host 1's NIC lets its own host go (lower-numbered hosts are only ever waited
 /// for that way), waits for host 0, takes both in order and executes the WQE afresh,
@@ -487,15 +495,7 @@ fn a_write_to_a_busy_lower_host_restarts_once_and_runs_once() {
     src.fill(|i| i as u8 + 1);
     let dst = Buf::new(&p.a, p.pda, 64, ALL_ACCESS);
     let hold = p.a.hold();
-    p.qb.post(
-        op::RDMA_WRITE,
-        SIGNALED,
-        [0; 4],
-        &[
-            Seg::Raddr { raddr: dst.addr(), rkey: dst.keys.rkey },
-            Seg::Data { addr: src.addr(), len: 64, lkey: src.keys.lkey },
-        ],
-    );
+    p.qb.post(op::RDMA_WRITE, SIGNALED, [0; 4], &write_segs(&src, 0, &dst, 0, 64));
     let deadline = Instant::now() + Duration::from_secs(30);
     while p.b.stats().lock_restarts == 0 {
         assert!(Instant::now() < deadline, "host 1's NIC never let its host go");
@@ -532,15 +532,7 @@ fn hosts_that_share_nothing_run_while_others_are_held() {
     src.fill(|i| (i * 7) as u8);
     let dst = Buf::new(d, pdd, 256, ALL_ACCESS);
     let holds = (nics[0].hold(), nics[1].hold());
-    qc.post(
-        op::RDMA_WRITE,
-        SIGNALED,
-        [0; 4],
-        &[
-            Seg::Raddr { raddr: dst.addr(), rkey: dst.keys.rkey },
-            Seg::Data { addr: src.addr(), len: 256, lkey: src.keys.lkey },
-        ],
-    );
+    qc.post(op::RDMA_WRITE, SIGNALED, [0; 4], &write_segs(&src, 0, &dst, 0, 256));
     let cqe = wait_for(&mut scq, 1);
     assert_eq!(cqe[0].opcode(), cqe_opcode::REQ, "{cqe:?}");
     assert_eq!(dst.read(), src.read());
@@ -578,15 +570,7 @@ fn writes_crossing_both_ways_at_once_each_run_once() {
                     me.help();
                 }
                 let off = (i * 8) as u64;
-                q.post(
-                    op::RDMA_WRITE,
-                    SIGNALED,
-                    [0; 4],
-                    &[
-                        Seg::Raddr { raddr: dst.addr() + off, rkey: dst.keys.rkey },
-                        Seg::Data { addr: src.addr() + off, len: 8, lkey: src.keys.lkey },
-                    ],
-                );
+                q.post(op::RDMA_WRITE, SIGNALED, [0; 4], &write_segs(&src, off, &dst, off, 8));
                 outstanding += 1;
             }
             for c in wait_for(&mut cq, outstanding) {
