@@ -15,7 +15,7 @@ use crate::wire::{
 };
 use crate::wqe::{self, Piece, SendWqe};
 use crate::{
-    access, AsyncEvent, AtomicEndianness, ExecMode, HostConfig, LinkLayer, NicStats, QpState, QpType,
+    access, AsyncEvent, AtomicEndianness, ExecMode, HostConfig, LinkLayer, NicStats, QpState, QpType, RcPath,
 };
 
 /// BlueFlame register half size (spec §1.6).
@@ -537,6 +537,25 @@ fn resolve<'a>(
     })
 }
 
+/// [`resolve`] for RC QP `qpn`'s path `p`, through the QP's cache of the host it found
+/// last (`Qp::peer`): kept while nothing [`FabricState::find_host`] sees has changed since
+/// (the fabric's address epoch) and the path is the same (a new path forgets it).
+#[inline]
+fn resolve_peer<'a>(st: &mut FabricState<'a>, h: usize, qpn: u32, p: &RcPath) -> Option<Found<'a>> {
+    let epoch = st.addr_epoch();
+    let peer = st.hosts[h].qps.get(&qpn)?.peer;
+    if u64::from(peer >> 16) == epoch && st.hosts[h].reachable() {
+        return Some(st.found((peer & 0xffff) as usize));
+    }
+    let found = resolve(st, h, p.dlid, p.dgid, p.dmac)?;
+    if found.h < 1 << 16 && epoch < 1 << 16 {
+        if let Some(me) = st.hosts[h].qps.get_mut(&qpn) {
+            me.peer = (epoch as u32) << 16 | found.h as u32;
+        }
+    }
+    Some(found)
+}
+
 /// Finds the host an address vector leads to (spec §3.6): IB by `rlid`, and when the GRH
 /// bit is set also by `rgid`; RoCE by `rgid`, and `rmac` must be the host's MAC.
 fn resolve_av<'a>(st: &FabricState<'a>, h: usize, av: &DatagramSeg<&[u8]>) -> Option<Found<'a>> {
@@ -772,7 +791,7 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
             let Some(p) = path else {
                 return unanswered(st, h, qpn);
             };
-            let Some(found) = resolve(st, h, p.dlid, p.dgid, p.dmac) else {
+            let Some(found) = resolve_peer(st, h, qpn, &p) else {
                 return unanswered(st, h, qpn);
             };
             if st.need(found).is_err() {

@@ -21,7 +21,7 @@
 //! Letting a host go ends its burst: its compressed CQE sessions are written then.
 
 use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use crate::engine::{flush_sessions, Host};
@@ -74,6 +74,10 @@ pub(crate) struct Shared {
     lossy: AtomicBool,
     /// Deterministic mode: the one lock over every host.
     one: Option<Mutex<()>>,
+    /// Counts changes of what [`FabricState::find_host`] sees: a host's reachability
+    /// stored. From 1, so that 0 names no epoch. A host found in the current epoch is the
+    /// one a new search would find (hosts added since come after it).
+    addr_epoch: AtomicU64,
 }
 
 impl std::fmt::Debug for Shared {
@@ -92,7 +96,14 @@ const NONE: usize = usize::MAX;
 impl Shared {
     pub(crate) fn new(cfg: FabricConfig, net: Net) -> Shared {
         let one = (cfg.mode == ExecMode::Deterministic).then(|| Mutex::new(()));
-        Shared { cfg, cells: Slots::new(), lossy: AtomicBool::new(net.active()), net: Mutex::new(net), one }
+        Shared {
+            cfg,
+            cells: Slots::new(),
+            lossy: AtomicBool::new(net.active()),
+            net: Mutex::new(net),
+            one,
+            addr_epoch: AtomicU64::new(1),
+        }
     }
 
     /// Hosts added so far.
@@ -116,6 +127,7 @@ impl Shared {
         let c = &host.cfg;
         let addr = Addr { link_layer: c.link_layer, lid: c.lid, gid: c.gid, mac: c.mac };
         let up = AtomicBool::new(host.reachable());
+        // No new epoch: a host added later never comes before one found already.
         self.cells.push(HostCell { lock: Mutex::new(()), host: UnsafeCell::new(host), addr, up })
     }
 
@@ -368,6 +380,20 @@ impl<'a> FabricState<'a> {
         shared.cells.find(|c| f(&c.addr) && c.up()).map(|(h, cell)| Found { h, cell })
     }
 
+    /// The current epoch of what [`FabricState::find_host`] sees: a host it found in an
+    /// epoch that is still current is the one it would find again.
+    #[inline]
+    pub(crate) fn addr_epoch(&self) -> u64 {
+        self.hosts.shared.addr_epoch.load(Ordering::Acquire)
+    }
+
+    /// Host `h` as [`FabricState::find_host`] found it before (`h` < the host count).
+    #[inline]
+    pub(crate) fn found(&self, h: usize) -> Found<'a> {
+        let shared: &'a Shared = self.hosts.shared;
+        Found { h, cell: shared.cell(h) }
+    }
+
     /// Holds host `t` (found by [`FabricState::find_host`]) too. `Err(Restart)`: `t` was
     /// busy and numbered below home, so both were let go and taken again in order; what
     /// the caller read from home may have changed, and nothing of the WQE may have been
@@ -459,6 +485,7 @@ impl<'a> FabricState<'a> {
     pub(crate) fn set_reachable(&mut self, h: usize) {
         let up = self.hosts[h].reachable();
         self.hosts.shared.cell(h).up.store(up, Ordering::Release);
+        self.hosts.shared.addr_epoch.fetch_add(1, Ordering::AcqRel);
     }
 }
 

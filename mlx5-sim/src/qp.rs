@@ -74,6 +74,11 @@ pub(crate) struct Qp {
     pub dedicated_uar: bool,
     /// Scatter-to-CQE enabled.
     pub scatter_to_cqe: bool,
+    /// RC: the host the path led to (low 16 bits) and the address epoch it was found in
+    /// (high 16 bits; see [`crate::hosts::FabricState::addr_epoch`]); 0: none. Forgotten
+    /// when the path changes. Hosts and epochs from 2^16 on are not kept (the search runs
+    /// every time), so that the cache fits the struct's padding.
+    pub peer: u32,
 }
 
 fn pow2_in(v: u32, lo: u32, hi: u32) -> bool {
@@ -155,6 +160,7 @@ impl Qp {
             dct_num: None,
             dedicated_uar: attr.dedicated_uar,
             scatter_to_cqe: attr.scatter_to_cqe,
+            peer: 0,
         })
     }
 
@@ -260,6 +266,7 @@ impl Qp {
         self.rq_ci = 0;
         self.rnr = None;
         self.attrs = QpAttrs::default();
+        self.peer = 0;
         self.dct_num = None;
         self.shadow.iter_mut().for_each(|s| *s = Shadow::default());
     }
@@ -393,6 +400,7 @@ impl Qp {
         );
         if m.path.is_some() {
             a.path = m.path;
+            self.peer = 0;
         }
         Ok(to)
     }

@@ -445,3 +445,21 @@ fn control_path_errors() {
     p.a.destroy_cq(p.scq_a.res.cqn).unwrap();
     assert_eq!(p.a.destroy_cq(p.scq_a.res.cqn), Err(SimError::NoSuchCq(p.scq_a.res.cqn)));
 }
+
+/// A QP remembers the host its path led to; a port going down afterwards must still make
+/// the peer unreachable (the remembered host is found again once reachability changed).
+#[test]
+fn a_peer_reached_before_its_port_went_down_is_unreachable_after() {
+    let mut p = Pair::new();
+    let dst = Buf::new(&p.b, p.pdb, 64, ALL_ACCESS);
+    let raddr = Seg::Raddr { raddr: dst.addr(), rkey: dst.keys.rkey };
+    let i = p.qa.post(op::RDMA_WRITE, SIGNALED, [0; 4], &[raddr, Seg::Inline(b"first")]);
+    let c = p.scq_a.expect_one();
+    assert_eq!((c.opcode(), c.wqe_counter()), (cqe_opcode::REQ, i));
+    assert_eq!(&dst.read()[..6], b"first\0");
+    p.b.set_port_active(false);
+    let raddr = Seg::Raddr { raddr: dst.addr(), rkey: dst.keys.rkey };
+    let idx = p.qa.post(op::RDMA_WRITE, 0, [0; 4], &[raddr, Seg::Inline(b"second")]);
+    expect_failure(&mut p, idx, op::RDMA_WRITE, syndrome::TRANSPORT_RETRY_EXC_ERR, 0x81);
+    assert_eq!(&dst.read()[..7], b"first\0\0", "nothing lands on a host whose port is down");
+}

@@ -503,3 +503,40 @@ fn psns_advance_by_packets_per_message() {
     assert_eq!(psns(&p), (8, 8));
     assert_eq!(p.b.stats().psn_errors, 0);
 }
+
+/// A QP remembers the host its path led to; taken back to RESET and connected to a QP on
+/// a third host, its WRITEs land there, not on the host it reached before.
+#[test]
+fn a_new_path_to_another_host_is_followed() {
+    let mut p = Pair::new();
+    let c = p.fabric.add_host(HostConfig::infiniband("mlx5_2", 3));
+    let pdc = c.alloc_pd().unwrap();
+    let (scq_c, rcq_c) = (TestCq::new(&c, 64, 64), TestCq::new(&c, 64, 64));
+    let qc = TestQp::new(&c, pdc, scq_c.res.cqn, rcq_c.res.cqn, 8, 16, 0x33);
+    init_rtr_rts(&c, qc.qpn(), RcPath { dest_qpn: p.qa.qpn(), dlid: 1, ..Default::default() }, ALL_ACCESS, 7);
+    let dst_b = Buf::new(&p.b, p.pdb, 64, ALL_ACCESS);
+    let dst_c = Buf::new(&c, pdc, 64, ALL_ACCESS);
+    let to_b = Seg::Raddr { raddr: dst_b.addr(), rkey: dst_b.keys.rkey };
+    p.qa.post(op::RDMA_WRITE, SIGNALED, [0; 4], &[to_b, Seg::Inline(b"to b")]);
+    assert_eq!(p.scq_a.expect_one().opcode(), cqe_opcode::REQ);
+    assert_eq!(&dst_b.read()[..4], b"to b");
+    p.a.modify_qp(
+        p.qa.qpn(),
+        &mlx5_sim::QpModify { state: Some(mlx5_sim::QpState::Reset), ..Default::default() },
+    )
+    .unwrap();
+    p.qa.pi = 0;
+    init_rtr_rts(
+        &p.a,
+        p.qa.qpn(),
+        RcPath { dest_qpn: qc.qpn(), dlid: 3, ..Default::default() },
+        ALL_ACCESS,
+        7,
+    );
+    let to_c = Seg::Raddr { raddr: dst_c.addr(), rkey: dst_c.keys.rkey };
+    let i = p.qa.post(op::RDMA_WRITE, SIGNALED, [0; 4], &[to_c, Seg::Inline(b"to c")]);
+    let done = p.scq_a.expect_one();
+    assert_eq!((done.opcode(), done.wqe_counter()), (cqe_opcode::REQ, i));
+    assert_eq!(&dst_c.read()[..4], b"to c");
+    assert_eq!(&dst_b.read()[..5], b"to b\0", "B saw one WRITE only");
+}
