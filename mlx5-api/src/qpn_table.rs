@@ -103,6 +103,7 @@ where
 
     /// A lookup that missed the last hit.
     #[inline(never)]
+    #[cold]
     fn get_slow(&self, key: u32) -> Option<&V::Target> {
         let i = self.find(qpn_of_key(key))?;
         let v: &V::Target = self.vals[i].as_ref()?;

@@ -84,6 +84,7 @@ impl<T> Tracker<T> {
 
     /// [`Tracker::retire`] past unsignaled WQEs.
     #[inline(never)]
+    #[cold]
     fn retire_walk(&self, pi: u32, ci: u32, wqe_counter: u16) -> Option<Retired<T>> {
         let dist = (wqe_counter as u32).wrapping_sub(ci) & 0xffff;
         if dist >= pi.wrapping_sub(ci) {
