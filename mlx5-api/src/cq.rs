@@ -355,9 +355,10 @@ impl<B: Backend, T> CqShared<B, T> {
         if self.desc.in_session() {
             return self.poll_general(budget, f, PollOutcome::default());
         }
-        // CQEs consumed (completions + unknown): one counter for the loop.
-        let (mut n, mut unknown) = (0, 0);
-        while n < budget {
+        // CQEs still to consume (budget less completions and unknown): one
+        // counter for the loop, counted down.
+        let (mut left, mut unknown) = (budget, 0);
+        while left != 0 {
             let ci = self.desc.consumer();
             // SAFETY: the backend's live CQ ring; handles are single-threaded;
             // no session is open (checked above; only a title opens one, and
@@ -367,11 +368,11 @@ impl<B: Backend, T> CqShared<B, T> {
                 Peek::Plain(p, op_own) => (p, op_own, false),
                 Peek::Empty => break,
                 Peek::Other => {
-                    let out = PollOutcome { completions: n - unknown, unknown };
+                    let out = PollOutcome { completions: budget - left - unknown, unknown };
                     return self.poll_general(budget, f, out);
                 }
             };
-            n += 1;
+            left -= 1;
             // Requester, other successful and error CQEs each call the
             // callback from their own site, where the opcode's class and the
             // status are constants (error CQEs have opcodes REQ_ERR and
@@ -416,10 +417,10 @@ impl<B: Backend, T> CqShared<B, T> {
             unknown += 1;
             self.last_unknown.set(Some(u));
         }
-        if n == 0 {
+        if left == budget {
             B::cq_idle(&self.raw);
         }
-        PollOutcome { completions: n - unknown, unknown }
+        PollOutcome { completions: budget - left - unknown, unknown }
     }
 
     /// [`CqShared::poll_with`] for every format and inside compressed
