@@ -538,12 +538,17 @@ fn resolve<'a>(
 }
 
 /// [`resolve`] for RC QP `qpn`'s path `p`, through the QP's cache of the host it found
-/// last (`Qp::peer`): kept while nothing [`FabricState::find_host`] sees has changed since
+/// last (`peer`, as read from `Qp::peer` with the path): kept while nothing [`FabricState::find_host`] sees has changed since
 /// (the fabric's address epoch) and the path is the same (a new path forgets it).
 #[inline]
-fn resolve_peer<'a>(st: &mut FabricState<'a>, h: usize, qpn: u32, p: &RcPath) -> Option<Found<'a>> {
+fn resolve_peer<'a>(
+    st: &mut FabricState<'a>,
+    h: usize,
+    qpn: u32,
+    p: &RcPath,
+    peer: u32,
+) -> Option<Found<'a>> {
     let epoch = st.addr_epoch();
-    let peer = st.hosts[h].qps.get(&qpn)?.peer;
     if u64::from(peer >> 16) == epoch && st.hosts[h].reachable() {
         return Some(st.found((peer & 0xffff) as usize));
     }
@@ -732,8 +737,8 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
     let Some(me) = st.hosts[h].qps.get(&qpn) else {
         return fail(syndrome::LOCAL_QP_OP_ERR);
     };
-    let (pdn, path, qtype, mtu, sq_psn) =
-        (me.pdn, me.attrs.path, me.qp_type, me.attrs.path_mtu.max(256), me.attrs.sq_psn);
+    let (pdn, path, peer, qtype, mtu, sq_psn) =
+        (me.pdn, me.attrs.path, me.peer, me.qp_type, me.attrs.path_mtu.max(256), me.attrs.sq_psn);
     // Requester scatter-to-CQE: RC only, and only for a signaled WQE (an unsignaled one
     // has no CQE to carry the data, so it goes to memory) [model choice, spec §5.7].
     let req_scatter = if qtype == QpType::Rc && me.scatter_to_cqe && w.ctrl.fm_ce_se & 0x08 != 0 {
@@ -791,7 +796,7 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
             let Some(p) = path else {
                 return unanswered(st, h, qpn);
             };
-            let Some(found) = resolve_peer(st, h, qpn, &p) else {
+            let Some(found) = resolve_peer(st, h, qpn, &p, peer) else {
                 return unanswered(st, h, qpn);
             };
             if st.need(found).is_err() {

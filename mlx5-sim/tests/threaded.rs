@@ -11,10 +11,15 @@ use mlx5_sim::wire::cqe_opcode;
 use mlx5_sim::{ExecMode, Fabric, FabricConfig, HostConfig, Nic, RcPath};
 
 fn threaded() -> Pair {
+    threaded_with(64, 16)
+}
+
+/// A threaded pair whose QPs have `sq` send WQEBBs and whose CQs have `cq` entries.
+fn threaded_with(sq: u32, cq: u32) -> Pair {
     Pair::with(PairOpts {
         cfg: FabricConfig { mode: ExecMode::Threaded, ..Default::default() },
-        sq: 64,
-        cq: 16,
+        sq,
+        cq,
         ..Default::default()
     })
 }
@@ -433,12 +438,7 @@ fn two_posting_threads_coalescing_lose_no_wqe() {
 #[test]
 fn more_blueflame_writes_than_payload_slots_all_execute() {
     const N: u64 = 150;
-    let p = Pair::with(PairOpts {
-        cfg: FabricConfig { mode: ExecMode::Threaded, ..Default::default() },
-        sq: 256,
-        cq: 16,
-        ..Default::default()
-    });
+    let p = threaded_with(256, 16);
     let mut src = Buf::new(&p.a, p.pda, N as usize * 8, ALL_ACCESS);
     src.fill(|i| (i / 8 + 1) as u8);
     let dst = Buf::new(&p.b, p.pdb, N as usize * 8, ALL_ACCESS);
@@ -546,12 +546,7 @@ fn hosts_that_share_nothing_run_while_others_are_held() {
 fn writes_crossing_both_ways_at_once_each_run_once() {
     let _watchdog = watchdog(120);
     const N: usize = 3000;
-    let p = Pair::with(PairOpts {
-        cfg: FabricConfig { mode: ExecMode::Threaded, ..Default::default() },
-        sq: 64,
-        cq: 64,
-        ..Default::default()
-    });
+    let p = threaded_with(64, 64);
     let Pair { a, b, pda, pdb, scq_a, scq_b, qa, qb, fabric, .. } = p;
     let side = |me: Nic, pd_me: u32, peer: Nic, pd_peer: u32, mut q: TestQp, mut cq: TestCq, seed: u8| {
         let mut src = Buf::new(&me, pd_me, N * 8, ALL_ACCESS);
