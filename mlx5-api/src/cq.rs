@@ -358,12 +358,13 @@ impl<B: Backend, T> CqShared<B, T> {
         // CQEs still to consume (budget less completions and unknown): one
         // counter for the loop, counted down.
         let (mut left, mut unknown) = (budget, 0);
+        let proper0 = self.desc.proper0();
         while left != 0 {
             let ci = self.desc.consumer();
             // SAFETY: the backend's live CQ ring; handles are single-threaded;
             // no session is open (checked above; only a title opens one, and
             // titles leave this loop before anything is consumed).
-            let (p, op_own, req) = match unsafe { self.desc.peek_plain(ci) } {
+            let (p, op_own, req) = match unsafe { self.desc.peek_plain_at(proper0, ci) } {
                 Peek::Req(p, op_own) => (p, op_own, true),
                 Peek::Plain(p, op_own) => (p, op_own, false),
                 Peek::Empty => break,

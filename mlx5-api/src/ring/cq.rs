@@ -197,7 +197,24 @@ impl CqDesc {
     /// As [`CqDesc::peek`].
     #[inline(always)]
     pub unsafe fn peek_plain(&self, ci: u32) -> Peek {
-        let cqe = self.proper(ci);
+        // SAFETY: forwarded.
+        unsafe { self.peek_plain_at(self.proper0, ci) }
+    }
+
+    /// The CQE proper of slot 0, for [`CqDesc::peek_plain_at`].
+    #[inline(always)]
+    pub fn proper0(&self) -> *mut u8 {
+        self.proper0
+    }
+
+    /// [`CqDesc::peek_plain`] given [`CqDesc::proper0`] (which a poll loop
+    /// may keep in a register).
+    ///
+    /// # Safety
+    /// As [`CqDesc::peek_plain`]; `proper0` is this CQ's.
+    #[inline(always)]
+    pub unsafe fn peek_plain_at(&self, proper0: *mut u8, ci: u32) -> Peek {
+        let cqe = proper0.wrapping_add(((ci & self.mask).wrapping_mul(self.cqe_size)) as usize);
         // SAFETY: op_own is byte 63 of the CQE; the device stores it last.
         let op_own = unsafe { AtomicU8::from_ptr(cqe.add(63)) }.load(Ordering::Acquire);
         let x = op_own ^ (ci & self.cqe_cnt != 0) as u8;
