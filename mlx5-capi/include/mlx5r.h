@@ -409,10 +409,6 @@ typedef struct {
    Derived by `new`: `cqe_cnt - 1`.
    */
   uint32_t mask;
-  /*
-   Derived by `new`: log2 of `cqe_size`.
-   */
-  uint32_t shift;
 } mlx5r_cq;
 
 /*
