@@ -89,7 +89,10 @@ struct Link {
     state: State,
     host: usize,
     /// Held by whoever takes messages off the queue, for as long as it handles them.
-    drain: Mutex<()>,
+    /// On lines of its own: taking it writes its line, and every poster reads the
+    /// fields above (the queue's ends) at every doorbell. Beside them it cost a
+    /// threaded pingpong 282 -> 256 ns one way.
+    drain: Padded<Mutex<()>>,
     /// QPN of the last doorbell queued, until the NIC takes a doorbell of that
     /// QP ([`NO_QP`] then): a poster that rings the same QP again meanwhile
     /// queues nothing (see [`Link::doorbell`]).
@@ -228,7 +231,7 @@ impl Link {
         if self.rx.is_empty() {
             return false;
         }
-        let d = match self.drain.try_lock() {
+        let d = match self.drain.0.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return false,
@@ -243,7 +246,7 @@ impl Link {
 
     /// Holds the queue for handling it (see `drain`).
     fn hold(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.drain.lock().unwrap_or_else(|e| e.into_inner())
+        self.drain.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// After `n` messages were handled (and the queue let go): wakes `quiesce`.
@@ -577,7 +580,7 @@ impl Fabric {
                     rx,
                     state: Arc::clone(&self.front.state),
                     host: h,
-                    drain: Mutex::new(()),
+                    drain: Padded(Mutex::new(())),
                     pending: AtomicU32::new(NO_QP),
                     last_rung: Padded(AtomicU32::new(NO_QP)),
                     coalesced: AtomicU64::new(0),
