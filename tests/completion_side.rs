@@ -469,3 +469,28 @@ fn poll_into_fills_a_slice_without_a_callback() {
     assert_eq!((o.completions, out[0].1, out[1].1), (2, 13, 14));
     assert_eq!(a.scq.poll_into(&mut out).completions, 3);
 }
+
+#[test]
+fn plain_cqes_of_128_bytes_are_read_from_every_slot_across_laps() {
+    // Each CQE proper is the second half of its 128-byte slot (spec §5.1):
+    // the poller's stride is the slot, not the 64-byte CQE. Slot 0 alone
+    // cannot tell; several laps of a small ring do.
+    let (_f, a, b) = pair_with(ExecMode::Deterministic, || CqConfig::new(4).cqe_size(CqeSize::B128), false);
+    // SAFETY: only the geometry is read.
+    let (_, cnt, size) = unsafe { a.scq.raw_ring() };
+    assert_eq!(size, 128);
+    let (mut sent, mut got_s, mut got_r) = (0u64, Vec::new(), Vec::new());
+    while sent < 3 * u64::from(cnt) {
+        for _ in 0..3 {
+            recv(&b, 100 + sent, 0, 64);
+            send(&a, sent, 0, 8, WqeFlags::SIGNALED);
+            sent += 1;
+        }
+        got_s.extend(drain(&a.scq).into_iter().map(|(c, e)| (e, c.opcode, c.status)));
+        got_r.extend(drain(&b.rcq).into_iter().map(|(c, e)| (e, c.opcode, c.byte_len)));
+    }
+    let want_s: Vec<_> = (0..sent).map(|e| (e, WcOpcode::Send, Status::Success)).collect();
+    let want_r: Vec<_> = (0..sent).map(|e| (100 + e, WcOpcode::Recv, 8)).collect();
+    assert_eq!(got_s, want_s);
+    assert_eq!(got_r, want_r);
+}
