@@ -118,9 +118,15 @@ impl CqDesc {
     /// The 64-byte CQE proper of slot `idx` (free-running).
     #[inline(always)]
     fn proper(&self, idx: u32) -> *mut u8 {
+        self.proper_from(self.proper0, idx)
+    }
+
+    /// [`CqDesc::proper`] from `proper0` as the caller holds it.
+    #[inline(always)]
+    fn proper_from(&self, proper0: *mut u8, idx: u32) -> *mut u8 {
         // A multiply, not a shift by log2(cqe_size): x86 shifts by a
         // variable count only from CL, which costs a poll loop a move.
-        self.proper0.wrapping_add(((idx & self.mask).wrapping_mul(self.cqe_size)) as usize)
+        proper0.wrapping_add(((idx & self.mask).wrapping_mul(self.cqe_size)) as usize)
     }
 
     /// The consumer index.
@@ -202,8 +208,9 @@ impl CqDesc {
     }
 
     /// The CQE proper of slot 0, for [`CqDesc::peek_plain_at`].
+    #[cfg(feature = "std")]
     #[inline(always)]
-    pub fn proper0(&self) -> *mut u8 {
+    pub(crate) fn proper0(&self) -> *mut u8 {
         self.proper0
     }
 
@@ -213,8 +220,8 @@ impl CqDesc {
     /// # Safety
     /// As [`CqDesc::peek_plain`]; `proper0` is this CQ's.
     #[inline(always)]
-    pub unsafe fn peek_plain_at(&self, proper0: *mut u8, ci: u32) -> Peek {
-        let cqe = proper0.wrapping_add(((ci & self.mask).wrapping_mul(self.cqe_size)) as usize);
+    pub(crate) unsafe fn peek_plain_at(&self, proper0: *mut u8, ci: u32) -> Peek {
+        let cqe = self.proper_from(proper0, ci);
         // SAFETY: op_own is byte 63 of the CQE; the device stores it last.
         let op_own = unsafe { AtomicU8::from_ptr(cqe.add(63)) }.load(Ordering::Acquire);
         let x = op_own ^ (ci & self.cqe_cnt != 0) as u8;
