@@ -312,7 +312,9 @@ macro_rules! send_queue {
         /// their completions must not be polled through this QP's CQ
         /// handles (they would retire entries the handle never stored).
         /// Use the descriptor with the ring core's CQ reader, and the
-        /// builder not at the same time.
+        /// builder not at the same time: no other thread may post through
+        /// it while this QP's CQ handles retire its WQEs (they read the
+        /// producer counter plainly).
         pub unsafe fn sq_desc(&self) -> &SqDesc {
             &self.shared.sq().desc
         }

@@ -4,6 +4,7 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Send side: per SQ slot of a WQE's first WQEBB, its size in WQEBBs, its
 /// opcode and the entry. Entries are live exactly at the WQE starts in
@@ -66,9 +67,17 @@ impl<T> Tracker<T> {
     /// is `wqe_counter`; entries of the unsignaled WQEs before it are
     /// dropped. `None` (and nothing changed) when no WQE in `[ci, pi)`
     /// starts at that index.
+    ///
+    /// `pi` is read where it is needed, plainly: the caller is the only
+    /// thread that writes it (so the fast path's compare takes it straight
+    /// from memory, and the walk reads it again for itself).
+    ///
+    /// # Safety
+    /// No other thread writes `pi` during the call.
     #[inline(always)]
-    pub fn retire(&self, pi: u32, ci: u32, wqe_counter: u16) -> Option<Retired<T>> {
-        if ci as u16 == wqe_counter && pi != ci {
+    pub unsafe fn retire(&self, pi: &AtomicU32, ci: u32, wqe_counter: u16) -> Option<Retired<T>> {
+        // SAFETY: no concurrent writer (caller contract).
+        if ci as u16 == wqe_counter && unsafe { *pi.as_ptr() } != ci {
             // The oldest WQE (every WQE signaled): no walk.
             let s = self.slot(ci);
             let meta = s.meta.get();
@@ -85,7 +94,8 @@ impl<T> Tracker<T> {
     /// [`Tracker::retire`] past unsignaled WQEs.
     #[inline(never)]
     #[cold]
-    fn retire_walk(&self, pi: u32, ci: u32, wqe_counter: u16) -> Option<Retired<T>> {
+    fn retire_walk(&self, pi: &AtomicU32, ci: u32, wqe_counter: u16) -> Option<Retired<T>> {
+        let pi = pi.load(Ordering::Relaxed);
         let dist = (wqe_counter as u32).wrapping_sub(ci) & 0xffff;
         if dist >= pi.wrapping_sub(ci) {
             return None;
@@ -237,10 +247,12 @@ mod tests {
             t.record(3, 1, 0x10, live.clone());
         }
         assert_eq!(Rc::strong_count(&live), 4);
-        assert!(t.retire(4, 0, 2).is_none(), "2 is inside a WQE, not its start");
-        assert!(t.retire(4, 0, 4).is_none(), "4 is not posted");
+        let pi = AtomicU32::new(4);
+        // SAFETY (retire): no other thread.
+        assert!(unsafe { t.retire(&pi, 0, 2) }.is_none(), "2 is inside a WQE, not its start");
+        assert!(unsafe { t.retire(&pi, 0, 4) }.is_none(), "4 is not posted");
         assert_eq!(Rc::strong_count(&live), 4, "a failed retire changes nothing");
-        let r = t.retire(4, 0, 3).unwrap();
+        let r = unsafe { t.retire(&pi, 0, 3) }.unwrap();
         assert_eq!((r.opcode, r.ci), (0x10, 4));
         drop(r);
         assert_eq!(Rc::strong_count(&live), 1, "the two unsignaled entries were dropped");

@@ -275,7 +275,10 @@ impl<B: Backend, T> WorkQueues<B, T> {
     #[inline(always)]
     pub(crate) fn retire_send(&self, wqe_counter: u16) -> Option<(T, u8)> {
         let sq = &self.sq;
-        let r = sq.tracker.retire(sq.desc.producer(), sq.desc.consumer(), wqe_counter)?;
+        // SAFETY: only this thread writes the counters (the handle layer is
+        // single-threaded, and WQEs posted through the raw descriptor are
+        // never retired here: `sq_desc`'s contract).
+        let r = unsafe { sq.tracker.retire(&sq.desc.pi, sq.desc.consumer(), wqe_counter)? };
         sq.desc.ci.store(r.ci, std::sync::atomic::Ordering::Release);
         Some((r.entry, r.opcode))
     }
