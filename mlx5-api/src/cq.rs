@@ -563,7 +563,10 @@ impl<B: Backend, T> CqShared<B, T> {
                     c.status = local_length_error();
                 }
             }
-            let (entry, op) = wq.retire_send(c.wqe_counter)?;
+            let entry = wq.retire_send(c.wqe_counter)?;
+            // The send WQE's opcode, as the CQE reports it (spec §5.1; as
+            // rdma-core's `mlx5_parse_cqe` reads it too).
+            let op = (v.sop_drop_qpn() >> 24) as u8;
             c.opcode = WcOpcode::from_send(op);
             if !ok {
                 wq.enter_error(true);

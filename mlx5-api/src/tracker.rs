@@ -6,17 +6,19 @@ use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Send side: per SQ slot of a WQE's first WQEBB, its size in WQEBBs, its
-/// opcode and the entry. Entries are live exactly at the WQE starts in
-/// `[ci, pi)` of the send queue; the queue passes its counters in.
+/// Send side: per SQ slot of a WQE's first WQEBB, the counter just past
+/// the WQE and the entry. Entries are live exactly at the WQE starts in
+/// `[ci, pi)` of the send queue; the queue passes its counters in. (The
+/// WQE's opcode is not kept: a requester CQE reports it, spec §5.1.)
 pub struct Tracker<T> {
     slots: Box<[Slot<T>]>,
     mask: u32,
 }
 
 struct Slot<T> {
-    /// WQEBBs (low byte) and mlx5 opcode (high byte).
-    meta: Cell<u16>,
+    /// The producer counter after the WQE (its start plus its WQEBBs): the
+    /// consumer counter once it retires.
+    next: Cell<u32>,
     entry: UnsafeCell<MaybeUninit<T>>,
 }
 
@@ -24,8 +26,6 @@ struct Slot<T> {
 pub struct Retired<T> {
     /// The user's entry.
     pub entry: T,
-    /// The WQE's mlx5 opcode.
-    pub opcode: u8,
     /// The consumer counter after the WQE.
     pub ci: u32,
 }
@@ -34,7 +34,7 @@ impl<T> Tracker<T> {
     /// A table for a ring of `wqe_cnt` WQEBBs (a power of two).
     pub fn new(wqe_cnt: u32) -> Self {
         let slots = (0..wqe_cnt.max(1))
-            .map(|_| Slot { meta: Cell::new(0), entry: UnsafeCell::new(MaybeUninit::uninit()) });
+            .map(|_| Slot { next: Cell::new(0), entry: UnsafeCell::new(MaybeUninit::uninit()) });
         Tracker { slots: slots.collect(), mask: wqe_cnt.max(1) - 1 }
     }
 
@@ -44,20 +44,20 @@ impl<T> Tracker<T> {
         unsafe { self.slots.get_unchecked((counter & self.mask) as usize) }
     }
 
-    /// Record the WQE of `nbb` WQEBBs whose first WQEBB is ring slot `slot`
-    /// (a free slot).
+    /// Record the WQE whose first WQEBB is ring slot `slot` (a free slot)
+    /// and that ends before counter `next`.
     ///
     /// # Safety
     /// `slot` is below the `wqe_cnt` the table was made for (the ring's);
-    /// `nbb` is in 1..=255 (`retire` moves the entry out and the counter
-    /// past it by `nbb` unchecked: 0 would let it move the entry out twice).
+    /// `next` is the WQE's start counter plus its WQEBBs, 1 to 255 of them
+    /// (`retire` moves the entry out and the consumer to `next` unchecked:
+    /// a WQE of 0 WQEBBs would let it move the entry out twice).
     #[inline(always)]
-    pub unsafe fn record(&self, slot: u32, nbb: u32, opcode: u8, entry: T) {
+    pub unsafe fn record(&self, slot: u32, next: u32, entry: T) {
         debug_assert!(slot <= self.mask);
         // SAFETY: in range (caller contract).
         let s = unsafe { self.slots.get_unchecked(slot as usize) };
-        debug_assert!((1..=0xff).contains(&nbb));
-        s.meta.set(nbb as u16 | (opcode as u16) << 8);
+        s.next.set(next);
         // SAFETY: single-threaded; the slot is free (outside [ci, pi)), so
         // nothing live is overwritten and no reference into it exists.
         unsafe { (*s.entry.get()).write(entry) };
@@ -80,13 +80,11 @@ impl<T> Tracker<T> {
         if ci as u16 == wqe_counter && unsafe { *pi.as_ptr() } != ci {
             // The oldest WQE (every WQE signaled): no walk.
             let s = self.slot(ci);
-            let meta = s.meta.get();
             // SAFETY: `ci` is a WQE start in [ci, pi): its entry is live; it
-            // is moved out once and the counter moves past it.
+            // is moved out once and the counter moves past it (`record`
+            // stored a WQE of at least 1 WQEBB).
             let entry = unsafe { (*s.entry.get()).assume_init_read() };
-            // (`record` stored a size of at least 1.)
-            let next = ci.wrapping_add((meta & 0xff) as u32);
-            return Some(Retired { entry, opcode: (meta >> 8) as u8, ci: next });
+            return Some(Retired { entry, ci: s.next.get() });
         }
         self.retire_walk(pi, ci, wqe_counter)
     }
@@ -106,13 +104,12 @@ impl<T> Tracker<T> {
         let mut at = ci;
         loop {
             let s = self.slot(at);
-            let meta = s.meta.get();
             // SAFETY: `at` is a WQE start in [ci, pi): its entry is live;
             // it is moved out once and the counter moves past it.
             let entry = unsafe { (*s.entry.get()).assume_init_read() };
-            let next = at.wrapping_add((meta & 0xff).max(1) as u32);
+            let next = self.next_of(at);
             if at as u16 == wqe_counter {
-                return Some(Retired { entry, opcode: (meta >> 8) as u8, ci: next });
+                return Some(Retired { entry, ci: next });
             }
             drop(entry);
             at = next;
@@ -124,9 +121,16 @@ impl<T> Tracker<T> {
     fn starts_a_wqe(&self, ci: u32, dist: u32) -> bool {
         let mut off = 0;
         while off < dist {
-            off += (self.slot(ci.wrapping_add(off)).meta.get() & 0xff).max(1) as u32;
+            off = self.next_of(ci.wrapping_add(off)).wrapping_sub(ci);
         }
         off == dist
+    }
+
+    /// The counter after the WQE that starts at `at`, at least one on (so
+    /// that a walk ends whatever the table holds).
+    #[inline]
+    fn next_of(&self, at: u32) -> u32 {
+        at.wrapping_add(self.slot(at).next.get().wrapping_sub(at).clamp(1, self.mask + 1))
     }
 
     /// Drop every live entry (`[ci, pi)`), e.g. when the QP goes to RESET
@@ -137,7 +141,7 @@ impl<T> Tracker<T> {
             let s = self.slot(at);
             // SAFETY: a live entry, dropped once; the caller resets the counters.
             unsafe { (*s.entry.get()).assume_init_drop() };
-            at = at.wrapping_add((s.meta.get() & 0xff).max(1) as u32);
+            at = self.next_of(at);
         }
     }
 }
@@ -242,9 +246,9 @@ mod tests {
         let live = Rc::new(());
         // SAFETY (here and below): slots below 8.
         unsafe {
-            t.record(0, 1, 0x08, live.clone());
-            t.record(1, 2, 0x0a, live.clone());
-            t.record(3, 1, 0x10, live.clone());
+            t.record(0, 1, live.clone());
+            t.record(1, 3, live.clone());
+            t.record(3, 4, live.clone());
         }
         assert_eq!(Rc::strong_count(&live), 4);
         let pi = AtomicU32::new(4);
@@ -253,7 +257,7 @@ mod tests {
         assert!(unsafe { t.retire(&pi, 0, 4) }.is_none(), "4 is not posted");
         assert_eq!(Rc::strong_count(&live), 4, "a failed retire changes nothing");
         let r = unsafe { t.retire(&pi, 0, 3) }.unwrap();
-        assert_eq!((r.opcode, r.ci), (0x10, 4));
+        assert_eq!(r.ci, 4);
         drop(r);
         assert_eq!(Rc::strong_count(&live), 1, "the two unsignaled entries were dropped");
     }
@@ -264,8 +268,8 @@ mod tests {
         let live = Rc::new(());
         // SAFETY: counters 6 and 7 are slots 2 and 3 of 4.
         unsafe {
-            t.record(6 & 3, 1, 0, live.clone());
-            t.record(7 & 3, 2, 0, live.clone());
+            t.record(6 & 3, 7, live.clone());
+            t.record(7 & 3, 9, live.clone());
         }
         t.clear(9, 6);
         assert_eq!(Rc::strong_count(&live), 1);

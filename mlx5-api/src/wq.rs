@@ -271,16 +271,16 @@ impl<B: Backend, T> WorkQueues<B, T> {
         self.rq.set_open(s != QpState::Reset);
     }
 
-    /// Retire the send WQE a requester CQE names: its entry and opcode.
+    /// Retire the send WQE a requester CQE names: its entry.
     #[inline(always)]
-    pub(crate) fn retire_send(&self, wqe_counter: u16) -> Option<(T, u8)> {
+    pub(crate) fn retire_send(&self, wqe_counter: u16) -> Option<T> {
         let sq = &self.sq;
         // SAFETY: only this thread writes the counters (the handle layer is
         // single-threaded, and WQEs posted through the raw descriptor are
         // never retired here: `sq_desc`'s contract).
         let r = unsafe { sq.tracker.retire(&sq.desc.pi, sq.desc.consumer(), wqe_counter)? };
         sq.desc.ci.store(r.ci, std::sync::atomic::Ordering::Release);
-        Some((r.entry, r.opcode))
+        Some(r.entry)
     }
 
     /// Copy scattered data into the send WQE a requester CQE names.

@@ -343,7 +343,7 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         // (`slot` is masked by the ring's wqe_cnt, which sized the tracker);
         // `ds` is 1 (the ctrl segment) to 63 (its 6-bit field; `reserve`
         // keeps it within the largest WQE), so 1..=16 WQEBBs.
-        unsafe { sq.tracker.record(self.slot, self.ds.div_ceil(4), self.opcode, self.entry) };
+        unsafe { sq.tracker.record(self.slot, self.start.wrapping_add(self.ds.div_ceil(4)), self.entry) };
         let mut db = [0u8; 8];
         db.copy_from_slice(&ctrl[..8]);
         (db, self.start, self.ds)
