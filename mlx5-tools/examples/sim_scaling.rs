@@ -1,6 +1,7 @@
 //! How the simulator scales: 64-byte RDMA WRITEs with 64 in flight over 1 to
 //! 4096 QPs and 2 to 16 hosts, in deterministic and threaded mode (msg/s and
-//! ns per message), and RDMA WRITE / READ bandwidth from 64 B to 4 MiB against
+//! ns per message; each QP's send queue takes 64 WRs, and 4 in the rows
+//! marked so: with 1024 or more QPs, each holds at most one in flight), and RDMA WRITE / READ bandwidth from 64 B to 4 MiB against
 //! a plain `memcpy` of the same size in the same run; pingpong one-way latency
 //! in both modes; and, with `--busy N`, both modes again while N busy processes
 //! share the cores (median and worst run of threaded mode against the
@@ -40,7 +41,8 @@ struct Args {
     /// Only threaded mode (e.g. under a profiler).
     #[arg(long, conflicts_with = "deterministic_only")]
     threaded_only: bool,
-    /// Only this configuration, `HOSTS:QPS` (e.g. under a profiler).
+    /// Only this configuration, `HOSTS:QPS` or `HOSTS:QPS:SQ_DEPTH` (e.g.
+    /// under a profiler; the send queue's depth is 64 unless given).
     #[arg(long)]
     only: Option<String>,
     /// Also measure with this many busy processes sharing the cores.
@@ -87,7 +89,7 @@ impl Drop for Busy {
 /// writes it back; each side polls its send CQ while it waits (one thread
 /// plays both sides).
 fn pingpong(mode: ExecMode, rounds: u32) -> f64 {
-    let (mut qs, mut r, hs, _f) = setup(2, 1, mode, 1 << 12);
+    let (mut qs, mut r, hs, _f) = setup(2, 1, mode, 1 << 12, 64);
     let (a, b) = (&hs[0], &hs[1]);
     // The pair is connected both ways: host 0 writes with its QP, host 1 with the
     // responder's.
@@ -151,8 +153,9 @@ struct Host {
 /// fabric (in the order they are dropped).
 type Bed = (Vec<(usize, RcQp<Sim, u64>)>, Vec<RcQp<Sim, u64>>, Vec<Host>, Fabric);
 
-/// `hosts` hosts; `qps` RC QPs, QP i from host 2k to host 2k+1 of pair k = i mod hosts/2.
-fn setup(hosts: usize, qps: usize, mode: ExecMode, mr_len: usize) -> Bed {
+/// `hosts` hosts; `qps` RC QPs, QP i from host 2k to host 2k+1 of pair k = i mod hosts/2,
+/// each with room for `depth` send WRs.
+fn setup(hosts: usize, qps: usize, mode: ExecMode, mr_len: usize, depth: u32) -> Bed {
     let fabric = Fabric::new(FabricConfig { mode, ..FabricConfig::default() });
     for i in 0..hosts {
         fabric.add_host(HostConfig::infiniband(&format!("h{i}"), i as u16 + 1));
@@ -167,7 +170,7 @@ fn setup(hosts: usize, qps: usize, mode: ExecMode, mr_len: usize) -> Bed {
             Host { cq, mr, pd, ctx }
         })
         .collect();
-    let cfg = QpConfig { max_send_wr: 64, max_recv_wr: 1, max_inline_data: 64, ..QpConfig::default() };
+    let cfg = QpConfig { max_send_wr: depth, max_recv_wr: 1, max_inline_data: 64, ..QpConfig::default() };
     let (mut out, mut responders) = (Vec::new(), Vec::new());
     for i in 0..qps {
         let k = i % (hosts / 2);
@@ -182,9 +185,10 @@ fn setup(hosts: usize, qps: usize, mode: ExecMode, mr_len: usize) -> Bed {
     (out, responders, hs, fabric)
 }
 
-/// ns per 64-byte WRITE, 64 in flight in all, QPs served round robin.
-fn rate(hosts: usize, qps: usize, mode: ExecMode, n: u32) -> f64 {
-    let (qs, _r, hs, _f) = setup(hosts, qps, mode, 1 << 16);
+/// ns per 64-byte WRITE, 64 in flight in all, QPs of `depth` send WRs
+/// served round robin.
+fn rate(hosts: usize, qps: usize, depth: u32, mode: ExecMode, n: u32) -> f64 {
+    let (qs, _r, hs, _f) = setup(hosts, qps, mode, 1 << 16, depth);
     let data = [7u8; 64];
     let mut outstanding = 0u32;
     let mut done = 0u32;
@@ -225,7 +229,7 @@ fn best(runs: u32, f: impl Fn() -> f64) -> f64 {
 
 /// Bytes per second of `size`-byte WRITEs (or READs), one QP, 16 in flight.
 fn bandwidth(size: usize, read: bool, total: usize) -> f64 {
-    let (qs, _r, hs, _f) = setup(2, 1, ExecMode::Deterministic, size.max(64));
+    let (qs, _r, hs, _f) = setup(2, 1, ExecMode::Deterministic, size.max(64), 64);
     let (h, q) = &qs[0];
     let (me, peer) = (&hs[*h], &hs[h + 1]);
     let n = (total / size).max(4) as u32;
@@ -282,7 +286,7 @@ fn main() {
         }
     }
     let mut rows = Vec::new();
-    let one = |mode| best(a.runs, || rate(2, 1, mode, a.messages));
+    let one = |mode| best(a.runs, || rate(2, 1, 64, mode, a.messages));
     let modes: &[(ExecMode, &str)] = if a.deterministic_only {
         &[(ExecMode::Deterministic, "deterministic")]
     } else if a.threaded_only {
@@ -292,20 +296,32 @@ fn main() {
     };
     for &(mode, name) in modes.iter().filter(|_| !a.busy_only) {
         let base = if a.only.is_some() { 1.0 } else { one(mode) };
-        let configs: Vec<(usize, usize)> = match &a.only {
+        let configs: Vec<(usize, usize, u32)> = match &a.only {
             Some(o) => {
-                let (h, q) = o.split_once(':').expect("--only HOSTS:QPS");
-                vec![(h.parse().expect("hosts"), q.parse().expect("QPs"))]
+                let mut f = o.split(':');
+                let mut next = |what| f.next().map(|v| v.parse().expect(what));
+                let (h, q) =
+                    (next("hosts").expect("--only HOSTS:QPS"), next("QPs").expect("--only HOSTS:QPS"));
+                vec![(h, q, next("SQ depth").unwrap_or(64) as u32)]
             }
-            None => vec![(2, 1), (2, 64), (2, 1024), (2, 4096), (4, 64), (16, 64)],
+            None => vec![
+                (2, 1, 64),
+                (2, 64, 64),
+                (2, 1024, 64),
+                (2, 4096, 64),
+                (2, 1024, 4),
+                (2, 4096, 4),
+                (4, 64, 64),
+                (16, 64, 64),
+            ],
         };
-        for &(hosts, qps) in &configs {
-            let ns = if (hosts, qps) == (2, 1) && a.only.is_none() {
+        for &(hosts, qps, depth) in &configs {
+            let ns = if (hosts, qps, depth) == (2, 1, 64) && a.only.is_none() {
                 base
             } else {
-                best(a.runs, || rate(hosts, qps, mode, a.messages))
+                best(a.runs, || rate(hosts, qps, depth, mode, a.messages))
             };
-            rows.push((name, hosts, qps, ns, ns / base));
+            rows.push((name, hosts, qps, depth, ns, ns / base));
         }
     }
     // Pingpong one-way latency (idle cores), best of the runs.
@@ -321,7 +337,7 @@ fn main() {
         let mut runs: Vec<Vec<f64>> = vec![Vec::new(); 2 * BOTH.len()];
         for _ in 0..a.busy_runs {
             for (k, &(m, _)) in BOTH.iter().enumerate() {
-                runs[2 * k].push(rate(2, 1, m, a.messages / 2));
+                runs[2 * k].push(rate(2, 1, 64, m, a.messages / 2));
                 runs[2 * k + 1].push(pingpong(m, rounds));
             }
         }
@@ -349,7 +365,7 @@ fn main() {
     if a.json {
         let r: Vec<String> = rows
             .iter()
-            .map(|(m, h, q, ns, x)| format!("{{\"mode\": \"{m}\", \"hosts\": {h}, \"qps\": {q}, \"ns_per_msg\": {ns:.1}, \"msg_per_s\": {:.0}, \"vs_1qp\": {x:.2}}}", 1e9 / ns))
+            .map(|(m, h, q, d, ns, x)| format!("{{\"mode\": \"{m}\", \"hosts\": {h}, \"qps\": {q}, \"sq_depth\": {d}, \"ns_per_msg\": {ns:.1}, \"msg_per_s\": {:.0}, \"vs_1qp\": {x:.2}}}", 1e9 / ns))
             .collect();
         let b: Vec<String> = bw
             .iter()
@@ -379,11 +395,11 @@ fn main() {
     }
     if !rows.is_empty() {
         println!(
-            "{:<14} {:>5} {:>5} {:>10} {:>12} {:>8}",
-            "mode", "hosts", "QPs", "ns/msg", "msg/s", "vs 1 QP"
+            "{:<14} {:>5} {:>5} {:>5} {:>10} {:>12} {:>8}",
+            "mode", "hosts", "QPs", "SQ", "ns/msg", "msg/s", "vs 1 QP"
         );
-        for (m, h, q, ns, x) in &rows {
-            println!("{m:<14} {h:>5} {q:>5} {ns:>10.1} {:>12.0} {x:>8.2}", 1e9 / ns);
+        for (m, h, q, d, ns, x) in &rows {
+            println!("{m:<14} {h:>5} {q:>5} {d:>5} {ns:>10.1} {:>12.0} {x:>8.2}", 1e9 / ns);
         }
     }
     println!("\n{:<14} {:>16}", "mode", "one-way ns");
