@@ -230,6 +230,9 @@ pub struct CqShared<B: Backend, T> {
     /// user code (the callback) runs, so a callback may drop a QP.
     table: UnsafeCell<QpnTable<Rc<WorkQueues<B, T>>>>,
     last_unknown: Cell<Option<UnknownCqe>>,
+    /// Plain CQEs that named nothing outstanding, ever (wrapping): the
+    /// exclusive poll loop counts its unknown ones by the difference.
+    unknowns: Cell<u32>,
     cq_uar: *mut u8,
     pub(crate) raw: B::Cq,
     channel: Option<Rc<ChannelInner<B>>>,
@@ -301,6 +304,7 @@ impl<B: Backend, T> CqShared<B, T> {
             desc,
             table: UnsafeCell::new(QpnTable::default()),
             last_unknown: Cell::new(None),
+            unknowns: Cell::new(0),
             cq_uar: res.cq_uar,
             raw,
             channel,
@@ -349,7 +353,9 @@ impl<B: Backend, T> CqShared<B, T> {
     /// The loop here reads plain CQEs (format 0) outside compressed
     /// sessions: one ownership check, the dispatch, the index handed back.
     /// A session being expanded, a title or a scatter-to-CQE format sends
-    /// the rest of the call to [`CqShared::poll_general`].
+    /// the rest of the call to [`CqShared::poll_general`]. `f` may poll
+    /// this CQ again (a handle polled through `&self`): the consumer index
+    /// is read again for every CQE.
     #[inline(always)]
     pub(crate) fn poll_with<F: FnMut(Completion, T)>(&self, budget: u32, f: &mut F) -> PollOutcome {
         if self.desc.in_session() {
@@ -374,54 +380,141 @@ impl<B: Backend, T> CqShared<B, T> {
                 }
             };
             left -= 1;
-            // Requester, other successful and error CQEs each call the
-            // callback from their own site, where the opcode's class and the
-            // status are constants (error CQEs have opcodes REQ_ERR and
-            // RESP_ERR, above every other but INVALID's).
-            if req {
-                // SAFETY: `Peek::Req` is a requester CQE (opcode 0): said to
-                // the compiler, so that `dispatch` keeps the requester branch
-                // only.
-                unsafe { core::hint::assert_unchecked(op_own >> 4 == cqe_opcode::REQ) };
-                // SAFETY: `p` is an owned 64-byte CQE of format 0, read
-                // before it is handed back; a requester CQE, not an error's.
-                if let Some((c, entry)) = unsafe { self.dispatch(p, op_own, None, true) } {
-                    // Hand the slot back before running user code (which
-                    // may post WQEs whose CQEs land here): all was read.
-                    // SAFETY: as above; the CQE was read.
-                    unsafe { self.desc.advance_plain(ci) };
-                    f(c, entry);
-                    continue;
-                }
-            } else if op_own < cqe_opcode::REQ_ERR << 4 {
-                // SAFETY: `Peek::Plain` is not a requester CQE (said to the
-                // compiler as above).
-                unsafe { core::hint::assert_unchecked(op_own >> 4 != cqe_opcode::REQ) };
-                // SAFETY: as above; not an error CQE.
-                if let Some((c, entry)) = unsafe { self.dispatch(p, op_own, None, true) } {
-                    // SAFETY: as above.
-                    unsafe { self.desc.advance_plain(ci) };
-                    f(c, entry);
-                    continue;
-                }
-            // SAFETY: as above; an error CQE.
-            } else if let Some((c, entry)) = unsafe { self.dispatch(p, op_own, None, false) } {
-                // SAFETY: as above.
-                unsafe { self.desc.advance_plain(ci) };
-                f(c, entry);
-                continue;
+            // SAFETY: as above; `p` is the owned CQE at `ci`.
+            if !unsafe { self.consume_plain(p, op_own, req, ci.wrapping_add(1), f) } {
+                unknown += 1;
             }
-            // SAFETY: as above.
-            let u = unsafe { self.unknown_cqe(p) };
-            // SAFETY: as above; the CQE was read.
-            unsafe { self.desc.advance_plain(ci) };
-            unknown += 1;
-            self.last_unknown.set(Some(u));
         }
         if left == budget {
             B::cq_idle(&self.raw);
         }
         PollOutcome { completions: budget - left - unknown, unknown }
+    }
+
+    /// [`CqShared::poll_with`] for a caller that holds its handle
+    /// exclusively (`&mut self`): `f`, owned by or borrowed from that
+    /// handle, cannot poll this CQ again, so the consumer index stays in a
+    /// register, and the owner bit is worked out once per lap of the ring
+    /// (the loop runs to the lap's end, then starts the next).
+    #[inline(always)]
+    pub(crate) fn poll_exclusive<F: FnMut(Completion, T)>(&self, budget: u32, f: &mut F) -> PollOutcome {
+        if self.desc.in_session() {
+            return self.poll_general(budget, f, PollOutcome::default());
+        }
+        // (Unknown CQEs are counted by the cold path that meets them.)
+        let (mut left, unknowns) = (budget, self.unknowns.get());
+        let unknown = || self.unknowns.get().wrapping_sub(unknowns);
+        let proper0 = self.desc.proper0();
+        let mut ci = self.desc.consumer();
+        'laps: while left != 0 {
+            let own = (ci & self.desc.cqe_cnt != 0) as u8;
+            // CQEs up to the end of this lap (at least one).
+            let mut k = left.min(self.desc.cqe_cnt - (ci & (self.desc.cqe_cnt - 1)));
+            left -= k;
+            while k != 0 {
+                // SAFETY: as in `poll_with`; `own` is `ci`'s lap's.
+                let (p, op_own, req) = match unsafe { self.desc.peek_plain_own(proper0, ci, own) } {
+                    Peek::Req(p, op_own) => (p, op_own, true),
+                    Peek::Plain(p, op_own) => (p, op_own, false),
+                    Peek::Empty => {
+                        left += k;
+                        break 'laps;
+                    }
+                    Peek::Other => {
+                        left += k;
+                        let unknown = unknown();
+                        let out = PollOutcome { completions: budget - left - unknown, unknown };
+                        return self.poll_general(budget, f, out);
+                    }
+                };
+                k -= 1;
+                ci = ci.wrapping_add(1);
+                // SAFETY: as above.
+                unsafe { self.consume_plain(p, op_own, req, ci, f) };
+            }
+        }
+        debug_assert_eq!(ci, self.desc.consumer());
+        if left == budget {
+            B::cq_idle(&self.raw);
+        }
+        let unknown = unknown();
+        PollOutcome { completions: budget - left - unknown, unknown }
+    }
+
+    /// Dispatch the owned plain CQE `p` (its `op_own`; `req`: a requester
+    /// CQE) and hand its slot back, the consumer index becoming `next`:
+    /// `true` with the completion given to `f`, `false` for a CQE that
+    /// names nothing outstanding (see [`CqShared::consume_unknown`]).
+    ///
+    /// # Safety
+    /// `p` is an owned 64-byte CQE of format 0 at the consumer index,
+    /// `next - 1`, outside a session, read before it is handed back; with
+    /// `req` its opcode is REQ, without it not.
+    #[inline(always)]
+    unsafe fn consume_plain<F: FnMut(Completion, T)>(
+        &self,
+        p: *const u8,
+        op_own: u8,
+        req: bool,
+        next: u32,
+        f: &mut F,
+    ) -> bool {
+        // Requester, other successful and error CQEs each call the
+        // callback from their own site, where the opcode's class and the
+        // status are constants (error CQEs have opcodes REQ_ERR and
+        // RESP_ERR, above every other but INVALID's).
+        if req {
+            // SAFETY: caller contract: a requester CQE (opcode 0), said to
+            // the compiler, so that `dispatch` keeps the requester branch
+            // only.
+            unsafe { core::hint::assert_unchecked(op_own >> 4 == cqe_opcode::REQ) };
+            // SAFETY: an owned 64-byte CQE of format 0, read before it is
+            // handed back; a requester CQE, not an error's.
+            if let Some((c, entry)) = unsafe { self.dispatch(p, op_own, None, true) } {
+                // Hand the slot back before running user code (which may
+                // post WQEs whose CQEs land here): all was read.
+                // SAFETY: caller contract; the CQE was read.
+                unsafe { self.desc.advance_plain_to(next) };
+                f(c, entry);
+                return true;
+            }
+        } else if op_own < cqe_opcode::REQ_ERR << 4 {
+            // SAFETY: not a requester CQE (caller contract, said to the
+            // compiler as above).
+            unsafe { core::hint::assert_unchecked(op_own >> 4 != cqe_opcode::REQ) };
+            // SAFETY: as above; not an error CQE.
+            if let Some((c, entry)) = unsafe { self.dispatch(p, op_own, None, true) } {
+                // SAFETY: as above.
+                unsafe { self.desc.advance_plain_to(next) };
+                f(c, entry);
+                return true;
+            }
+        // SAFETY: as above; an error CQE.
+        } else if let Some((c, entry)) = unsafe { self.dispatch(p, op_own, None, false) } {
+            // SAFETY: as above.
+            unsafe { self.desc.advance_plain_to(next) };
+            f(c, entry);
+            return true;
+        }
+        // SAFETY: as above.
+        unsafe { self.consume_unknown(p, next) };
+        false
+    }
+
+    /// A plain CQE that names nothing outstanding: kept as the last
+    /// unknown one, counted in `unknowns`, its slot handed back.
+    ///
+    /// # Safety
+    /// As [`CqShared::consume_plain`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn consume_unknown(&self, p: *const u8, next: u32) {
+        // SAFETY: caller contract.
+        let u = unsafe { self.unknown_cqe(p) };
+        // SAFETY: as above; the CQE was read.
+        unsafe { self.desc.advance_plain_to(next) };
+        self.last_unknown.set(Some(u));
+        self.unknowns.set(self.unknowns.get().wrapping_add(1));
     }
 
     /// [`CqShared::poll_with`] for every format and inside compressed
@@ -834,7 +927,8 @@ impl<B: Backend, T, F: FnMut(Completion, T)> MonoCq<B, T, F> {
     /// Poll up to `budget` CQEs; the callback is inlined.
     #[inline(always)]
     pub fn poll(&mut self, budget: u32) -> PollOutcome {
-        self.shared.poll_with(budget, &mut self.callback)
+        // (`&mut self`: the callback cannot reach this handle.)
+        self.shared.poll_exclusive(budget, &mut self.callback)
     }
     /// As [`CompletionQueue::wait`].
     pub fn wait(&mut self, budget: u32, timeout: Option<Duration>) -> Result<PollOutcome> {

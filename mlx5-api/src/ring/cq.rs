@@ -221,10 +221,23 @@ impl CqDesc {
     /// As [`CqDesc::peek_plain`]; `proper0` is this CQ's.
     #[inline(always)]
     pub(crate) unsafe fn peek_plain_at(&self, proper0: *mut u8, ci: u32) -> Peek {
+        // SAFETY: forwarded; the owner bit of `ci`'s lap.
+        unsafe { self.peek_plain_own(proper0, ci, (ci & self.cqe_cnt != 0) as u8) }
+    }
+
+    /// [`CqDesc::peek_plain_at`] given the owner bit software owns in
+    /// `ci`'s lap of the ring (`ci & cqe_cnt != 0`), which a poll loop may
+    /// keep for the lap.
+    ///
+    /// # Safety
+    /// As [`CqDesc::peek_plain_at`]; `own` is the owner bit of `ci`'s lap.
+    #[inline(always)]
+    pub(crate) unsafe fn peek_plain_own(&self, proper0: *mut u8, ci: u32, own: u8) -> Peek {
+        debug_assert_eq!(own, (ci & self.cqe_cnt != 0) as u8);
         let cqe = self.proper_from(proper0, ci);
         // SAFETY: op_own is byte 63 of the CQE; the device stores it last.
         let op_own = unsafe { AtomicU8::from_ptr(cqe.add(63)) }.load(Ordering::Acquire);
-        let x = op_own ^ (ci & self.cqe_cnt != 0) as u8;
+        let x = op_own ^ own;
         if x & 0xfd == 0 {
             udma_from_device_barrier();
             return Peek::Req(cqe, op_own);
@@ -258,10 +271,19 @@ impl CqDesc {
     /// index.
     #[inline(always)]
     pub unsafe fn advance_plain(&self, ci: u32) {
-        let ci = ci.wrapping_add(1);
-        self.ci.store(ci, Ordering::Relaxed);
+        // SAFETY: forwarded.
+        unsafe { self.advance_plain_to(ci.wrapping_add(1)) };
+    }
+
+    /// [`CqDesc::advance_plain`] given the consumer index after the CQE.
+    ///
+    /// # Safety
+    /// As [`CqDesc::advance_plain`]; `next` is the consumer index plus one.
+    #[inline(always)]
+    pub(crate) unsafe fn advance_plain_to(&self, next: u32) {
+        self.ci.store(next, Ordering::Relaxed);
         // SAFETY: caller contract.
-        unsafe { self.publish(ci) };
+        unsafe { self.publish(next) };
     }
 
     /// A title CQE at `ci`: copy it into the scratch buffer and expand the
