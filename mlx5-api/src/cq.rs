@@ -906,7 +906,8 @@ impl<B: Backend, T> CompletionQueue<B, T> {
     /// Poll up to `budget` CQEs and dispatch each completion to the callback.
     #[inline]
     pub fn poll(&mut self, budget: u32) -> PollOutcome {
-        self.shared.poll_with(budget, &mut self.callback)
+        // (`&mut self`: the callback cannot reach this handle.)
+        self.shared.poll_exclusive(budget, &mut self.callback)
     }
     /// Poll until at least one CQE was consumed (dispatched to the
     /// callback), blocking on the CQ's completion channel when it has one;
@@ -915,7 +916,7 @@ impl<B: Backend, T> CompletionQueue<B, T> {
     /// on with [`crate::CompChannel::wait`]: this call takes its events.
     pub fn wait(&mut self, budget: u32, timeout: Option<Duration>) -> Result<PollOutcome> {
         let (shared, cb) = (&self.shared, &mut self.callback);
-        shared.wait_with(budget, timeout, &mut |b| shared.poll_with(b, cb))
+        shared.wait_with(budget, timeout, &mut |b| shared.poll_exclusive(b, cb))
     }
     cq_common!();
 }
@@ -933,7 +934,7 @@ impl<B: Backend, T, F: FnMut(Completion, T)> MonoCq<B, T, F> {
     /// As [`CompletionQueue::wait`].
     pub fn wait(&mut self, budget: u32, timeout: Option<Duration>) -> Result<PollOutcome> {
         let (shared, cb) = (&self.shared, &mut self.callback);
-        shared.wait_with(budget, timeout, &mut |b| shared.poll_with(b, cb))
+        shared.wait_with(budget, timeout, &mut |b| shared.poll_exclusive(b, cb))
     }
     /// Access the callback (e.g. to read state it accumulated).
     pub fn callback_mut(&mut self) -> &mut F {
