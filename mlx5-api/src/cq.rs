@@ -407,9 +407,9 @@ impl<B: Backend, T> CqShared<B, T> {
         let proper0 = self.desc.proper0();
         let mut ci = self.desc.consumer();
         'laps: while left != 0 {
-            let own = (ci & self.desc.cqe_cnt != 0) as u8;
             // CQEs up to the end of this lap (at least one).
-            let mut k = left.min(self.desc.cqe_cnt - (ci & (self.desc.cqe_cnt - 1)));
+            let (own, room) = self.desc.lap(ci);
+            let mut k = left.min(room);
             left -= k;
             while k != 0 {
                 // SAFETY: as in `poll_with`; `own` is `ci`'s lap's.

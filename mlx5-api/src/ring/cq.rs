@@ -129,6 +129,13 @@ impl CqDesc {
         proper0.wrapping_add(((idx & self.mask).wrapping_mul(self.cqe_size)) as usize)
     }
 
+    /// The owner bit a CQE software owns carries in `idx`'s lap of the
+    /// ring (spec §5.5), and the slots from `idx` to that lap's end.
+    #[inline(always)]
+    pub(crate) fn lap(&self, idx: u32) -> (u8, u32) {
+        ((idx & self.cqe_cnt != 0) as u8, self.cqe_cnt - (idx & self.mask))
+    }
+
     /// The consumer index.
     #[inline(always)]
     pub fn consumer(&self) -> u32 {
@@ -222,7 +229,7 @@ impl CqDesc {
     #[inline(always)]
     pub(crate) unsafe fn peek_plain_at(&self, proper0: *mut u8, ci: u32) -> Peek {
         // SAFETY: forwarded; the owner bit of `ci`'s lap.
-        unsafe { self.peek_plain_own(proper0, ci, (ci & self.cqe_cnt != 0) as u8) }
+        unsafe { self.peek_plain_own(proper0, ci, self.lap(ci).0) }
     }
 
     /// [`CqDesc::peek_plain_at`] given the owner bit software owns in
@@ -233,7 +240,7 @@ impl CqDesc {
     /// As [`CqDesc::peek_plain_at`]; `own` is the owner bit of `ci`'s lap.
     #[inline(always)]
     pub(crate) unsafe fn peek_plain_own(&self, proper0: *mut u8, ci: u32, own: u8) -> Peek {
-        debug_assert_eq!(own, (ci & self.cqe_cnt != 0) as u8);
+        debug_assert_eq!(own, self.lap(ci).0);
         let cqe = self.proper_from(proper0, ci);
         // SAFETY: op_own is byte 63 of the CQE; the device stores it last.
         let op_own = unsafe { AtomicU8::from_ptr(cqe.add(63)) }.load(Ordering::Acquire);
