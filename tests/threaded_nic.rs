@@ -42,3 +42,58 @@ fn polling_an_empty_cq_handles_what_a_stopped_nic_thread_left_queued() {
     nic.set_thread_paused(false);
     drop(p);
 }
+
+/// Threaded mode runs a doorbell in the posting thread when the application waits for
+/// it: nothing queued, every CQE of the QP's send CQ taken. Through the front-end: a
+/// burst leaves completions to take, so its doorbells after the first go to the NIC
+/// thread; once a poll has found the CQ empty (the front-end then calls `Nic::help`),
+/// each lone WRITE has landed and completed when its post returns (a pingpong's cost
+/// is then no cache-line trip to the NIC thread's core and back).
+#[test]
+fn a_waiting_application_runs_its_doorbells_in_its_own_thread() {
+    let p = pair_with(ExecMode::Threaded, &small_cfg(), AccessFlags::ALL, &ConnectParams::default());
+    let nic = p.fabric.nics()[0].clone();
+    let (la, rb, rk) = (p.a.mr.addr(), p.b.mr.addr(), p.b.mr.rkey());
+    let write = |i: u64| {
+        p.a.qp
+            .wqe_builder(i)
+            .unwrap()
+            .ctrl_rdma_write(WqeFlags::SIGNALED)
+            .unwrap()
+            .rdma(rb + 8 * i, rk)
+            .unwrap()
+            .sge(mlx5::Sge::new(la + 8 * i, 8, p.a.mr.lkey()))
+            .unwrap()
+            .finish()
+            .unwrap();
+    };
+    // Long enough for the idle NIC thread to park, so it holds nothing meanwhile.
+    let park = || std::thread::sleep(std::time::Duration::from_millis(5));
+    p.a.mr.write(0, &(0..128u8).collect::<Vec<_>>()).unwrap();
+    park();
+    for i in 0..4 {
+        write(i);
+    }
+    assert_eq!(nic.stats().doorbells_in_poster, 1, "the burst's first only");
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        p.a.cq.poll_with(16, |c, e| got.push((e, c.status)));
+    }
+    assert_eq!(got, (0..4).map(|i| (i, Status::Success)).collect::<Vec<_>>());
+    // This poll finds the CQ empty.
+    assert_eq!(p.a.cq.poll_with(16, |_, _| {}).consumed(), 0);
+    for i in 4..16 {
+        park();
+        write(i);
+        let mut one = Vec::new();
+        assert_eq!(
+            p.a.cq.poll_with(16, |c, e| one.push((e, c.status))).completions,
+            1,
+            "completed when the post returned"
+        );
+        assert_eq!(one, [(i, Status::Success)]);
+        assert_eq!(nic.stats().doorbells_in_poster, i - 2);
+    }
+    assert_eq!(bytes(&p.b.mr, 0, 128), (0..128u8).collect::<Vec<_>>());
+    drop(p);
+}

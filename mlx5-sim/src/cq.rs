@@ -112,6 +112,12 @@ impl Cq {
         self.dbrec.load_be32(0) & 0xff_ffff
     }
 
+    /// Whether the driver has taken every CQE written: its published consumer index
+    /// has reached the producer and no session is gathering.
+    pub(crate) fn all_taken(&self) -> bool {
+        self.pending.is_empty() && self.pi & 0xff_ffff == self.consumer_index()
+    }
+
     /// Whether CQEs wait in a pending session.
     pub(crate) fn has_pending(&self) -> bool {
         !self.pending.is_empty()

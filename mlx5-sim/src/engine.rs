@@ -1390,6 +1390,9 @@ fn process_sq_in(
             Ok(w) => {
                 let l = usize::from(w.ctrl.ds) * DS_SIZE;
                 match execute(st, h, qpn, &buf[..l], w) {
+                    // A host it needs was busy, and this operation does not wait
+                    // (`Shared::try_host`): the WQE is left as it was, for the NIC.
+                    Outcome::Restart if st.deferred() => return,
                     // Home was let go for a moment: look at the QP afresh.
                     Outcome::Restart => continue,
                     o => o,
@@ -1538,6 +1541,17 @@ pub(crate) fn doorbell(
         (_, None) => Via::Memory,
     };
     doorbell_checked(st, h, uar_index, offset, value, bf, via)
+}
+
+/// Whether the driver has taken every CQE of the send CQ of the QP that a doorbell value
+/// names (false for an unknown QP): threaded mode's cue that the application waits for
+/// the doorbell's work (see `Link::run_here`).
+pub(crate) fn send_cq_taken(st: &FabricState, h: usize, value: &[u8; 8]) -> bool {
+    let host = &st.hosts[h];
+    host.qps
+        .get(&doorbell_qpn(value))
+        .and_then(|q| host.cqs.get(&q.send_cqn))
+        .is_some_and(|cq| cq.all_taken())
 }
 
 /// The QPN a doorbell value names: ctrl bytes 4..7 are `qpn << 8 | ds` (spec §2.1).
@@ -1739,6 +1753,15 @@ fn run_qps(st: &mut FabricState, h: usize, only_with_work: bool, retry: bool) {
 
 /// How soon host `h` wants a tick without doorbells: RNR-blocked SQs need one every RNR
 /// period; QPs in ERR (SQE) are polled slowly for receive (send) WQEs posted later.
+/// Whether the QP that a doorbell value names waits for the NIC's timer (RNR-blocked,
+/// or in error with receive WQEs to flush): [`tick_interval`] for one QP.
+pub(crate) fn needs_timer(st: &FabricState, h: usize, value: &[u8; 8]) -> bool {
+    st.hosts[h]
+        .qps
+        .get(&doorbell_qpn(value))
+        .is_some_and(|q| q.rnr.is_some() || matches!(q.state, QpState::Err | QpState::Sqe))
+}
+
 pub(crate) fn tick_interval(st: &FabricState, h: usize) -> Option<std::time::Duration> {
     let qps = st.hosts[h].qps.values();
     let mut any_err = false;

@@ -30,10 +30,29 @@ type State = Arc<Shared>;
 /// plain doorbells above all) moves one small channel slot between the cores, not a
 /// 256-byte payload with each.
 enum Msg {
-    Db { uar: u32, offset: u32, value: [u8; 8], epoch: u64 },
-    Bf { uar: u32, offset: u32, len: u16, valid_len: bool, slot: u16, epoch: u64 },
-    CqDb { value: [u8; 8] },
+    Db {
+        uar: u32,
+        offset: u32,
+        value: [u8; 8],
+        epoch: u64,
+    },
+    Bf {
+        uar: u32,
+        offset: u32,
+        len: u16,
+        valid_len: bool,
+        slot: u16,
+        epoch: u64,
+    },
+    CqDb {
+        value: [u8; 8],
+    },
     Tick,
+    /// Run a send queue up to its doorbell record: a doorbell handled in the poster's
+    /// thread left a WQE undone because a host it needed was busy ([`Link::run_here`]).
+    Run {
+        qpn: u32,
+    },
 }
 
 // Small enough that a channel slot (this and crossbeam's 8-byte stamp) is well
@@ -101,6 +120,10 @@ struct Link {
     /// lines): a QP is marked only when rung twice in a row, so QPs taking turns
     /// (where nothing coalesces) cost the NIC no handshake.
     last_rung: Padded<AtomicU32>,
+    /// Whether [`Link::run_here`] looks at the send CQ (taking the locks it needs for
+    /// that): false once it found CQEs not taken, true again once a poller finds its CQ
+    /// empty ([`Link::help`]). Application threads only, on lines of their own.
+    here: Padded<AtomicBool>,
     /// Doorbells not queued because one of the same QP was waiting. Every
     /// register write carries its value when queued (its epoch, see
     /// [`engine::doorbell`]).
@@ -109,6 +132,9 @@ struct Link {
     /// The NIC thread is parked or about to park: a poster must unpark it.
     sleeping: AtomicBool,
     stop: AtomicBool,
+    /// A write handled in a poster's thread ([`Link::run_here`]) left its QP waiting
+    /// for the NIC's timer: the NIC thread looks at its QPs again.
+    timer: AtomicBool,
     /// [`Nic::set_thread_paused`]: read by the NIC thread holding its queue.
     paused: AtomicBool,
     thread: OnceLock<std::thread::Thread>,
@@ -139,6 +165,11 @@ impl Link {
     /// the mark and the NIC then sees our record, or we see it removed and
     /// queue our own.
     fn doorbell(&self, uar: u32, offset: u32, value: [u8; 8]) {
+        if self.run_here(&value, |st, epoch| {
+            engine::doorbell(st, self.host, uar, offset, value, None, Some(epoch))
+        }) {
+            return;
+        }
         let qpn = engine::doorbell_qpn(&value);
         // Queuing is always safe; only skipping needs the fence (a stale look
         // that finds another value just queues).
@@ -171,6 +202,11 @@ impl Link {
     /// Queues a BlueFlame write of `data` (at most [`BF_SIZE`] bytes): its payload into a
     /// free slot, then the message naming it.
     fn bf(&self, uar: u32, offset: u32, data: &[u8], valid_len: bool) {
+        if self.run_here(&bf_value(data), |st, epoch| {
+            bf_write(st, self.host, uar, offset, data, valid_len, Some(epoch))
+        }) {
+            return;
+        }
         let slot = loop {
             let i = self.bf_next.fetch_add(1, Ordering::Relaxed) as usize % BF_SLOTS;
             if self.bf[i].busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
@@ -226,8 +262,69 @@ impl Link {
         }
     }
 
+    /// Handles a register write (`f`, given the epoch it would be queued with) in the
+    /// poster's thread, at once, when the application waits for its work and the NIC
+    /// has nothing else to do: nothing is queued, nobody handles the queue, the NIC
+    /// thread is not paused, and the driver has taken every CQE of the send CQ of the
+    /// QP that `value` names (as in a pingpong, where the poster polls for this WQE's
+    /// completion next). Returns false, doing nothing, otherwise: the write is then
+    /// queued and the NIC thread runs beside an application that has completions
+    /// still to take. Under the queue's lock, as [`Link::help`], so writes are still
+    /// handled in the order they were rung.
+    ///
+    /// A NIC thread that would handle a lone doorbell costs a pingpong two cache-line
+    /// trips between the cores (the doorbell there, the data back); see the README's
+    /// performance section.
+    #[inline]
+    fn run_here(&self, value: &[u8; 8], f: impl FnOnce(&mut FabricState, u64)) -> bool {
+        if !self.here.0.load(Ordering::Relaxed) || !self.rx.is_empty() {
+            return false;
+        }
+        // Poisoned: leave it to the NIC thread, which takes the lock as it is.
+        let Ok(d) = self.drain.0.try_lock() else { return false };
+        if !self.rx.is_empty() || self.paused.load(Ordering::Acquire) {
+            return false;
+        }
+        // The poster's thread never waits for a host: it may hold one itself.
+        let Some(mut st) = self.state.try_host(self.host) else { return false };
+        if !engine::send_cq_taken(&st, self.host, value) {
+            // Completions wait: the application is not waiting for this NIC. Do not
+            // look (and take the locks) again before a poller finds its CQ empty.
+            self.here.0.store(false, Ordering::Relaxed);
+            return false;
+        }
+        st.hosts[self.host].stats.doorbells_in_poster += 1;
+        f(&mut st, self.coalesced.load(Ordering::Relaxed));
+        let deferred = st.deferred();
+        // The NIC thread runs the RNR and error timers, and looks at its QPs for them
+        // only after handling something: tell it.
+        let timer = !deferred && engine::needs_timer(&st, self.host, value);
+        drop(st);
+        drop(d);
+        self.finished(1);
+        if deferred {
+            // Checked and counted as a doorbell already; the NIC thread goes on from
+            // the WQE that was left undone.
+            self.post(Msg::Run { qpn: engine::doorbell_qpn(value) });
+        } else if timer {
+            self.timer.store(true, Ordering::Relaxed);
+            // Pairs with the fence in `nic_wait`, as in `Link::post`.
+            fence(Ordering::SeqCst);
+            if self.sleeping.load(Ordering::Relaxed) {
+                if let Some(t) = self.thread.get() {
+                    t.unpark();
+                }
+            }
+        }
+        true
+    }
+
     /// Handles what is queued if nobody else is at it; whether anything was handled.
     fn help(&self) -> bool {
+        // A poller found its CQ empty: it may be waiting for the next doorbell's work.
+        if !self.here.0.load(Ordering::Relaxed) {
+            self.here.0.store(true, Ordering::Relaxed);
+        }
         if self.rx.is_empty() {
             return false;
         }
@@ -408,6 +505,7 @@ fn handle(st: &mut FabricState, link: &Link, msg: &Msg) {
         }
         Msg::CqDb { value } => engine::cq_doorbell(st, h, *value),
         Msg::Tick => engine::tick(st, h),
+        Msg::Run { qpn } => engine::process_sq(st, h, *qpn, false),
     }
 }
 
@@ -430,8 +528,11 @@ const NIC_YIELD: u32 = 16;
 
 /// Waits for a message, a stop request, or `deadline` (the next tick).
 fn nic_wait(link: &Link, deadline: Option<Instant>) {
-    let ready =
-        || (!link.rx.is_empty() && !link.paused.load(Ordering::Acquire)) || link.stop.load(Ordering::Acquire);
+    let ready = || {
+        (!link.rx.is_empty() && !link.paused.load(Ordering::Acquire))
+            || link.stop.load(Ordering::Acquire)
+            || link.timer.load(Ordering::Relaxed)
+    };
     for _ in 0..NIC_SPIN {
         if ready() {
             return;
@@ -468,6 +569,11 @@ fn nic_thread(link: Arc<Link>) {
         let (n, interval) = {
             let _d = link.hold();
             let mut st = link.state.host(h);
+            // Under the queue's lock: a write run in a poster's thread after this
+            // (whose QP then waits for the timer) sets it again.
+            if link.timer.load(Ordering::Relaxed) {
+                link.timer.store(false, Ordering::Relaxed);
+            }
             if link.paused.load(Ordering::Acquire) && !stop {
                 // Stopped by `Nic::set_thread_paused`: no doorbell, no tick.
                 (0, None)
@@ -587,6 +693,8 @@ impl Fabric {
                     progress: Progress::default(),
                     sleeping: AtomicBool::new(false),
                     stop: AtomicBool::new(false),
+                    timer: AtomicBool::new(false),
+                    here: Padded(AtomicBool::new(true)),
                     paused: AtomicBool::new(false),
                     thread: OnceLock::new(),
                     bf: (0..BF_SLOTS).map(|_| BfSlot::default()).collect(),

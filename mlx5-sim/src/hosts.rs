@@ -146,6 +146,8 @@ impl Shared {
                 home_g: None,
                 other_g: None,
                 all: None,
+                nowait: false,
+                deferred: false,
             },
             net: NetRef(None),
         }
@@ -171,6 +173,35 @@ impl Shared {
             st.hold_all();
         }
         st
+    }
+
+    /// An operation on host `h` that never waits for a lock: `None` when `h` is busy,
+    /// or when this fabric has one lock or the network model runs (not for those). A
+    /// WQE that needs another host while it is busy is then left undone
+    /// ([`FabricState::deferred`]) instead of waited for. For work done in an
+    /// application's thread, which may itself hold a host ([`crate::Nic::hold`]).
+    pub(crate) fn try_host(&self, h: usize) -> Option<FabricState<'_>> {
+        if self.one.is_some() || self.lossy.load(Ordering::Acquire) {
+            return None;
+        }
+        let cell = self.cell(h);
+        let g = match cell.lock.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        let mut st = self.state();
+        let held = &mut st.hosts;
+        held.home_g = Some(g);
+        held.home = h;
+        held.home_p = cell.host.get();
+        held.nowait = true;
+        // Set under home's lock: if the network model started meanwhile, every
+        // operation now holds every host.
+        if self.lossy.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(st)
     }
 
     /// Every host and the network held: the network controls, lossy operations.
@@ -221,6 +252,10 @@ pub(crate) struct Held<'a> {
     /// Every host's lock, in order (the network model running, with a lock per host).
     #[allow(clippy::box_collection)] // one pointer to test and drop on the common path
     all: Option<Box<Vec<MutexGuard<'a, ()>>>>,
+    /// [`Shared::try_host`]: another host is only ever tried.
+    nowait: bool,
+    /// A host was busy under `nowait`: the WQE that needed it was left undone.
+    deferred: bool,
 }
 
 impl Held<'_> {
@@ -380,6 +415,13 @@ impl<'a> FabricState<'a> {
         shared.cells.find(|c| f(&c.addr) && c.up()).map(|(h, cell)| Found { h, cell })
     }
 
+    /// Whether a WQE was left undone because a host it needed was busy (operations of
+    /// [`Shared::try_host`] only).
+    #[inline]
+    pub(crate) fn deferred(&self) -> bool {
+        self.hosts.deferred
+    }
+
     /// The current epoch of what [`FabricState::find_host`] sees: a host it found in an
     /// epoch that is still current is the one it would find again.
     #[inline]
@@ -397,7 +439,8 @@ impl<'a> FabricState<'a> {
     /// Holds host `t` (found by [`FabricState::find_host`]) too. `Err(Restart)`: `t` was
     /// busy and numbered below home, so both were let go and taken again in order; what
     /// the caller read from home may have changed, and nothing of the WQE may have been
-    /// done yet.
+    /// done yet. Under [`Shared::try_host`]: `t` was busy, home is still held, and the
+    /// caller must leave the WQE undone ([`FabricState::deferred`]).
     #[inline]
     pub(crate) fn need(&mut self, t: Found<'a>) -> Result<(), Restart> {
         let held = &mut self.hosts;
@@ -424,7 +467,16 @@ impl<'a> FabricState<'a> {
             held.other_p = cell.host.get();
             return Ok(());
         }
-        let g = if t > held.home {
+        let g = if held.nowait {
+            match cell.lock.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    held.deferred = true;
+                    return Err(Restart);
+                }
+            }
+        } else if t > held.home {
             lock(&cell.lock)
         } else {
             match cell.lock.try_lock() {

@@ -576,6 +576,11 @@ pub struct NicStats {
     /// in order and started the WQE afresh (nothing of it had been done). Each host has
     /// a lock of its own, taken in ascending order so NICs never wait for each other.
     pub lock_restarts: u64,
+    /// Threaded mode: UAR writes (counted in `doorbells`) handled at once in the
+    /// poster's thread instead of the NIC thread's: rung while nothing was queued,
+    /// the NIC thread was not paused and the driver had taken every CQE of the QP's
+    /// send CQ (the application waits for this work, as in a pingpong).
+    pub doorbells_in_poster: u64,
 }
 
 /// Control-path errors (what `ibv_*` calls would return as errno).

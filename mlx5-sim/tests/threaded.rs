@@ -140,7 +140,11 @@ fn quiesce_waits_for_the_nic_thread() {
 #[test]
 fn threaded_rnr_retries_on_its_own_timer() {
     let mut p = threaded();
+    // Rung with the send CQ empty and the NIC thread parked: the first try runs in the
+    // poster's thread, which tells the NIC thread that its QP now waits for the timer.
+    let_the_nic_thread_park();
     p.qa.post(op::SEND, SIGNALED, [0; 4], &[Seg::Inline(b"wait")]);
+    assert_eq!(p.a.stats().doorbells_in_poster, 1);
     // Wait (bounded) for the NIC thread's own timer to retry at least twice;
     // no assumption about how long that takes.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -495,6 +499,9 @@ fn a_write_to_a_busy_lower_host_restarts_once_and_runs_once() {
     src.fill(|i| i as u8 + 1);
     let dst = Buf::new(&p.a, p.pda, 64, ALL_ACCESS);
     let hold = p.a.hold();
+    let_the_nic_thread_park();
+    // Rung with host 1's send CQ empty, so first handled in the poster's thread, which
+    // waits for no host: the WRITE, needing busy host 0, is left to host 1's NIC thread.
     p.qb.post(op::RDMA_WRITE, SIGNALED, [0; 4], &write_segs(&src, 0, &dst, 0, 64));
     let deadline = Instant::now() + Duration::from_secs(30);
     while p.b.stats().lock_restarts == 0 {
@@ -509,6 +516,7 @@ fn a_write_to_a_busy_lower_host_restarts_once_and_runs_once() {
     assert_eq!(dst.read(), src.read());
     let s = p.b.stats();
     assert_eq!((s.wqes_executed, s.lock_restarts, s.cqes_written), (1, 1, 1), "{s:?}");
+    assert_eq!((s.doorbells, s.doorbells_in_poster), (1, 1), "{s:?}");
 }
 
 /// Hosts that exchange nothing do not wait for each other: with hosts 0 and 1 held
@@ -585,4 +593,115 @@ fn writes_crossing_both_ways_at_once_each_run_once() {
     // Host 0's NIC never restarts: every host it needs is numbered above it.
     assert_eq!(sa.lock_restarts, 0, "{sa:?}");
     drop(fabric);
+}
+
+/// Long enough for an idle NIC thread to park (2000 spins, 16 yields): it then holds
+/// nothing until a queued doorbell wakes it, so what follows does not race it.
+fn let_the_nic_thread_park() {
+    std::thread::sleep(Duration::from_millis(5));
+}
+
+/// A doorbell rung while nothing is queued and the driver has taken every CQE of the
+/// QP's send CQ (the application waits for this work, as in a pingpong) is handled in
+/// the poster's thread: the WRITE has landed and its CQE is written when the post
+/// returns, with no wait. One rung while a CQE is still to be taken goes to the NIC
+/// thread, and the poster stops looking (it takes the NIC's locks to look) until a
+/// poller finds its CQ empty (`Nic::help`, which the front-end's poll calls).
+#[test]
+fn a_doorbell_the_application_waits_for_runs_in_the_posters_thread() {
+    let _watchdog = watchdog(120);
+    let p = threaded();
+    let mut src = Buf::new(&p.a, p.pda, 4 * 8, ALL_ACCESS);
+    src.fill(|i| (i / 8 + 1) as u8);
+    let dst = Buf::new(&p.b, p.pdb, 4 * 8, ALL_ACCESS);
+    let mut p = p;
+    let in_poster = |p: &Pair| p.a.stats().doorbells_in_poster;
+
+    let_the_nic_thread_park();
+    p.qa.post(op::RDMA_WRITE, SIGNALED, [0; 4], &write_segs(&src, 0, &dst, 0, 8));
+    assert_eq!(dst.read()[..8], [1u8; 8], "landed when the post returned");
+    let c = p.scq_a.poll().expect("the CQE is written when the post returns");
+    assert_eq!((c.opcode(), c.wqe_counter()), (cqe_opcode::REQ, 0));
+    assert_eq!(in_poster(&p), 1);
+
+    // Its CQE not taken: the next one is the NIC thread's.
+    let_the_nic_thread_park();
+    p.qa.post(op::RDMA_WRITE, SIGNALED, [0; 4], &write_segs(&src, 8, &dst, 8, 8));
+    p.qa.post(op::RDMA_WRITE, SIGNALED, [0; 4], &write_segs(&src, 16, &dst, 16, 8));
+    assert_eq!(in_poster(&p), 2, "the first of the two ran in the poster's thread");
+    let c = wait_for(&mut p.scq_a, 2);
+    assert_eq!(c.iter().map(|c| c.wqe_counter()).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(in_poster(&p), 2, "the second, behind an untaken CQE, went to the NIC thread");
+
+    // Every CQE taken, but no poller has found the CQ empty since: still the NIC's.
+    let_the_nic_thread_park();
+    p.qa.post(op::NOP, SIGNALED, [0; 4], &[]);
+    assert_eq!(wait_for(&mut p.scq_a, 1)[0].wqe_counter(), 3);
+    assert_eq!(in_poster(&p), 2);
+    // A poller that finds the CQ empty: the poster looks again.
+    assert!(p.scq_a.poll().is_none());
+    assert!(!p.a.help(), "nothing queued");
+    let_the_nic_thread_park();
+    p.qa.post(op::RDMA_WRITE, SIGNALED, [0; 4], &write_segs(&src, 24, &dst, 24, 8));
+    assert_eq!(p.scq_a.poll().map(|c| c.wqe_counter()), Some(4), "written when the post returned");
+    assert_eq!(in_poster(&p), 3);
+    assert_eq!(dst.read(), src.read());
+    let s = p.a.stats();
+    assert_eq!((s.doorbells, s.wqes_executed, s.cqes_written), (5, 5, 5), "{s:?}");
+    assert_eq!(s.doorbell_mismatch + s.bf_offset_mismatch + s.bf_content_mismatch, 0, "{s:?}");
+}
+
+/// A BlueFlame write the application waits for runs in the poster's thread too, and
+/// the register's halves keep alternating across writes handled there and queued ones
+/// (taking turns here).
+#[test]
+fn blueflame_writes_in_the_posters_thread_and_queued_alternate_halves() {
+    let _watchdog = watchdog(120);
+    let p = threaded();
+    let mut src = Buf::new(&p.a, p.pda, 6 * 8, ALL_ACCESS);
+    src.fill(|i| (i / 8 + 1) as u8);
+    let dst = Buf::new(&p.b, p.pdb, 6 * 8, ALL_ACCESS);
+    let mut p = p;
+    for k in 0..6u64 {
+        let_the_nic_thread_park();
+        p.qa.post_bf(op::RDMA_WRITE, SIGNALED, [0; 4], &write_segs(&src, 8 * k, &dst, 8 * k, 8));
+        let at = 8 * k as usize..8 * k as usize + 8;
+        if k % 2 == 0 {
+            // Every CQE taken: run in the poster's thread. Its CQE is left untaken.
+            assert_eq!(dst.read()[at], [k as u8 + 1; 8], "landed when the post returned");
+        } else {
+            // Behind the untaken CQE: queued.
+            let c = wait_for(&mut p.scq_a, 2);
+            assert_eq!(c.iter().map(|c| c.wqe_counter()).collect::<Vec<_>>(), [k as u16 - 1, k as u16]);
+            // A poller finds the CQ empty: the next write runs in the poster's thread.
+            assert!(p.scq_a.poll().is_none());
+            p.a.help();
+        }
+    }
+    assert_eq!(dst.read(), src.read());
+    let s = p.a.stats();
+    assert_eq!((s.doorbells, s.bf_writes, s.doorbells_in_poster), (6, 6, 3), "{s:?}");
+    assert_eq!(s.doorbell_mismatch + s.bf_offset_mismatch + s.bf_content_mismatch, 0, "{s:?}");
+}
+
+/// A thread that holds its own host (`Nic::hold`) and rings a doorbell does not wait
+/// for itself: the poster's thread never waits for a host, so the doorbell is queued
+/// and the NIC thread runs it once the host is let go.
+#[test]
+fn a_poster_holding_its_own_host_leaves_the_doorbell_to_the_nic_thread() {
+    let _watchdog = watchdog(120);
+    let p = threaded();
+    let mut src = Buf::new(&p.a, p.pda, 8, ALL_ACCESS);
+    src.fill(|i| i as u8 + 1);
+    let dst = Buf::new(&p.b, p.pdb, 8, ALL_ACCESS);
+    let mut p = p;
+    let hold = p.a.hold();
+    p.qa.post(op::RDMA_WRITE, SIGNALED, [0; 4], &write_segs(&src, 0, &dst, 0, 8));
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(dst.read(), vec![0; 8], "nothing done while the host is held");
+    drop(hold);
+    assert_eq!(wait_for(&mut p.scq_a, 1)[0].opcode(), cqe_opcode::REQ);
+    assert_eq!(dst.read(), src.read());
+    let s = p.a.stats();
+    assert_eq!((s.doorbells, s.doorbells_in_poster, s.wqes_executed), (1, 0, 1), "{s:?}");
 }
