@@ -120,9 +120,11 @@ struct Link {
     /// lines): a QP is marked only when rung twice in a row, so QPs taking turns
     /// (where nothing coalesces) cost the NIC no handshake.
     last_rung: Padded<AtomicU32>,
-    /// Whether [`Link::run_here`] looks at the send CQ (taking the locks it needs for
-    /// that): false once it found CQEs not taken, true again once a poller finds its CQ
-    /// empty ([`Link::help`]). Application threads only, on lines of their own.
+    /// Whether [`Link::run_here`] looks (at the queue's ends, then under the locks at
+    /// the send CQ): false once a look did not run the write, true again once a poller
+    /// finds its CQ empty with nothing queued ([`Link::help`]). Application threads
+    /// only, on lines of their own: a NIC busy with a backlog costs a poster no look at
+    /// the NIC thread's lines.
     here: Padded<AtomicBool>,
     /// Doorbells not queued because one of the same QP was waiting. Every
     /// register write carries its value when queued (its epoch, see
@@ -269,15 +271,31 @@ impl Link {
     /// QP that `value` names (as in a pingpong, where the poster polls for this WQE's
     /// completion next). Returns false, doing nothing, otherwise: the write is then
     /// queued and the NIC thread runs beside an application that has completions
-    /// still to take. Under the queue's lock, as [`Link::help`], so writes are still
-    /// handled in the order they were rung.
+    /// still to take, and the poster does not look again before a poller finds its
+    /// CQ empty with nothing queued (`here`). Under the queue's lock, as
+    /// [`Link::help`], so writes are still handled in the order they were rung.
     ///
     /// A NIC thread that would handle a lone doorbell costs a pingpong two cache-line
     /// trips between the cores (the doorbell there, the data back); see the README's
     /// performance section.
     #[inline]
     fn run_here(&self, value: &[u8; 8], f: impl FnOnce(&mut FabricState, u64)) -> bool {
-        if !self.here.0.load(Ordering::Relaxed) || !self.rx.is_empty() {
+        if !self.here.0.load(Ordering::Relaxed) {
+            return false;
+        }
+        let ran = self.run_here_now(value, f);
+        if !ran {
+            // The NIC has work queued or in hand, or completions wait to be taken:
+            // the application is not waiting for an idle NIC. Do not look again
+            // (the queue's ends are the NIC thread's lines, the locks too) before a
+            // poller finds its CQ empty.
+            self.here.0.store(false, Ordering::Relaxed);
+        }
+        ran
+    }
+
+    fn run_here_now(&self, value: &[u8; 8], f: impl FnOnce(&mut FabricState, u64)) -> bool {
+        if !self.rx.is_empty() {
             return false;
         }
         // Poisoned: leave it to the NIC thread, which takes the lock as it is.
@@ -288,9 +306,6 @@ impl Link {
         // The poster's thread never waits for a host: it may hold one itself.
         let Some(mut st) = self.state.try_host(self.host) else { return false };
         if !engine::send_cq_taken(&st, self.host, value) {
-            // Completions wait: the application is not waiting for this NIC. Do not
-            // look (and take the locks) again before a poller finds its CQ empty.
-            self.here.0.store(false, Ordering::Relaxed);
             return false;
         }
         st.hosts[self.host].stats.doorbells_in_poster += 1;
@@ -321,11 +336,12 @@ impl Link {
 
     /// Handles what is queued if nobody else is at it; whether anything was handled.
     fn help(&self) -> bool {
-        // A poller found its CQ empty: it may be waiting for the next doorbell's work.
-        if !self.here.0.load(Ordering::Relaxed) {
-            self.here.0.store(true, Ordering::Relaxed);
-        }
         if self.rx.is_empty() {
+            // A poller found its CQ empty and nothing is queued: the application
+            // may be waiting for the next doorbell's work.
+            if !self.here.0.load(Ordering::Relaxed) {
+                self.here.0.store(true, Ordering::Relaxed);
+            }
             return false;
         }
         let d = match self.drain.0.try_lock() {

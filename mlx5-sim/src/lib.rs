@@ -51,6 +51,19 @@ pub enum ExecMode {
     /// Whoever handles them, doorbells are handled one at a time, holding the
     /// NIC's queue, in the order they were rung. Each host has a lock of its
     /// own: NIC threads whose messages share no host run in parallel.
+    ///
+    /// A doorbell the application waits for runs at once in the poster's
+    /// thread, as every doorbell of [`ExecMode::Deterministic`] does: one rung
+    /// while nothing is queued, nobody handles the queue, the NIC thread is
+    /// not paused ([`Nic::set_thread_paused`]) and the driver has taken every
+    /// CQE of the QP's send CQ (a pingpong). A NIC thread would cost such a
+    /// doorbell a cache-line trip to its core and back. An application with
+    /// completions still to take has other work, so its doorbells are queued
+    /// and the NIC thread runs beside it; after a doorbell was queued for that
+    /// reason, the poster looks again only once a poller has found its CQ
+    /// empty with nothing queued. The poster's thread never waits for a host: a WQE that needs a
+    /// busy host (or a poster that holds its own, [`Nic::hold`]) is left to
+    /// the NIC thread. [`NicStats::doorbells_in_poster`] counts these.
     Threaded,
     /// Each NIC has its own thread that notices work from memory alone, as
     /// a NIC does when a foreign executor (a C program, another thread, a
