@@ -8,25 +8,30 @@ use common::*;
 use mlx5::model::ExecMode;
 use mlx5::{AccessFlags, ConnectParams, Status, WqeFlags};
 
+/// A signaled WRITE of `len` bytes from host a's MR at `from` to host b's at `to`,
+/// with work request id `id`.
+fn write(p: &Pair, id: u64, from: u64, to: u64, len: u32) {
+    p.a.qp
+        .wqe_builder(id)
+        .unwrap()
+        .ctrl_rdma_write(WqeFlags::SIGNALED)
+        .unwrap()
+        .rdma(p.b.mr.addr() + to, p.b.mr.rkey())
+        .unwrap()
+        .sge(mlx5::Sge::new(p.a.mr.addr() + from, len, p.a.mr.lkey()))
+        .unwrap()
+        .finish()
+        .unwrap();
+}
+
 #[test]
 fn polling_an_empty_cq_handles_what_a_stopped_nic_thread_left_queued() {
     let p = pair_with(ExecMode::Threaded, &small_cfg(), AccessFlags::ALL, &ConnectParams::default());
     let nic = p.fabric.nics()[0].clone();
     nic.set_thread_paused(true);
     p.a.mr.write(0, &[5u8; 64]).unwrap();
-    let (la, rb, rk) = (p.a.mr.addr(), p.b.mr.addr(), p.b.mr.rkey());
     for i in 0..4u64 {
-        p.a.qp
-            .wqe_builder(i)
-            .unwrap()
-            .ctrl_rdma_write(WqeFlags::SIGNALED)
-            .unwrap()
-            .rdma(rb + 64 * i, rk)
-            .unwrap()
-            .sge(mlx5::Sge::new(la, 64, p.a.mr.lkey()))
-            .unwrap()
-            .finish()
-            .unwrap();
+        write(&p, i, 0, 64 * i, 64);
     }
     std::thread::sleep(std::time::Duration::from_millis(20));
     let s = nic.stats();
@@ -53,20 +58,7 @@ fn polling_an_empty_cq_handles_what_a_stopped_nic_thread_left_queued() {
 fn a_waiting_application_runs_its_doorbells_in_its_own_thread() {
     let p = pair_with(ExecMode::Threaded, &small_cfg(), AccessFlags::ALL, &ConnectParams::default());
     let nic = p.fabric.nics()[0].clone();
-    let (la, rb, rk) = (p.a.mr.addr(), p.b.mr.addr(), p.b.mr.rkey());
-    let write = |i: u64| {
-        p.a.qp
-            .wqe_builder(i)
-            .unwrap()
-            .ctrl_rdma_write(WqeFlags::SIGNALED)
-            .unwrap()
-            .rdma(rb + 8 * i, rk)
-            .unwrap()
-            .sge(mlx5::Sge::new(la + 8 * i, 8, p.a.mr.lkey()))
-            .unwrap()
-            .finish()
-            .unwrap();
-    };
+    let write = |i: u64| write(&p, i, 8 * i, 8 * i, 8);
     // Long enough for the idle NIC thread to park, so it holds nothing meanwhile.
     let park = || std::thread::sleep(std::time::Duration::from_millis(5));
     p.a.mr.write(0, &(0..128u8).collect::<Vec<_>>()).unwrap();

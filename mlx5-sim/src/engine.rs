@@ -1751,27 +1751,37 @@ fn run_qps(st: &mut FabricState, h: usize, only_with_work: bool, retry: bool) {
     st.hosts[h].scratch = qpns;
 }
 
-/// How soon host `h` wants a tick without doorbells: RNR-blocked SQs need one every RNR
-/// period; QPs in ERR (SQE) are polled slowly for receive (send) WQEs posted later.
-/// Whether the QP that a doorbell value names waits for the NIC's timer (RNR-blocked,
-/// or in error with receive WQEs to flush): [`tick_interval`] for one QP.
-pub(crate) fn needs_timer(st: &FabricState, h: usize, value: &[u8; 8]) -> bool {
-    st.hosts[h]
-        .qps
-        .get(&doorbell_qpn(value))
-        .is_some_and(|q| q.rnr.is_some() || matches!(q.state, QpState::Err | QpState::Sqe))
+/// The tick period of an RNR-blocked send queue.
+const RNR_TICK: std::time::Duration = std::time::Duration::from_micros(20);
+/// The tick period of a QP in ERR (SQE), polled slowly for receive (send) WQEs posted
+/// later.
+const ERR_TICK: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// How soon QP `q` wants a tick without doorbells.
+fn tick_wanted(q: &Qp) -> Option<std::time::Duration> {
+    if q.rnr.is_some() {
+        Some(RNR_TICK)
+    } else {
+        matches!(q.state, QpState::Err | QpState::Sqe).then_some(ERR_TICK)
+    }
 }
 
+/// Whether the QP that a doorbell value names waits for the NIC's timer
+/// ([`tick_wanted`]).
+pub(crate) fn needs_timer(st: &FabricState, h: usize, value: &[u8; 8]) -> bool {
+    st.hosts[h].qps.get(&doorbell_qpn(value)).and_then(tick_wanted).is_some()
+}
+
+/// How soon host `h` wants a tick without doorbells: the soonest any of its QPs wants.
 pub(crate) fn tick_interval(st: &FabricState, h: usize) -> Option<std::time::Duration> {
-    let qps = st.hosts[h].qps.values();
-    let mut any_err = false;
-    for q in qps {
-        if q.rnr.is_some() {
-            return Some(std::time::Duration::from_micros(20));
+    let mut soonest = None;
+    for d in st.hosts[h].qps.values().filter_map(tick_wanted) {
+        if d == RNR_TICK {
+            return Some(d); // none wants one sooner
         }
-        any_err |= matches!(q.state, QpState::Err | QpState::Sqe);
+        soonest = Some(d); // ERR_TICK, the only other period
     }
-    any_err.then_some(std::time::Duration::from_millis(1))
+    soonest
 }
 
 #[cfg(test)]

@@ -254,8 +254,14 @@ impl Link {
                 Err(TrySendError::Disconnected(_)) => return,
             }
         }
-        // Pairs with the fence in `nic_wait`: either the NIC thread sees the message
-        // before it parks, or we see it parked and unpark it.
+        self.wake();
+    }
+
+    /// Unparks the NIC thread if it is parked, after the caller stored what it will
+    /// see (a queued message, `timer`). The SeqCst fence pairs with the one in
+    /// `nic_wait`: either the NIC thread sees the store before it parks, or we see it
+    /// parked and unpark it.
+    fn wake(&self) {
         fence(Ordering::SeqCst);
         if self.sleeping.load(Ordering::Relaxed) {
             if let Some(t) = self.thread.get() {
@@ -323,13 +329,7 @@ impl Link {
             self.post(Msg::Run { qpn: engine::doorbell_qpn(value) });
         } else if timer {
             self.timer.store(true, Ordering::Relaxed);
-            // Pairs with the fence in `nic_wait`, as in `Link::post`.
-            fence(Ordering::SeqCst);
-            if self.sleeping.load(Ordering::Relaxed) {
-                if let Some(t) = self.thread.get() {
-                    t.unpark();
-                }
-            }
+            self.wake();
         }
         true
     }
@@ -562,7 +562,7 @@ fn nic_wait(link: &Link, deadline: Option<Instant>) {
         std::thread::yield_now();
     }
     link.sleeping.store(true, Ordering::Relaxed);
-    // Pairs with the fence in `Link::post` (see there).
+    // Pairs with the fence in `Link::wake` (see there).
     fence(Ordering::SeqCst);
     if !ready() {
         match deadline {

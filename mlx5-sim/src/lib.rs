@@ -61,9 +61,10 @@ pub enum ExecMode {
     /// completions still to take has other work, so its doorbells are queued
     /// and the NIC thread runs beside it; after a doorbell was queued for that
     /// reason, the poster looks again only once a poller has found its CQ
-    /// empty with nothing queued. The poster's thread never waits for a host: a WQE that needs a
-    /// busy host (or a poster that holds its own, [`Nic::hold`]) is left to
-    /// the NIC thread. [`NicStats::doorbells_in_poster`] counts these.
+    /// empty with nothing queued. The poster's thread never waits for a host:
+    /// a WQE that needs a busy host (or a poster that holds its own,
+    /// [`Nic::hold`]) is left to the NIC thread.
+    /// [`NicStats::doorbells_in_poster`] counts these.
     Threaded,
     /// Each NIC has its own thread that notices work from memory alone, as
     /// a NIC does when a foreign executor (a C program, another thread, a
