@@ -61,6 +61,11 @@ impl<T> Tracker<T> {
         // SAFETY: single-threaded; the slot is free (outside [ci, pi)), so
         // nothing live is overwritten and no reference into it exists.
         unsafe { (*s.entry.get()).write(entry) };
+        // The line after this slot's, which this queue's next WQEs record
+        // into: with many QPs taking turns, it was last touched a whole
+        // ring lap ago and is out of every cache by now. One instruction;
+        // past the table's end (once a lap) it is a hint about nothing.
+        crate::ring::hint::prefetch_w((s as *const Slot<T>).cast::<u8>().wrapping_add(64));
     }
 
     /// Retire WQEs from `ci` up to and including the one whose `wqe_index`

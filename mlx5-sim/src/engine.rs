@@ -1461,6 +1461,13 @@ fn process_sq_in(
             Outcome::Rnr | Outcome::Restart => return,
         }
         if !more {
+            // The driver writes this QP's next WQEs there (see `prefetch_next`): into
+            // this thread's caches when it is the driver's, never a NIC thread's,
+            // where it would only move the lines away from the driver's core.
+            let posters = st.cfg.mode == ExecMode::Deterministic || st.nowait();
+            if let Some(qp) = st.hosts[h].qps.get(&qpn).filter(|_| posters) {
+                qp.prefetch_next(nbb);
+            }
             return;
         }
         retry = false;

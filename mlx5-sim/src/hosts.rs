@@ -422,6 +422,14 @@ impl<'a> FabricState<'a> {
         self.hosts.deferred
     }
 
+    /// Whether this operation runs in the thread that rang the doorbell
+    /// ([`Shared::try_host`]; deterministic mode's run in the poster's thread holds the
+    /// one lock instead and answers false).
+    #[inline]
+    pub(crate) fn nowait(&self) -> bool {
+        self.hosts.nowait
+    }
+
     /// The current epoch of what [`FabricState::find_host`] sees: a host it found in an
     /// epoch that is still current is the one it would find again.
     #[inline]

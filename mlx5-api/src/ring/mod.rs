@@ -17,6 +17,7 @@
 //! | [`cq`], [`cqe`] | [`CqDesc`] (with compressed-session expansion and arming) and the pure CQE reader (§5) |
 //! | [`scatter`] | scatter-to-CQE: data in a CQE copied into the WQE it completes (§5.7) |
 //! | [`mmio`], [`barrier`] | the doorbell register view ([`BfReg`]) and the MMIO / DMA barriers (§1.6, §1.7) |
+//! | [`hint`] | cache hints: `prefetch_w`, a line about to be written |
 //! | [`error`] | [`PostError`] |
 
 pub mod av;
@@ -25,6 +26,7 @@ pub mod cq;
 pub mod cqe;
 pub mod error;
 pub mod gid;
+pub mod hint;
 pub mod mmio;
 pub mod post;
 pub mod rq;
