@@ -158,7 +158,7 @@ impl<B: Backend> Context<B> {
     ) -> Result<RcQp<B, T>> {
         let shared =
             self.create_qp(QpKind::Rc, pd, Some(send_cq.shared()), recv_cq.shared(), None, config)?;
-        Ok(RcQp { shared })
+        Ok(RcQp::from_shared(shared))
     }
 
     /// An RC QP whose receives come from `srq` (its own receive queue is
@@ -179,7 +179,7 @@ impl<B: Backend> Context<B> {
             Some(&srq.shared),
             config,
         )?;
-        Ok(RcQp { shared })
+        Ok(RcQp::from_shared(shared))
     }
 
     /// A UD QP in RESET. Messages are limited to the port's active MTU,
@@ -194,7 +194,7 @@ impl<B: Backend> Context<B> {
     ) -> Result<UdQp<B, T>> {
         let srq = srq.map(|s| &s.shared);
         let shared = self.create_qp(QpKind::Ud, pd, Some(send_cq.shared()), recv_cq.shared(), srq, config)?;
-        Ok(UdQp { shared })
+        Ok(UdQp::from_shared(shared))
     }
 
     /// A DC initiator in RESET (send queue only; completions to `send_cq`).
@@ -207,7 +207,7 @@ impl<B: Backend> Context<B> {
         let config = QpConfig { max_recv_wr: 0, max_recv_sge: 0, ..config.clone() };
         let shared =
             self.create_qp(QpKind::Dci, pd, Some(send_cq.shared()), send_cq.shared(), None, &config)?;
-        Ok(Dci { shared })
+        Ok(Dci::from_shared(shared))
     }
 
     /// A DC target in RESET receiving on `srq`, reporting to `recv_cq`;
@@ -230,7 +230,7 @@ impl<B: Backend> Context<B> {
             ..config.clone()
         };
         let shared = self.create_qp(QpKind::Dct, pd, None, recv_cq.shared(), Some(&srq.shared), &config)?;
-        Ok(Dct { shared })
+        Ok(Dct::from_shared(shared))
     }
 
     /// A shared receive queue of at least `max_wr` receives of up to

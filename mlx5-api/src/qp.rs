@@ -107,60 +107,6 @@ impl<B: Backend, T> QpShared<B, T> {
         Ok(())
     }
 
-    fn sq(&self) -> &crate::wq::SendQueue<B, T> {
-        &self.wq.sq
-    }
-
-    /// Start a WQE. The QP's state and the queue's room are one compare
-    /// (`SendQueue::open`, 0 outside RTS); a refusal is sorted out in
-    /// `send_refused`.
-    #[inline(always)]
-    fn builder<S>(&self, entry: T, init: S) -> Result<WqeBuilder<'_, B, T, S>> {
-        match WqeBuilder::new(self.sq(), entry, init) {
-            Ok(b) => Ok(b),
-            Err(_) => Err(self.send_refused()),
-        }
-    }
-
-    /// The error for a refused WQE: the state outside RTS, else a full ring.
-    #[cold]
-    fn send_refused(&self) -> Error {
-        let state = self.wq.state.get();
-        if state != QpState::Rts {
-            return Error::QpState { qpn: self.wq.qpn.get(), state, needed: QpState::Rts };
-        }
-        Error::SqFull { needed: 1, free: 0 }
-    }
-
-    /// Post a receive. The QP's state, whether it has its own receive queue
-    /// and the queue's room are one compare (`RecvQueue::open`); a refusal
-    /// is sorted out in `recv_refused`.
-    #[inline(always)]
-    fn post_recv(&self, entry: T, sges: &[Sge]) -> Result<()> {
-        match self.wq.rq.post(entry, sges) {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.recv_refused(e)),
-        }
-    }
-
-    /// The error for a refused receive: the state, the SRQ or the missing
-    /// queue when the queue is closed, else the ring core's own.
-    #[cold]
-    fn recv_refused(&self, e: crate::ring::PostError) -> Error {
-        let state = self.wq.state.get();
-        if state == QpState::Reset {
-            return Error::QpState { qpn: self.wq.qpn.get(), state, needed: QpState::Init };
-        }
-        if self.wq.srq.is_some() {
-            return Error::InvalidArgument("this QP receives from an SRQ: post there".into());
-        }
-        if !self.wq.rq.exists() {
-            return Error::InvalidArgument("this QP has no receive queue".into());
-        }
-        debug_assert!(!self.wq.rq.is_closed());
-        e.into()
-    }
-
     fn port_info(&self) -> Result<crate::types::PortInfo> {
         B::query_port(&self.pd.ctx.raw, self.port)
     }
@@ -226,11 +172,11 @@ macro_rules! common {
     () => {
         /// QP number (for a DCT: the DCT number, 0 before RTR).
         pub fn qpn(&self) -> u32 {
-            self.shared.wq.qpn.get()
+            self.wq.qpn.get()
         }
         /// State as last set by a transition or observed through an error CQE.
         pub fn state(&self) -> QpState {
-            self.shared.wq.state.get()
+            self.wq.state.get()
         }
         /// The capabilities the QP was created with.
         pub fn caps(&self) -> &QpCaps {
@@ -273,24 +219,24 @@ macro_rules! send_queue {
     () => {
         /// Free WQEBBs in the send queue.
         pub fn sq_free(&self) -> u32 {
-            self.shared.sq().desc.free()
+            self.wq.sq.desc.free()
         }
         /// Size of the send queue in WQEBBs.
         pub fn sq_wqebbs(&self) -> u32 {
-            self.shared.sq().desc.wqe_cnt
+            self.wq.sq.desc.wqe_cnt
         }
         /// Producer counter of the next WQE (its `wqe_index` is this & 0xffff).
         pub fn sq_pi(&self) -> u32 {
-            self.shared.sq().desc.producer()
+            self.wq.sq.desc.producer()
         }
         /// Ring the doorbell for WQEs written with `finish_batch()`.
         #[inline(always)]
         pub fn ring_sq_doorbell(&self) {
-            self.shared.sq().ring_doorbell();
+            self.wq.sq.ring_doorbell();
         }
         /// A copy of the send ring's bytes (for dissection and snapshots).
         pub fn sq_ring_bytes(&self) -> Vec<u8> {
-            let d = &self.shared.sq().desc;
+            let d = &self.wq.sq.desc;
             let mut v = vec![0u8; d.byte_mask() + 1];
             // SAFETY: the ring is byte_mask + 1 bytes of live memory.
             unsafe { std::ptr::copy(d.buf, v.as_mut_ptr(), v.len()) };
@@ -300,7 +246,7 @@ macro_rules! send_queue {
         pub fn sq_dbrec(&self) -> u32 {
             // SAFETY: the doorbell record lives as long as the QP.
             u32::from_be(
-                unsafe { std::sync::atomic::AtomicU32::from_ptr(self.shared.sq().desc.dbrec) }
+                unsafe { std::sync::atomic::AtomicU32::from_ptr(self.wq.sq.desc.dbrec) }
                     .load(std::sync::atomic::Ordering::Acquire),
             )
         }
@@ -316,7 +262,7 @@ macro_rules! send_queue {
         /// it while this QP's CQ handles retire its WQEs (they read the
         /// producer counter plainly).
         pub unsafe fn sq_desc(&self) -> &SqDesc {
-            &self.shared.sq().desc
+            &self.wq.sq.desc
         }
         /// The send ring's memory, for fault-injection tests that must put
         /// bytes no builder would write (malformed WQEs) in front of the device.
@@ -325,7 +271,7 @@ macro_rules! send_queue {
         /// Writes through the pointer must stay inside the ring
         /// (`sq_wqebbs() * 64` bytes) and only touch unpublished WQEs.
         pub unsafe fn sq_buf(&self) -> *mut u8 {
-            self.shared.sq().desc.buf
+            self.wq.sq.desc.buf
         }
         /// Advance the SQ counters by `wqebbs` as if that many NOPs had been
         /// posted and completed. For encoder tests that must place a WQE at a
@@ -335,7 +281,7 @@ macro_rules! send_queue {
         /// No device may be executing this QP: use it with the ring-only
         /// backend only, on an empty send queue (otherwise it returns an error).
         pub unsafe fn skip_sq(&self, wqebbs: u32) -> Result<()> {
-            let d = &self.shared.sq().desc;
+            let d = &self.wq.sq.desc;
             if d.producer() != d.consumer() {
                 return Err(Error::InvalidArgument("skip_sq needs an empty send queue".into()));
             }
@@ -347,7 +293,7 @@ macro_rules! send_queue {
         }
         /// Largest message one WQE may carry (UD: the path MTU).
         pub fn max_message(&self) -> u32 {
-            self.shared.sq().desc.max_msg
+            self.wq.sq.desc.max_msg
         }
     };
 }
@@ -359,11 +305,11 @@ macro_rules! recv_queue {
         /// INIT on). A QP created on an SRQ receives from the SRQ instead.
         #[inline(always)]
         pub fn post_recv(&self, entry: T, sges: &[Sge]) -> Result<()> {
-            self.shared.post_recv(entry, sges)
+            self.wq.post_recv(entry, sges)
         }
         /// Receive WQEs posted on the own receive queue and not yet completed.
         pub fn rq_outstanding(&self) -> u32 {
-            self.shared.wq.rq.desc.outstanding()
+            self.wq.rq.desc.outstanding()
         }
         /// The receive queue's ring-core descriptor (`None` on an SRQ).
         ///
@@ -373,10 +319,65 @@ macro_rules! recv_queue {
         /// this QP's CQ handles (the own queue keeps its entries by slot,
         /// live from posting to completion).
         pub unsafe fn rq_desc(&self) -> Option<&RqDesc> {
-            let rq = &self.shared.wq.rq;
+            let rq = &self.wq.rq;
             rq.exists().then_some(&rq.desc)
         }
     };
+}
+
+/// The post paths, on the work queues the handle reaches in one step (a
+/// handle keeps them beside its `QpShared`: with thousands of QPs taking
+/// turns, each further pointer on the way is a cache miss per post).
+impl<B: Backend, T> WorkQueues<B, T> {
+    /// Start a WQE. The QP's state and the queue's room are one compare
+    /// (`SendQueue::open`, 0 outside RTS); a refusal is sorted out in
+    /// `send_refused`.
+    #[inline(always)]
+    pub(crate) fn builder<S>(&self, entry: T, init: S) -> Result<WqeBuilder<'_, B, T, S>> {
+        match WqeBuilder::new(&self.sq, entry, init) {
+            Ok(b) => Ok(b),
+            Err(_) => Err(self.send_refused()),
+        }
+    }
+
+    /// The error for a refused WQE: the state outside RTS, else a full ring.
+    #[cold]
+    fn send_refused(&self) -> Error {
+        let state = self.state.get();
+        if state != QpState::Rts {
+            return Error::QpState { qpn: self.qpn.get(), state, needed: QpState::Rts };
+        }
+        Error::SqFull { needed: 1, free: 0 }
+    }
+
+    /// Post a receive. The QP's state, whether it has its own receive queue
+    /// and the queue's room are one compare (`RecvQueue::open`); a refusal
+    /// is sorted out in `recv_refused`.
+    #[inline(always)]
+    pub(crate) fn post_recv(&self, entry: T, sges: &[Sge]) -> Result<()> {
+        match self.rq.post(entry, sges) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.recv_refused(e)),
+        }
+    }
+
+    /// The error for a refused receive: the state, the SRQ or the missing
+    /// queue when the queue is closed, else the ring core's own.
+    #[cold]
+    fn recv_refused(&self, e: crate::ring::PostError) -> Error {
+        let state = self.state.get();
+        if state == QpState::Reset {
+            return Error::QpState { qpn: self.qpn.get(), state, needed: QpState::Init };
+        }
+        if self.srq.is_some() {
+            return Error::InvalidArgument("this QP receives from an SRQ: post there".into());
+        }
+        if !self.rq.exists() {
+            return Error::InvalidArgument("this QP has no receive queue".into());
+        }
+        debug_assert!(!self.rq.is_closed());
+        e.into()
+    }
 }
 
 macro_rules! handle {
@@ -384,6 +385,13 @@ macro_rules! handle {
         $(#[$m])*
         pub struct $name<B: Backend, T> {
             pub(crate) shared: Rc<QpShared<B, T>>,
+            /// `shared.wq`, one pointer nearer for the post paths.
+            wq: Rc<WorkQueues<B, T>>,
+        }
+        impl<B: Backend, T> $name<B, T> {
+            pub(crate) fn from_shared(shared: Rc<QpShared<B, T>>) -> Self {
+                $name { wq: shared.wq.clone(), shared }
+            }
         }
         impl<B: Backend, T> std::fmt::Debug for $name<B, T> {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -464,7 +472,7 @@ impl<B: Backend, T> RcQp<B, T> {
     /// Fails if the QP is not in RTS or the send queue is full.
     #[inline(always)]
     pub fn wqe_builder(&self, entry: T) -> Result<WqeBuilder<'_, B, T, Init>> {
-        self.shared.builder(entry, Init)
+        self.wq.builder(entry, Init)
     }
 }
 
@@ -500,7 +508,7 @@ impl<B: Backend, T> UdQp<B, T> {
     /// Start a UD SEND carrying `entry`: ctrl, then the datagram segment.
     #[inline(always)]
     pub fn wqe_builder(&self, entry: T) -> Result<WqeBuilder<'_, B, T, UdInit>> {
-        self.shared.builder(entry, UdInit)
+        self.wq.builder(entry, UdInit)
     }
 }
 
@@ -521,7 +529,7 @@ impl<B: Backend, T> Dci<B, T> {
     /// Start a WQE to some DCT: ctrl, then the address vector.
     #[inline(always)]
     pub fn wqe_builder(&self, entry: T) -> Result<WqeBuilder<'_, B, T, DcInit>> {
-        self.shared.builder(entry, DcInit)
+        self.wq.builder(entry, DcInit)
     }
 }
 
@@ -541,7 +549,7 @@ impl<B: Backend, T> Dct<B, T> {
     /// The DCT number initiators address (read live: it exists from RTR on).
     pub fn dct_number(&self) -> Result<u32> {
         match self.state() {
-            QpState::Rtr => Ok(self.shared.wq.qpn.get()),
+            QpState::Rtr => Ok(self.wq.qpn.get()),
             state => Err(Error::DctNotReady { state }),
         }
     }
