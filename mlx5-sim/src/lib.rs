@@ -15,6 +15,7 @@
 
 #![deny(missing_docs, missing_debug_implementations)]
 
+mod arena;
 mod cq;
 pub mod dissect;
 pub mod dma;

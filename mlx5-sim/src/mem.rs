@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 pub(crate) struct DevMem {
     ptr: NonNull<u8>,
     layout: Layout,
+    /// Carved from the huge-page arena (else from the heap with `layout`).
+    arena: bool,
 }
 
 // SAFETY: DevMem owns its allocation; all accesses go through raw pointers with explicit
@@ -24,12 +26,17 @@ unsafe impl Send for DevMem {}
 unsafe impl Sync for DevMem {}
 
 impl DevMem {
-    /// Allocates `len` zeroed bytes (at least 1) aligned to `align` (a power of two).
+    /// Allocates `len` zeroed bytes (at least 1) aligned to `align` (a power of two):
+    /// rings and doorbell records of up to 512 KiB from the huge-page arena (see
+    /// `arena`), larger blocks, or all where the arena has no memory, from the heap.
     pub(crate) fn new(len: usize, align: usize) -> Option<DevMem> {
         let layout = Layout::from_size_align(len.max(1), align).ok()?;
+        if let Some(ptr) = crate::arena::alloc(layout.size(), layout.align()) {
+            return Some(DevMem { ptr, layout, arena: true });
+        }
         // SAFETY: the layout has a non-zero size.
         let p = unsafe { alloc_zeroed(layout) };
-        NonNull::new(p).map(|ptr| DevMem { ptr, layout })
+        NonNull::new(p).map(|ptr| DevMem { ptr, layout, arena: false })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -134,6 +141,10 @@ pub(crate) fn prefetch_line<T>(p: *const T) {
 
 impl Drop for DevMem {
     fn drop(&mut self) {
+        if self.arena {
+            // SAFETY: carved in `new`; the block is ours and dies here.
+            return unsafe { crate::arena::free(self.ptr) };
+        }
         // SAFETY: allocated in `new` with exactly this layout.
         unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
     }
