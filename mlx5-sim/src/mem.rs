@@ -27,8 +27,10 @@ unsafe impl Sync for DevMem {}
 
 impl DevMem {
     /// Allocates `len` zeroed bytes (at least 1) aligned to `align` (a power of two):
-    /// rings and doorbell records of up to 512 KiB from the huge-page arena (see
-    /// `arena`), larger blocks, or all where the arena has no memory, from the heap.
+    /// blocks of up to 512 KiB (rings, doorbell records, UAR pages) from the arena of
+    /// huge-page chunks (see `arena`: out of the heap, they no longer spread the QPs'
+    /// small objects over pages of their own), larger blocks, or all where the arena
+    /// has no memory, from the heap.
     pub(crate) fn new(len: usize, align: usize) -> Option<DevMem> {
         let layout = Layout::from_size_align(len.max(1), align).ok()?;
         if let Some(ptr) = crate::arena::alloc(layout.size(), layout.align()) {
