@@ -1423,6 +1423,9 @@ fn process_sq_in(
             }
             o => o,
         };
+        // The driver's thread (deterministic mode, or threaded mode's `try_host` run),
+        // not a NIC thread's: see the prefetch below.
+        let posters = st.cfg.mode == ExecMode::Deterministic || st.nowait();
         let Some(qp) = st.hosts[h].qps.get_mut(&qpn) else {
             return;
         };
@@ -1433,6 +1436,12 @@ fn process_sq_in(
         // after this read comes with a doorbell (or a doorbell-record move a watching
         // NIC sees) of its own.
         let more = qp.sq_producer() != qp.sq_ci;
+        if !more && posters {
+            // The driver writes this QP's next WQEs there (see `prefetch_next`): into
+            // this thread's caches when it is the driver's, never a NIC thread's,
+            // where it would only move the lines away from the driver's core.
+            qp.prefetch_next(nbb);
+        }
         match outcome {
             Outcome::Done { byte_cnt } => {
                 // CE = 2 or 3 asks for a CQE; CE = 1 ("only on first error") is treated like
@@ -1461,13 +1470,6 @@ fn process_sq_in(
             Outcome::Rnr | Outcome::Restart => return,
         }
         if !more {
-            // The driver writes this QP's next WQEs there (see `prefetch_next`): into
-            // this thread's caches when it is the driver's, never a NIC thread's,
-            // where it would only move the lines away from the driver's core.
-            let posters = st.cfg.mode == ExecMode::Deterministic || st.nowait();
-            if let Some(qp) = st.hosts[h].qps.get(&qpn).filter(|_| posters) {
-                qp.prefetch_next(nbb);
-            }
             return;
         }
         retry = false;
