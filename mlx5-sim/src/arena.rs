@@ -24,10 +24,10 @@ use std::ptr::NonNull;
 use std::sync::Mutex;
 
 /// Size (and alignment) of a chunk: one huge page on x86-64 and arm64 (4 KiB granule).
-pub(crate) const CHUNK: usize = 2 << 20;
+const CHUNK: usize = 2 << 20;
 
 /// Largest block carved from a chunk; larger ones come from the heap.
-pub(crate) const MAX_BLOCK: usize = CHUNK / 4;
+const MAX_BLOCK: usize = CHUNK / 4;
 
 /// Chunks and their live blocks. The process has one ([`alloc`], [`free`]).
 pub(crate) struct Arena {

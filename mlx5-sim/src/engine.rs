@@ -1357,6 +1357,9 @@ fn process_sq_in(
     mut retry: bool,
     buf: &mut [u8; MAX_WQE_DS * DS_SIZE],
 ) {
+    // Whether this runs in the driver's thread (deterministic mode, or threaded mode's
+    // `try_host` run), not a NIC thread: see the prefetch below.
+    let posters = st.cfg.mode == ExecMode::Deterministic || st.nowait();
     loop {
         let Some(qp) = st.hosts[h].qps.get(&qpn) else {
             return;
@@ -1423,9 +1426,6 @@ fn process_sq_in(
             }
             o => o,
         };
-        // The driver's thread (deterministic mode, or threaded mode's `try_host` run),
-        // not a NIC thread's: see the prefetch below.
-        let posters = st.cfg.mode == ExecMode::Deterministic || st.nowait();
         let Some(qp) = st.hosts[h].qps.get_mut(&qpn) else {
             return;
         };

@@ -117,6 +117,8 @@ impl DevMem {
 /// Asks the cache for the line holding `p` ahead of a write to it: `prefetchw` where the
 /// target has it, else `prefetcht0` (x86-64), `prfm pstl1keep` (AArch64), nothing
 /// elsewhere. A hint only: it reads and writes no bytes and cannot fault, whatever `p` is.
+/// (The front-end has its own, `ring::hint::prefetch_w`: the simulator shares no code
+/// with the driver it checks.)
 #[inline(always)]
 pub(crate) fn prefetch_line<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]

@@ -260,12 +260,14 @@ impl Qp {
     /// QP: 40), 82-180 with one WQE ahead, 265 with none.
     #[inline]
     pub(crate) fn prefetch_next(&self, nbb: u16) {
+        if self.sq_wqe_cnt == 0 {
+            return;
+        }
         let base = self.buf.ptr();
         for off in self.next_wqe_lines(nbb) {
             crate::mem::prefetch_line(base.wrapping_add(off));
         }
-        let slot = usize::from(self.sq_ci) & (self.sq_wqe_cnt as usize).wrapping_sub(1);
-        // An empty shadow (no SQ): a hint at a dangling address, which never faults.
+        let slot = usize::from(self.sq_ci) & (self.sq_wqe_cnt as usize - 1);
         crate::mem::prefetch_line(self.shadow.as_ptr().wrapping_add(slot));
     }
 
