@@ -54,6 +54,12 @@ struct Args {
     /// Only the pingpong and `--busy` measurements.
     #[arg(long)]
     busy_only: bool,
+    /// Only the bandwidth table (e.g. under a profiler).
+    #[arg(long, conflicts_with_all = ["rate_only", "busy_only"])]
+    bandwidth_only: bool,
+    /// Only this message size (bytes) in the bandwidth table.
+    #[arg(long)]
+    size: Option<usize>,
     /// (internal) Spin forever: one of the busy processes.
     #[arg(long, hide = true)]
     spin: bool,
@@ -294,7 +300,7 @@ fn main() {
     } else {
         &BOTH
     };
-    for &(mode, name) in modes.iter().filter(|_| !a.busy_only) {
+    for &(mode, name) in modes.iter().filter(|_| !a.busy_only && !a.bandwidth_only) {
         let base = if a.only.is_some() { 1.0 } else { one(mode) };
         let configs: Vec<(usize, usize, u32)> = match &a.only {
             Some(o) => {
@@ -326,8 +332,11 @@ fn main() {
     }
     // Pingpong one-way latency (idle cores), best of the runs.
     let rounds = (a.messages / 10).max(100);
-    let lat: Vec<(&str, f64)> =
-        modes.iter().map(|&(m, name)| (name, best(a.runs, || pingpong(m, rounds)))).collect();
+    let lat: Vec<(&str, f64)> = modes
+        .iter()
+        .filter(|_| !a.bandwidth_only)
+        .map(|&(m, name)| (name, best(a.runs, || pingpong(m, rounds))))
+        .collect();
     // Under busy processes: every run kept, modes interleaved.
     let mut busy = Vec::new();
     if a.busy > 0 {
@@ -354,7 +363,8 @@ fn main() {
     }
     let mut bw = Vec::new();
     if !a.rate_only && !a.busy_only {
-        for size in [64usize, 4096, 65536, 1 << 20, 4 << 20] {
+        let sizes = a.size.map_or_else(|| vec![64usize, 4096, 65536, 1 << 20, 4 << 20], |s| vec![s]);
+        for size in sizes {
             let total = (256usize << 20).min(size * 200_000);
             let m = (0..a.runs).map(|_| memcpy_bw(size, total)).fold(0.0, f64::max);
             let w = (0..a.runs).map(|_| bandwidth(size, false, total)).fold(0.0, f64::max);
@@ -402,9 +412,11 @@ fn main() {
             println!("{m:<14} {h:>5} {q:>5} {d:>5} {ns:>10.1} {:>12.0} {x:>8.2}", 1e9 / ns);
         }
     }
-    println!("\n{:<14} {:>16}", "mode", "one-way ns");
-    for (m, ns) in &lat {
-        println!("{m:<14} {ns:>16.1}");
+    if !lat.is_empty() {
+        println!("\n{:<14} {:>16}", "mode", "one-way ns");
+        for (m, ns) in &lat {
+            println!("{m:<14} {ns:>16.1}");
+        }
     }
     if !busy.is_empty() {
         println!(
