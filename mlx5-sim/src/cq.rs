@@ -205,13 +205,6 @@ impl Cq {
         self.mem.store_u8_release(proper + OP_OWN_OFFSET, op_own);
         self.pi = self.pi.wrapping_add(1);
         self.visible(op_own, 1);
-        // The next CQE's line, ahead of the write to it: CQEs are written in ring order,
-        // whichever QP they belong to, so this is the one line of a message the model can
-        // know a message ahead. With thousands of QPs taking turns the ring's lines are a
-        // lap old and out of the cache, and the write waited on memory: 4096 QPs 351-391
-        // -> 297-325 ns per message, 1024 QPs 261-271 -> 234-237 (deterministic, 2 cores
-        // of an Intel Xeon VM, interleaved); threaded mode and the pingpong unchanged.
-        crate::mem::prefetch_line(self.mem.ptr().wrapping_add(self.slot(self.pi)));
     }
 
     /// A compressed session of the N >= 2 pending CQEs (spec §5.8): mini-CQE array #0 at
@@ -257,9 +250,17 @@ impl Cq {
         self.visible(op_own, n as u32);
     }
 
-    /// `n` CQEs ending at the producer index became visible: note solicited/error ones and
-    /// raise the event an arm asked for.
+    /// `n` CQEs ending at the producer index became visible: note solicited/error ones,
+    /// raise the event an arm asked for, and ask for the next slot's line.
     fn visible(&mut self, op_own: u8, _n: u32) {
+        // The line the producer index now names, ahead of the write to it: CQEs (and
+        // sessions) are written in ring order, whichever QP they belong to, so this is
+        // the one line of a message the model can know a message ahead. With thousands of
+        // QPs taking turns the ring's lines are a lap old and out of the cache, and the
+        // write waited on memory: 4096 QPs 351-391 -> 297-325 ns per message, 1024 QPs
+        // 261-271 -> 234-237 (deterministic, 2 cores of an Intel Xeon VM, interleaved);
+        // threaded mode and the pingpong unchanged.
+        crate::mem::prefetch_line(self.mem.ptr().wrapping_add(self.slot(self.pi)));
         let solicited = op_own & 2 != 0 || is_error(op_own);
         if solicited {
             self.last_solicited = Some(self.pi);

@@ -58,7 +58,7 @@ struct Args {
     #[arg(long, conflicts_with_all = ["rate_only", "busy_only"])]
     bandwidth_only: bool,
     /// Only this message size (bytes) in the bandwidth table.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["rate_only", "busy_only"])]
     size: Option<usize>,
     /// (internal) Spin forever: one of the busy processes.
     #[arg(long, hide = true)]
