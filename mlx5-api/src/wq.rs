@@ -23,25 +23,34 @@ use crate::types::{LinkLayer, QpState};
 /// without one (a DCT) has an empty one: no slots, no register, always
 /// closed, so that a requester CQE naming it finds nothing outstanding
 /// with no check of its own.
+///
+/// Laid out for the post: its fields and the descriptor's it reads come
+/// first, on the struct's first two cache lines (`align(64)`), the
+/// tracker's table pointer among them. With thousands of QPs taking turns
+/// each post finds the queue a ring lap out of cache, and lines it reads
+/// together arrive together; fields in the compiler's own order spread
+/// over four lines, one of them (the tracker's) read only after the
+/// doorbell, a trip to memory of its own.
+#[repr(C, align(64))]
 pub(crate) struct SendQueue<B: Backend, T> {
     pub(crate) desc: SqDesc,
-    /// Largest first gather entry that passes every limit (0 when the QP
-    /// takes no gather list): `min(max_msg, 2^31 - 1)`. One compare for
-    /// the common post; the separate checks give the error.
-    pub(crate) first_sge_max: u32,
-    /// Largest inline payload that passes every limit:
-    /// `min(max_inline, max_msg)`. One compare for the common post.
-    pub(crate) inline_max: u32,
-    /// The QPN's part of every ctrl segment (`ctrl_qpn_word`), encoded
-    /// once: the QPN of a QP with a send queue never changes.
-    pub(crate) ctrl_qpn: u64,
-    /// Whole WQEBBs of the largest WQE (`max_ds / 4`): the builder's
-    /// compare in WQEBBs stays within the DS limit below it.
-    pub(crate) max_bbs: u32,
     /// WQEBBs that may be outstanding: `wqe_cnt` in RTS, 0 in every other
     /// state. The post checks it in the capacity compare; a refusal is
     /// sorted out afterwards (`QpShared::send_refused`).
     pub(crate) open: Cell<u32>,
+    /// Whole WQEBBs of the largest WQE (`max_ds / 4`): the builder's
+    /// compare in WQEBBs stays within the DS limit below it.
+    pub(crate) max_bbs: u32,
+    /// Largest inline payload that passes every limit:
+    /// `min(max_inline, max_msg)`. One compare for the common post.
+    pub(crate) inline_max: u32,
+    /// Largest first gather entry that passes every limit (0 when the QP
+    /// takes no gather list): `min(max_msg, 2^31 - 1)`. One compare for
+    /// the common post; the separate checks give the error.
+    pub(crate) first_sge_max: u32,
+    /// The QPN's part of every ctrl segment (`ctrl_qpn_word`), encoded
+    /// once: the QPN of a QP with a send queue never changes.
+    pub(crate) ctrl_qpn: u64,
     pub(crate) tracker: Tracker<T>,
     /// The register (`None` for the empty queue only).
     reg: Option<Rc<UarReg<B>>>,
@@ -328,6 +337,27 @@ impl<B: Backend, T> WorkQueues<B, T> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// What a post reads of its send queue lies on the queue's first two
+    /// cache lines, and the queue starts a line: the descriptor's fields, the
+    /// queue's limits and the tracker's table (read after the doorbell).
+    #[test]
+    fn what_a_post_reads_lies_on_the_first_two_lines() {
+        use core::mem::{align_of, offset_of, size_of};
+        type Sq = SendQueue<crate::ring_only::RingOnly, u64>;
+        assert_eq!(align_of::<Sq>(), 64);
+        assert_eq!(offset_of!(Sq, desc), 0);
+        let ends = [
+            offset_of!(Sq, desc) + size_of::<SqDesc>(),
+            offset_of!(Sq, open) + 4,
+            offset_of!(Sq, max_bbs) + 4,
+            offset_of!(Sq, inline_max) + 4,
+            offset_of!(Sq, first_sge_max) + 4,
+            offset_of!(Sq, ctrl_qpn) + 8,
+            offset_of!(Sq, tracker) + size_of::<Tracker<u64>>(),
+        ];
+        assert!(ends.iter().all(|&e| e <= 128), "{ends:?}");
+    }
 
     #[derive(Clone, Debug)]
     enum Op {

@@ -7,7 +7,7 @@ use crate::idmap::{DirectMap, IdMap, IdSet};
 
 use crate::cq::Cq;
 use crate::dma::{self, MrTable, Region, Sgl, Src, SrcList, MAX_SGL};
-use crate::qp::{Qp, Shadow, MAX_RQ_STRIDE};
+use crate::qp::{Qp, MAX_RQ_STRIDE};
 use crate::srq::Srq;
 use crate::wire::{
     cqe_opcode, opcode, syndrome, Cqe64, CqeRepr, CtrlSeg, DatagramSeg, ErrCqe, ErrCqeRepr, RecvDataSeg,
@@ -411,8 +411,7 @@ pub(crate) fn cq_doorbell(st: &mut FabricState, h: usize, value: [u8; 8]) {
 fn record_shadow(qp: &mut Qp, counter: u16, wqebbs: u16) {
     let mut ctrl8 = [0u8; 8];
     qp.read_sq(counter, 0, &mut ctrl8);
-    let slot = usize::from(counter) & (qp.sq_wqe_cnt as usize - 1);
-    qp.shadow[slot] = Shadow { valid: true, counter, ctrl8, wqebbs };
+    qp.record_shadow(counter, ctrl8, wqebbs);
 }
 
 /// Completes every send WQE up to the producer with REQ_ERR WR_FLUSH_ERR.
@@ -1490,7 +1489,9 @@ fn doorbell_matches(qp: &Qp, value: &[u8; 8], strict: bool) -> bool {
         // ds is the low 6 bits of byte 7 (qpn_ds).
         (c8, crate::wire::wqebbs_of(CtrlSeg::new_unchecked(&c8[..]).ds()))
     } else {
-        let s = qp.shadow[usize::from(idx) & (qp.sq_wqe_cnt as usize - 1)];
+        // Strict (a doorbell handled when rung): only a WQE that ends at the producer
+        // matches, and an executed one that does is the last executed (see `Qp::last`).
+        let s = qp.shadow_of(idx, !strict);
         if !strict && s.valid && s.counter.wrapping_sub(idx).wrapping_sub(1) < 0x7fff {
             // Threaded mode: the slot was reused by a newer WQE before this (queued)
             // doorbell was handled; it can no longer be verified.
@@ -1618,6 +1619,8 @@ fn doorbell_checked(
         host.stats.doorbell_mismatch += 1;
         return;
     };
+    // Threaded and watch modes: the store `process_sq` makes there, asked for now.
+    qp.prefetch_shadow();
     let db_ok = qp.uar_index == uar_index && doorbell_matches(qp, &value, strict);
     let bf_ok = bf.is_none_or(|d| bf_matches(qp, d));
     if !db_ok {
@@ -1830,6 +1833,60 @@ mod tests {
             ..Default::default()
         };
         Qp::new(qpn, 0, &attr).unwrap()
+    }
+
+    /// The doorbell value of a WQE: its ctrl segment's first 8 bytes (spec §2.1).
+    fn ctrl8(idx: u16, qpn: u32, ds: u8) -> [u8; 8] {
+        let [_, q2, q1, q0] = qpn.to_be_bytes();
+        let [i1, i0] = idx.to_be_bytes();
+        [0, i1, i0, opcode::RDMA_WRITE, q2, q1, q0, ds]
+    }
+
+    /// Three WQEs (2, 1 and 2 WQEBBs) written, rung and executed on QP 0x42.
+    fn ran_three(per_slot: bool) -> (Qp, [[u8; 8]; 3]) {
+        let mut qp = test_qp(0x42, 0);
+        if per_slot {
+            qp.keep_shadow_per_slot();
+        }
+        let v = [ctrl8(0, 0x42, 5), ctrl8(2, 0x42, 3), ctrl8(3, 0x42, 6)];
+        for (c, start) in v.iter().zip([0u16, 2, 3]) {
+            assert!(qp.buf.write(qp.sq_off + usize::from(start) * 64, c));
+        }
+        qp.dbrec.store_be32(4, 5);
+        for (start, nbb) in [(0u16, 2u16), (2, 1), (3, 2)] {
+            record_shadow(&mut qp, start, nbb);
+            qp.sq_ci = start + nbb;
+        }
+        (qp, v)
+    }
+
+    #[test]
+    fn a_doorbell_handled_when_rung_matches_only_the_last_executed_wqe() {
+        // Deterministic mode keeps no shadow per slot, only the last WQE's.
+        let (qp, v) = ran_three(false);
+        assert!(qp.shadow.is_empty());
+        // Rung again for the last WQE (it ends at the producer): a match.
+        assert!(doorbell_matches(&qp, &v[2], true));
+        // For an earlier one, even with the right bytes: it does not end at the
+        // producer, so it is a mismatch, as it is with a shadow per slot.
+        let (per_slot, _) = ran_three(true);
+        for q in [&qp, &per_slot] {
+            assert!(!doorbell_matches(q, &v[0], true));
+            assert!(!doorbell_matches(q, &v[1], true));
+            // Bytes that are not the last WQE's: a mismatch.
+            assert!(!doorbell_matches(q, &ctrl8(3, 0x42, 5), true));
+        }
+        assert!(doorbell_matches(&per_slot, &v[2], true));
+        // Threaded and watch modes keep one per slot: a late doorbell for an
+        // earlier WQE is checked against its own bytes.
+        assert!(doorbell_matches(&per_slot, &v[1], false));
+        assert!(!doorbell_matches(&per_slot, &ctrl8(2, 0x42, 4), false));
+        // Back to RESET, nothing executed is remembered.
+        let (mut qp, v) = ran_three(false);
+        qp.reset();
+        qp.dbrec.store_be32(4, 5);
+        qp.sq_ci = 5;
+        assert!(!doorbell_matches(&qp, &v[2], true));
     }
 
     #[test]

@@ -972,6 +972,8 @@ impl Nic {
     /// `dbrec` are null and its `uar_index` is `u32::MAX`.
     pub fn create_qp(&self, attr: &QpInitAttr) -> Result<QpResources, SimError> {
         let mut st = self.state();
+        // Threaded and watch modes may handle a doorbell after its WQE ran.
+        let late_doorbells = st.cfg.mode != ExecMode::Deterministic;
         let host = &mut st.hosts[self.host];
         if !host.pds.contains(&attr.pdn) {
             return Err(SimError::NoSuchPd(attr.pdn));
@@ -1003,6 +1005,9 @@ impl Nic {
         let qpn = host.qps.next_free(host.next_qpn);
         let dct = attr.qp_type == QpType::Dct;
         let mut qp = Qp::new(qpn, u32::MAX, attr)?;
+        if late_doorbells {
+            qp.keep_shadow_per_slot();
+        }
         if !dct {
             qp.uar_index = host.assign_reg(attr.context, attr.dedicated_uar).ok_or(SimError::OutOfMemory)?;
         }
@@ -1406,6 +1411,33 @@ mod tests {
     fn handles_are_send_sync() {
         assert_send_sync::<Nic>();
         assert_send_sync::<Fabric>();
+    }
+
+    /// A QP keeps a shadow per send slot only where a doorbell can reach the model
+    /// after its WQE ran (threaded and watch modes); in deterministic mode the last
+    /// executed WQE is all a doorbell can still match.
+    #[test]
+    fn only_modes_with_late_doorbells_keep_a_shadow_per_slot() {
+        for (mode, per_slot) in
+            [(ExecMode::Deterministic, false), (ExecMode::Threaded, true), (ExecMode::Watch, true)]
+        {
+            let f = Fabric::new(FabricConfig { mode, ..Default::default() });
+            let nic = f.add_host(HostConfig::infiniband("h0", 1));
+            let pdn = nic.alloc_pd().unwrap();
+            let cq = nic.create_cq(8, 64).unwrap();
+            let attr = QpInitAttr {
+                qp_type: QpType::Rc,
+                pdn,
+                send_cqn: cq.cqn,
+                recv_cqn: cq.cqn,
+                sq_wqe_cnt: 16,
+                ..Default::default()
+            };
+            let qpn = nic.create_qp(&attr).unwrap().qpn;
+            let st = nic.state();
+            let qp = st.hosts[nic.host].qps.get(&qpn).unwrap();
+            assert_eq!(qp.shadow.len(), if per_slot { 16 } else { 0 }, "{mode:?}");
+        }
     }
 
     /// Every queued BlueFlame message finds the payload its poster wrote, across

@@ -12,8 +12,9 @@ const RCV_DBR: usize = 0;
 /// Largest RQ stride the model accepts (64 scatter entries).
 pub(crate) const MAX_RQ_STRIDE: u32 = 1024;
 
-/// What the model remembers of an executed (or flushed) WQE, per SQ slot, to check later
-/// doorbells against (the ring slot may have been reused by then in threaded mode).
+/// What the model remembers of an executed (or flushed) WQE, to check later doorbells
+/// against: the last one ([`Qp::last`]), and in threaded and watch modes one per SQ slot
+/// ([`Qp::shadow`]; the ring slot may have been reused by then).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Shadow {
     pub valid: bool,
@@ -63,6 +64,16 @@ pub(crate) struct Qp {
     pub attrs: QpAttrs,
     /// `Some(n)`: the SQ is blocked at `sq_ci` by an RNR NAK after `n` failed retries.
     pub rnr: Option<u8>,
+    /// The last WQE executed or flushed. A doorbell handled when it is rung
+    /// (deterministic mode) can match an executed WQE only if that WQE ends at the
+    /// producer, and then it is this one: executed WQEs end at or before the hardware
+    /// counter, which is at most the producer.
+    pub last: Shadow,
+    /// Threaded and watch modes, where a doorbell may reach the model after the WQE it
+    /// names ran and its slot was reused: one entry per SQ slot
+    /// ([`Qp::keep_shadow_per_slot`]). Empty in deterministic mode, where it would
+    /// cost every message a store to a line of its own, a line that thousands of QPs
+    /// taking turns would find long out of cache.
     pub shadow: Vec<Shadow>,
     /// Receive from this SRQ instead of the own RQ.
     pub srqn: Option<u32>,
@@ -154,7 +165,8 @@ impl Qp {
             rq_ci: 0,
             attrs: QpAttrs::default(),
             rnr: None,
-            shadow: vec![Shadow::default(); attr.sq_wqe_cnt as usize],
+            last: Shadow::default(),
+            shadow: Vec::new(),
             srqn: attr.srqn,
             dc_key: attr.dc_key,
             dct_num: None,
@@ -162,6 +174,34 @@ impl Qp {
             scatter_to_cqe: attr.scatter_to_cqe,
             peer: 0,
         })
+    }
+
+    /// Keeps a [`Shadow`] per SQ slot, not only the last: for modes where doorbells
+    /// may be handled late (threaded and watch modes).
+    pub(crate) fn keep_shadow_per_slot(&mut self) {
+        self.shadow = vec![Shadow::default(); self.sq_wqe_cnt as usize];
+    }
+
+    /// Remembers the WQE of `counter` (`wqebbs` WQEBBs, ctrl bytes `ctrl8`) as executed
+    /// or flushed.
+    pub(crate) fn record_shadow(&mut self, counter: u16, ctrl8: [u8; 8], wqebbs: u16) {
+        let s = Shadow { valid: true, counter, ctrl8, wqebbs };
+        self.last = s;
+        let slot = usize::from(counter) & (self.sq_wqe_cnt as usize).wrapping_sub(1);
+        if let Some(e) = self.shadow.get_mut(slot) {
+            *e = s;
+        }
+    }
+
+    /// What is remembered of the executed WQE of `counter`: from its slot's entry where
+    /// one is kept per slot (`per_slot`), else from [`Qp::last`] (valid only if that is
+    /// the WQE of `counter`; the caller compares).
+    pub(crate) fn shadow_of(&self, counter: u16, per_slot: bool) -> Shadow {
+        let slot = usize::from(counter) & (self.sq_wqe_cnt as usize).wrapping_sub(1);
+        match self.shadow.get(slot) {
+            Some(s) if per_slot => *s,
+            _ => self.last,
+        }
     }
 
     /// SQ producer counter from doorbell record word 1 (Acquire).
@@ -267,8 +307,17 @@ impl Qp {
         for off in self.next_wqe_lines(nbb) {
             crate::mem::prefetch_line(base.wrapping_add(off));
         }
-        let slot = usize::from(self.sq_ci) & (self.sq_wqe_cnt as usize - 1);
-        crate::mem::prefetch_line(self.shadow.as_ptr().wrapping_add(slot));
+        self.prefetch_shadow();
+    }
+
+    /// Readies the line of the per-slot [`Shadow`] that the WQE at the hardware counter
+    /// will be recorded in (none in deterministic mode).
+    #[inline]
+    pub(crate) fn prefetch_shadow(&self) {
+        if !self.shadow.is_empty() {
+            let slot = usize::from(self.sq_ci) & (self.shadow.len() - 1);
+            crate::mem::prefetch_line(self.shadow.as_ptr().wrapping_add(slot));
+        }
     }
 
     /// The buffer offsets of the WQEBBs [`Qp::prefetch_next`] asks for: `2 * nbb` (at
@@ -303,6 +352,7 @@ impl Qp {
         self.attrs = QpAttrs::default();
         self.peer = 0;
         self.dct_num = None;
+        self.last = Shadow::default();
         self.shadow.iter_mut().for_each(|s| *s = Shadow::default());
     }
 
