@@ -1359,6 +1359,10 @@ fn process_sq_in(
     // Whether this runs in the driver's thread (deterministic mode, or threaded mode's
     // `try_host` run), not a NIC thread: see the prefetch below.
     let posters = st.cfg.mode == ExecMode::Deterministic || st.nowait();
+    // The producer last read, while WQEs it covers wait: the doorbell record is read
+    // once per run of WQEs, not once per WQE (in threaded mode the driver's core
+    // writes it with every post, so that each read is a trip between cores).
+    let mut known: Option<u16> = None;
     loop {
         let Some(qp) = st.hosts[h].qps.get(&qpn) else {
             return;
@@ -1369,7 +1373,10 @@ fn process_sq_in(
             _ => return,
         }
         let qtype = qp.qp_type;
-        let producer = qp.sq_producer();
+        let producer = match known.take() {
+            Some(p) => p,
+            None => qp.sq_producer(),
+        };
         let counter = qp.sq_ci;
         if counter == producer || (qp.rnr.is_some() && !retry) {
             return;
@@ -1431,10 +1438,15 @@ fn process_sq_in(
         record_shadow(qp, counter, nbb);
         qp.sq_ci = counter.wrapping_add(nbb);
         qp.rnr = None;
-        // Read while the QP is at hand: whether WQEs wait behind this one. One posted
-        // after this read comes with a doorbell (or a doorbell-record move a watching
-        // NIC sees) of its own.
-        let more = qp.sq_producer() != qp.sq_ci;
+        // Whether WQEs wait behind this one: up to the producer read before, or else
+        // read again while the QP is at hand. One posted after this read comes with a
+        // doorbell (or a doorbell-record move a watching NIC sees) of its own.
+        let more = if producer != qp.sq_ci {
+            known = Some(producer);
+            true
+        } else {
+            qp.sq_producer() != qp.sq_ci
+        };
         if !more && posters {
             // The driver writes this QP's next WQEs there (see `prefetch_next`): into
             // this thread's caches when it is the driver's, never a NIC thread's,
