@@ -36,6 +36,11 @@ pub(crate) struct Cq {
     log_cnt: u32,
     /// Free-running producer index (slots written, holes of sessions included).
     pi: u32,
+    /// The consumer index last read from the doorbell record. It only moves forward,
+    /// so room counted from it is never more than there is; it is read again only
+    /// when that room runs out. (In threaded mode the driver's core writes the record
+    /// with every poll, so that a read per CQE was a trip between the cores.)
+    ci_seen: u32,
     /// The CQ overran and is in error: nothing more is written (spec §5.5).
     pub error: bool,
     /// Compression on, with this responder layout.
@@ -97,6 +102,7 @@ impl Cq {
             cqe_size,
             log_cnt: cqe_cnt.trailing_zeros(),
             pi: 0,
+            ci_seen: 0,
             error: false,
             comp,
             pending: Vec::with_capacity(if comp.is_some() { MAX_SESSION } else { 0 }),
@@ -136,9 +142,11 @@ impl Cq {
         if self.error {
             return Err(Overrun);
         }
-        let ci = self.consumer_index();
-        let used = self.pi.wrapping_add(self.pending.len() as u32).wrapping_sub(ci) & 0xff_ffff;
-        if used >= self.cqe_cnt {
+        let end = self.pi.wrapping_add(self.pending.len() as u32);
+        if end.wrapping_sub(self.ci_seen) & 0xff_ffff >= self.cqe_cnt {
+            self.ci_seen = self.consumer_index();
+        }
+        if end.wrapping_sub(self.ci_seen) & 0xff_ffff >= self.cqe_cnt {
             self.error = true;
             self.pending.clear();
             self.arm = None;
@@ -365,6 +373,37 @@ mod tests {
         assert!(cq.error);
         cq.dbrec.store_be32(0, 3);
         assert_eq!(cq.push(&b), Err(Overrun), "a CQ in error stays in error");
+    }
+
+    /// The consumer index is read again only when the room counted from the last one
+    /// read runs out: what the driver took since still makes room, and a CQ whose
+    /// driver took nothing still overruns at `cqe_cnt`. The index wraps at 24 bits.
+    #[test]
+    fn room_is_counted_from_the_consumer_index_read_when_it_runs_out() {
+        let mut cq = Cq::new(8, 64, None, None).unwrap();
+        let b = [0u8; 64];
+        for _ in 0..8 {
+            cq.push(&b).unwrap();
+        }
+        // Taken while the CQ filled: seen at the next push, which has room again.
+        cq.dbrec.store_be32(0, 4);
+        for k in 0..4 {
+            assert_eq!(cq.push(&b), Ok(()), "push {k} after 4 taken");
+        }
+        assert_eq!(cq.push(&b), Err(Overrun), "12 written, 4 taken: full");
+        // Near the 24-bit wrap of the published index.
+        let mut cq = Cq::new(8, 64, None, None).unwrap();
+        cq.pi = 0xff_fffc;
+        cq.ci_seen = 0xff_fffc;
+        cq.dbrec.store_be32(0, 0xff_fffc);
+        for _ in 0..8 {
+            cq.push(&b).unwrap();
+        }
+        cq.dbrec.store_be32(0, 2); // 0x1000002 & 0xffffff: 6 taken
+        for _ in 0..6 {
+            cq.push(&b).unwrap();
+        }
+        assert_eq!(cq.push(&b), Err(Overrun));
     }
 
     #[test]
