@@ -89,3 +89,55 @@ fn a_waiting_application_runs_its_doorbells_in_its_own_thread() {
     assert_eq!(bytes(&p.b.mr, 0, 128), (0..128u8).collect::<Vec<_>>());
     drop(p);
 }
+
+/// A stopped NIC thread's queue, handled by polls: doorbells of two QPs taking turns
+/// (none covers another), more than one batch of them (the NIC takes up to 64 at a
+/// time, each with the next one taken ahead of it). Every doorbell is handled once and
+/// every WQE runs once. The first doorbell of a QP runs its send queue up to the
+/// doorbell record, which by then covers all its WQEs: the CQEs on the shared CQ are
+/// the first QP's in the order posted, then the second's.
+#[test]
+fn queued_doorbells_of_qps_taking_turns_are_each_handled_once() {
+    let p = pair_with(ExecMode::Threaded, &small_cfg(), AccessFlags::ALL, &ConnectParams::default());
+    let nic = p.fabric.nics()[0].clone();
+    // A second connection from host a, on host a's CQ.
+    let qa2 = p.a.ctx.create_rc_qp(&p.a.pd, &p.a.cq, &p.a.cq, &small_cfg()).unwrap();
+    let qb2 = p.b.ctx.create_rc_qp(&p.b.pd, &p.b.cq, &p.b.cq, &small_cfg()).unwrap();
+    qa2.activate(&ConnectParams::to(qb2.local_info().unwrap())).unwrap();
+    qb2.activate(&ConnectParams::to(qa2.local_info().unwrap())).unwrap();
+    nic.set_thread_paused(true);
+    let n = 100u64;
+    for i in 0..n {
+        let q = if i % 2 == 0 { &p.a.qp } else { &qa2 };
+        q.wqe_builder(i)
+            .unwrap()
+            .ctrl_rdma_write(WqeFlags::SIGNALED)
+            .unwrap()
+            .rdma(p.b.mr.addr() + 8 * i, p.b.mr.rkey())
+            .unwrap()
+            .inline(&i.to_le_bytes())
+            .unwrap()
+            .finish()
+            .unwrap();
+    }
+    let s = nic.stats();
+    assert_eq!((s.doorbells, s.wqes_executed), (0, 0), "the stopped NIC thread handled nothing");
+    let mut got = Vec::new();
+    for _ in 0..8 {
+        p.a.cq.poll_with(64, |c, e| got.push((e, c.status)));
+    }
+    let want: Vec<_> = (0..n).step_by(2).chain((1..n).step_by(2)).map(|i| (i, Status::Success)).collect();
+    assert_eq!(got, want);
+    let s = nic.stats();
+    assert_eq!(
+        (s.doorbells, s.doorbells_coalesced, s.wqes_executed),
+        (n, 0, n),
+        "each doorbell handled once, none coalesced, each WQE run once"
+    );
+    for i in 0..n {
+        assert_eq!(bytes(&p.b.mr, 8 * i as usize, 8), i.to_le_bytes());
+    }
+    nic.set_thread_paused(false);
+    drop((qa2, qb2));
+    drop(p);
+}

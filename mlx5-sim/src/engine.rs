@@ -1565,6 +1565,14 @@ pub(crate) fn doorbell(
     doorbell_checked(st, h, uar_index, offset, value, bf, via)
 }
 
+/// Asks for the lines a doorbell will need (see [`Qp::prefetch_doorbell`]) before it is
+/// handled: for the next message of a NIC thread's queue.
+pub(crate) fn prefetch_doorbell(st: &FabricState, h: usize, value: &[u8; 8]) {
+    if let Some(qp) = st.hosts[h].qps.get(&doorbell_qpn(value)) {
+        qp.prefetch_doorbell(u16::from_be_bytes([value[1], value[2]]));
+    }
+}
+
 /// Whether the driver has taken every CQE of the send CQ of the QP that a doorbell value
 /// names (false for an unknown QP): threaded mode's cue that the application waits for
 /// the doorbell's work (see `Link::run_here`).

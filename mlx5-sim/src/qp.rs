@@ -310,6 +310,27 @@ impl Qp {
         self.prefetch_shadow();
     }
 
+    /// Asks for what a doorbell naming the WQE of `counter` will read (threaded mode,
+    /// while the NIC thread handles the message before it): the doorbell record and
+    /// the WQE's first two WQEBBs, shared (the driver's core writes them), and the
+    /// per-slot shadow entry, for writing.
+    #[inline]
+    pub(crate) fn prefetch_doorbell(&self, counter: u16) {
+        if self.sq_wqe_cnt == 0 {
+            return;
+        }
+        crate::mem::prefetch_read(self.dbrec.ptr());
+        let base = self.buf.ptr();
+        let mask = self.sq_wqe_cnt as usize - 1;
+        for i in 0..2 {
+            let slot = (usize::from(counter) + i) & mask;
+            crate::mem::prefetch_read(base.wrapping_add(self.sq_off + slot * WQEBB_SIZE));
+        }
+        if !self.shadow.is_empty() {
+            crate::mem::prefetch_line(self.shadow.as_ptr().wrapping_add(usize::from(counter) & mask));
+        }
+    }
+
     /// Readies the line of the per-slot [`Shadow`] that the WQE at the hardware counter
     /// will be recorded in (none in deterministic mode).
     #[inline]
