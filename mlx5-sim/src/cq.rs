@@ -143,10 +143,12 @@ impl Cq {
             return Err(Overrun);
         }
         let end = self.pi.wrapping_add(self.pending.len() as u32);
-        if end.wrapping_sub(self.ci_seen) & 0xff_ffff >= self.cqe_cnt {
+        let cnt = self.cqe_cnt;
+        let full = |ci: u32| end.wrapping_sub(ci) & 0xff_ffff >= cnt;
+        if full(self.ci_seen) {
             self.ci_seen = self.consumer_index();
         }
-        if end.wrapping_sub(self.ci_seen) & 0xff_ffff >= self.cqe_cnt {
+        if full(self.ci_seen) {
             self.error = true;
             self.pending.clear();
             self.arm = None;

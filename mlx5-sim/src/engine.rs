@@ -1640,7 +1640,7 @@ fn doorbell_checked(
         return;
     };
     // Threaded and watch modes: the store `process_sq` makes there, asked for now.
-    qp.prefetch_shadow();
+    qp.prefetch_shadow(qp.sq_ci);
     let db_ok = qp.uar_index == uar_index && doorbell_matches(qp, &value, strict);
     let bf_ok = bf.is_none_or(|d| bf_matches(qp, d));
     if !db_ok {

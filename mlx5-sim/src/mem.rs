@@ -121,18 +121,7 @@ impl DevMem {
 /// with the driver it checks.)
 #[inline(always)]
 pub(crate) fn prefetch_line<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch touches no memory the program can observe and never faults.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p.cast::<i8>())
-    };
-    #[cfg(target_arch = "aarch64")]
-    // SAFETY: as above: PRFM is a hint and never faults.
-    unsafe {
-        std::arch::asm!("prfm pstl1keep, [{0}]", in(reg) p, options(nostack, preserves_flags, readonly))
-    };
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    let _ = p;
+    prefetch(p, true)
 }
 
 /// Asks the cache for the line holding `p` ahead of a read of it, leaving it shared:
@@ -141,18 +130,33 @@ pub(crate) fn prefetch_line<T>(p: *const T) {
 /// prefetch for writing would take away from it. A hint only, as [`prefetch_line`].
 #[inline(always)]
 pub(crate) fn prefetch_read<T>(p: *const T) {
+    prefetch(p, false)
+}
+
+/// [`prefetch_line`] (`write`) or [`prefetch_read`]; `write` is a constant where inlined.
+#[inline(always)]
+fn prefetch<T>(p: *const T, write: bool) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch touches no memory the program can observe and never faults.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
+        if write {
+            _mm_prefetch::<_MM_HINT_ET0>(p.cast::<i8>())
+        } else {
+            _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>())
+        }
     };
     #[cfg(target_arch = "aarch64")]
     // SAFETY: as above: PRFM is a hint and never faults.
     unsafe {
-        std::arch::asm!("prfm pldl1keep, [{0}]", in(reg) p, options(nostack, preserves_flags, readonly))
+        if write {
+            std::arch::asm!("prfm pstl1keep, [{0}]", in(reg) p, options(nostack, preserves_flags, readonly))
+        } else {
+            std::arch::asm!("prfm pldl1keep, [{0}]", in(reg) p, options(nostack, preserves_flags, readonly))
+        }
     };
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    let _ = p;
+    let _ = (p, write);
 }
 
 impl Drop for DevMem {

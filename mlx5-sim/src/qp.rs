@@ -307,7 +307,7 @@ impl Qp {
         for off in self.next_wqe_lines(nbb) {
             crate::mem::prefetch_line(base.wrapping_add(off));
         }
-        self.prefetch_shadow();
+        self.prefetch_shadow(self.sq_ci);
     }
 
     /// Asks for what a doorbell naming the WQE of `counter` will read (threaded mode,
@@ -326,17 +326,15 @@ impl Qp {
             let slot = (usize::from(counter) + i) & mask;
             crate::mem::prefetch_read(base.wrapping_add(self.sq_off + slot * WQEBB_SIZE));
         }
-        if !self.shadow.is_empty() {
-            crate::mem::prefetch_line(self.shadow.as_ptr().wrapping_add(usize::from(counter) & mask));
-        }
+        self.prefetch_shadow(counter);
     }
 
-    /// Readies the line of the per-slot [`Shadow`] that the WQE at the hardware counter
-    /// will be recorded in (none in deterministic mode).
+    /// Readies the line of the per-slot [`Shadow`] that the WQE of `counter` will be
+    /// recorded in (none in deterministic mode).
     #[inline]
-    pub(crate) fn prefetch_shadow(&self) {
+    pub(crate) fn prefetch_shadow(&self, counter: u16) {
         if !self.shadow.is_empty() {
-            let slot = usize::from(self.sq_ci) & (self.shadow.len() - 1);
+            let slot = usize::from(counter) & (self.shadow.len() - 1);
             crate::mem::prefetch_line(self.shadow.as_ptr().wrapping_add(slot));
         }
     }
