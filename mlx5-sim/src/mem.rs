@@ -16,6 +16,8 @@ pub(crate) struct DevMem {
     layout: Layout,
     /// Carved from the huge-page arena (else from the heap with `layout`).
     arena: bool,
+    /// Bytes from the allocation's start to the block's ([`DevMem::new_at`]).
+    off: u16,
 }
 
 // SAFETY: DevMem owns its allocation; all accesses go through raw pointers with explicit
@@ -34,15 +36,29 @@ impl DevMem {
     pub(crate) fn new(len: usize, align: usize) -> Option<DevMem> {
         let layout = Layout::from_size_align(len.max(1), align).ok()?;
         if let Some(ptr) = crate::arena::alloc(layout.size(), layout.align()) {
-            return Some(DevMem { ptr, layout, arena: true });
+            return Some(DevMem { ptr, layout, arena: true, off: 0 });
         }
         // SAFETY: the layout has a non-zero size.
         let p = unsafe { alloc_zeroed(layout) };
-        NonNull::new(p).map(|ptr| DevMem { ptr, layout, arena: false })
+        NonNull::new(p).map(|ptr| DevMem { ptr, layout, arena: false, off: 0 })
+    }
+
+    /// A zeroed block of `len` bytes (at least 1) that starts `off` bytes into a
+    /// 4096-aligned allocation of `off + len` (`off` a multiple of 64 below 4096, else
+    /// `None`): 64-byte aligned, at the line of its page that `off` names.
+    pub(crate) fn new_at(len: usize, off: usize) -> Option<DevMem> {
+        if off >= 4096 || !off.is_multiple_of(64) {
+            return None;
+        }
+        let mut m = DevMem::new(len.max(1).checked_add(off)?, 4096)?;
+        // SAFETY (pointer arithmetic only): off < the allocation's length.
+        m.ptr = unsafe { NonNull::new_unchecked(m.ptr.as_ptr().add(off)) };
+        m.off = off as u16;
+        Some(m)
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.layout.size()
+        self.layout.size() - usize::from(self.off)
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {
@@ -161,12 +177,14 @@ fn prefetch<T>(p: *const T, write: bool) {
 
 impl Drop for DevMem {
     fn drop(&mut self) {
+        // SAFETY: `new_at` moved the pointer `off` bytes into the allocation.
+        let start = unsafe { self.ptr.as_ptr().sub(usize::from(self.off)) };
         if self.arena {
             // SAFETY: carved in `new`; the block is ours and dies here.
-            return unsafe { crate::arena::free(self.ptr) };
+            return unsafe { crate::arena::free(NonNull::new_unchecked(start)) };
         }
         // SAFETY: allocated in `new` with exactly this layout.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+        unsafe { dealloc(start, self.layout) }
     }
 }
 
@@ -196,5 +214,21 @@ mod tests {
         prefetch_line(usize::MAX as *const u8);
         m.read(4, &mut w);
         assert_eq!(w, [0, 0, 0, 0x11]);
+    }
+
+    #[test]
+    fn a_block_placed_in_its_page_starts_at_that_line_and_keeps_its_length() {
+        for (len, off) in [(1, 0), (100, 64), (8256, 4032), (600 << 10, 128)] {
+            let m = DevMem::new_at(len, off).unwrap();
+            assert_eq!(m.ptr() as usize % 4096, off);
+            assert_eq!(m.len(), len);
+            let mut b = [0u8; 1];
+            assert!(m.read(len - 1, &mut b), "its last byte is inside");
+            assert_eq!(b, [0], "zeroed");
+            assert!(!m.read(len, &mut b), "the byte after it is not");
+            assert!(m.write(0, &[7]) && m.write(len - 1, &[9]));
+        }
+        assert!(DevMem::new_at(64, 4096).is_none());
+        assert!(DevMem::new_at(64, 100).is_none());
     }
 }

@@ -92,13 +92,32 @@ pub(crate) struct Qp {
     pub peer: u32,
 }
 
+/// Where in its first page the buffer of QP `qpn` (`len` bytes) starts: a multiple of
+/// 64 that fits the slack of its last page, so that it takes no more pages than
+/// page-aligned, chosen from the QPN so that QPs numbered in a row start their rings at
+/// different lines. (The spec fixes the layout inside the buffer, RQ then SQ, §1.8,
+/// not where the buffer lies; the driver is given its queues' addresses.)
+///
+/// Why: QPs taking turns are all at about the same ring slot. Page-aligned, every QP's
+/// slot lay at the same offset in its page, and so in the same 32 of the 2048 sets of
+/// a 2 MiB 16-way second-level cache (set bits 6-16, of which the page offset gives
+/// 6-11): with more than 512 QPs the lines that the model asks for ahead of the
+/// driver's next WQEs pushed each other out before the driver wrote them.
+pub(crate) fn buf_color(qpn: u32, len: usize) -> usize {
+    let slack = len.next_multiple_of(4096) - len;
+    let colors = slack / WQEBB_SIZE + 1;
+    // Two lines apart: a WQE of two WQEBBs (a 64-byte inline payload) fills the gap.
+    (qpn as usize * 2 % 64) % colors * WQEBB_SIZE
+}
+
 fn pow2_in(v: u32, lo: u32, hi: u32) -> bool {
     v.is_power_of_two() && v >= lo && v <= hi
 }
 
 impl Qp {
     /// Validates `attr` and allocates the QP buffer: RQ at offset 0, SQ after it (the RQ
-    /// part is rounded up to 64 bytes so that the SQ is WQEBB-aligned), 4096-aligned.
+    /// part is rounded up to 64 bytes so that the SQ is WQEBB-aligned), starting at the
+    /// line of its page that [`buf_color`] gives.
     pub(crate) fn new(qpn: u32, uar_index: u32, attr: &QpInitAttr) -> Result<Qp, SimError> {
         let bad = |what| Err(SimError::InvalidArgument { what });
         let t = attr.qp_type;
@@ -138,7 +157,8 @@ impl Qp {
             (attr.rq_wqe_cnt as usize * attr.rq_stride as usize).max(WQEBB_SIZE)
         };
         let sq_bytes = attr.sq_wqe_cnt as usize * WQEBB_SIZE;
-        let buf = DevMem::new(rq_bytes + sq_bytes, 4096).ok_or(SimError::OutOfMemory)?;
+        let len = rq_bytes + sq_bytes;
+        let buf = DevMem::new_at(len, buf_color(qpn, len)).ok_or(SimError::OutOfMemory)?;
         let dbrec = DevMem::new(64, 64).ok_or(SimError::OutOfMemory)?;
         // DCI: no receive CQ of its own; DCT: no send CQ (see QpInitAttr).
         let (send_cqn, recv_cqn) = match t {
@@ -518,6 +538,28 @@ mod tests {
     fn qp(sq_wqe_cnt: u32) -> Qp {
         let attr = QpInitAttr { sq_wqe_cnt, rq_wqe_cnt: 4, rq_stride: 32, ..QpInitAttr::default() };
         Qp::new(5, 0, &attr).unwrap()
+    }
+
+    #[test]
+    fn qps_numbered_in_a_row_start_their_buffers_at_different_lines_in_no_more_pages() {
+        // 64 WRs of two WQEBBs and one 64-byte receive: the benchmark's QPs.
+        let attr = QpInitAttr { sq_wqe_cnt: 128, rq_wqe_cnt: 1, rq_stride: 64, ..QpInitAttr::default() };
+        let qps: Vec<Qp> = (0x1000..0x1020).map(|n| Qp::new(n, 0, &attr).unwrap()).collect();
+        let mut lines: Vec<usize> = qps.iter().map(|q| q.buf.ptr() as usize % 4096).collect();
+        for (q, &at) in qps.iter().zip(&lines) {
+            assert_eq!(at % 64, 0, "WQEBB-aligned");
+            assert!(at + q.buf.len() <= (64 + 128 * 64usize).next_multiple_of(4096), "no page more");
+            // Spec §1.8: RQ at offset 0 of the buffer, the SQ right after it.
+            assert_eq!((q.sq_off, q.buf.len()), (64, 64 + 128 * 64));
+        }
+        lines.sort_unstable();
+        lines.dedup();
+        assert_eq!(lines.len(), 32, "32 QPs, 32 lines");
+        // A buffer that fills its pages has no slack to move in.
+        assert!((0..64).all(|n| buf_color(n, 4096) == 0 && buf_color(n, 3 * 4096) == 0));
+        // One with a little slack moves within it.
+        assert!((0..64).all(|n| buf_color(n, 4096 - 128) <= 128));
+        assert_eq!((0..64).map(|n| buf_color(n, 4096 - 128)).max(), Some(128));
     }
 
     #[test]
