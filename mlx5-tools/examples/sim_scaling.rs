@@ -366,9 +366,14 @@ fn main() {
         let sizes = a.size.map_or_else(|| vec![64usize, 4096, 65536, 1 << 20, 4 << 20], |s| vec![s]);
         for size in sizes {
             let total = (256usize << 20).min(size * 200_000);
-            let m = (0..a.runs).map(|_| memcpy_bw(size, total)).fold(0.0, f64::max);
-            let w = (0..a.runs).map(|_| bandwidth(size, false, total)).fold(0.0, f64::max);
-            let r = (0..a.runs).map(|_| bandwidth(size, true, total)).fold(0.0, f64::max);
+            // Interleaved, so that a machine that speeds up or slows down meanwhile
+            // moves all three alike; the best run of each.
+            let (mut m, mut w, mut r) = (0.0f64, 0.0f64, 0.0f64);
+            for _ in 0..a.runs {
+                m = m.max(memcpy_bw(size, total));
+                w = w.max(bandwidth(size, false, total));
+                r = r.max(bandwidth(size, true, total));
+            }
             bw.push((size, w, r, m));
         }
     }
