@@ -355,6 +355,8 @@ mod tests {
             offset_of!(Sq, first_sge_max) + 4,
             offset_of!(Sq, ctrl_qpn) + 8,
             offset_of!(Sq, tracker) + size_of::<Tracker<u64>>(),
+            // The doorbell's register.
+            offset_of!(Sq, reg) + size_of::<Option<Rc<UarReg<crate::ring_only::RingOnly>>>>(),
         ];
         assert!(ends.iter().all(|&e| e <= 128), "{ends:?}");
     }
