@@ -62,9 +62,18 @@ impl<T> Tracker<T> {
 
     #[inline(always)]
     fn slot(&self, counter: u32) -> &Slot<T> {
-        // SAFETY: masked by len - 1 (len is a power of two); the slots live
-        // as long as `self`.
-        unsafe { &*self.slots.as_ptr().add((counter & self.mask) as usize) }
+        // SAFETY: masked by len - 1 (len is a power of two).
+        unsafe { self.at(counter & self.mask) }
+    }
+
+    /// Slot `i` of the table.
+    ///
+    /// # Safety
+    /// `i <= mask`.
+    #[inline(always)]
+    unsafe fn at(&self, i: u32) -> &Slot<T> {
+        // SAFETY: in range (caller contract); the slots live as long as `self`.
+        unsafe { &*self.slots.as_ptr().add(i as usize) }
     }
 
     /// Record the WQE whose first WQEBB is ring slot `slot` (a free slot)
@@ -79,7 +88,7 @@ impl<T> Tracker<T> {
     pub unsafe fn record(&self, slot: u32, next: u32, entry: T) {
         debug_assert!(slot <= self.mask);
         // SAFETY: in range (caller contract).
-        let s = unsafe { &*self.slots.as_ptr().add(slot as usize) };
+        let s = unsafe { self.at(slot) };
         s.next.set(next);
         // SAFETY: single-threaded; the slot is free (outside [ci, pi)), so
         // nothing live is overwritten and no reference into it exists.

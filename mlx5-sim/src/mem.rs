@@ -9,6 +9,9 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
+/// The page size the model's device memory is laid out in.
+pub(crate) const PAGE: usize = 4096;
+
 /// A zeroed, aligned block owned by the model; freed on drop.
 #[derive(Debug)]
 pub(crate) struct DevMem {
@@ -44,13 +47,13 @@ impl DevMem {
     }
 
     /// A zeroed block of `len` bytes (at least 1) that starts `off` bytes into a
-    /// 4096-aligned allocation of `off + len` (`off` a multiple of 64 below 4096, else
-    /// `None`): 64-byte aligned, at the line of its page that `off` names.
+    /// page-aligned allocation of `off + len` (`off` a multiple of 64 below [`PAGE`],
+    /// else `None`): 64-byte aligned, at the line of its page that `off` names.
     pub(crate) fn new_at(len: usize, off: usize) -> Option<DevMem> {
-        if off >= 4096 || !off.is_multiple_of(64) {
+        if off >= PAGE || !off.is_multiple_of(64) {
             return None;
         }
-        let mut m = DevMem::new(len.max(1).checked_add(off)?, 4096)?;
+        let mut m = DevMem::new(len.max(1).checked_add(off)?, PAGE)?;
         // SAFETY (pointer arithmetic only): off < the allocation's length.
         m.ptr = unsafe { NonNull::new_unchecked(m.ptr.as_ptr().add(off)) };
         m.off = off as u16;

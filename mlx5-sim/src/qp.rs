@@ -104,7 +104,7 @@ pub(crate) struct Qp {
 /// 6-11): with more than 512 QPs the lines that the model asks for ahead of the
 /// driver's next WQEs pushed each other out before the driver wrote them.
 pub(crate) fn buf_color(qpn: u32, len: usize) -> usize {
-    let slack = len.next_multiple_of(4096) - len;
+    let slack = len.next_multiple_of(crate::mem::PAGE) - len;
     let colors = slack / WQEBB_SIZE + 1;
     // Two lines apart: a WQE of two WQEBBs (a 64-byte inline payload) fills the gap.
     (qpn as usize * 2 % 64) % colors * WQEBB_SIZE
