@@ -253,3 +253,56 @@ fn multi_wqebb_wqes_wrap_the_ring_many_times() {
         assert_eq!(bytes(&p.b.mr, e * 16, 16), bytes(&p.a.mr, 0, 16));
     }
 }
+
+/// `prefetch_post` is a hint: around it the queue's counters, the ring's bytes, the
+/// QP's state and every completion are what they are without it. Before `activate`
+/// (RESET), on an empty queue, on a full one and at every slot of the ring.
+#[test]
+fn prefetch_post_changes_nothing_in_any_state() {
+    let (_fabric, da, _db) = mlx5::sim::two_hosts(mlx5::model::ExecMode::Deterministic);
+    let idle = Side::new(&da, &small_cfg(), mlx5::AccessFlags::ALL);
+    idle.qp.prefetch_post();
+    assert_eq!((idle.qp.state(), idle.qp.sq_pi()), (mlx5::QpState::Reset, 0));
+
+    let p = pair();
+    let q = &p.a.qp;
+    let ring_len = q.sq_wqebbs() as usize * 64;
+    // SAFETY: read only, `ring_len` bytes of the send ring.
+    let ring = || unsafe { std::slice::from_raw_parts(q.sq_buf(), ring_len).to_vec() };
+    let view = |q: &mlx5::RcQp<mlx5::sim::Sim, u64>| (q.sq_pi(), q.sq_free(), q.state());
+    let mut want = 0u64;
+    for round in 0..3 {
+        // One slot at a time round the ring (NOPs take one WQEBB each)...
+        for _ in 0..q.sq_wqebbs() {
+            let (before, bytes) = (view(q), ring());
+            q.prefetch_post();
+            assert_eq!((view(q), ring()), (before, bytes), "round {round}");
+            q.wqe_builder(want).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();
+            let c = drain(&p.a.cq);
+            assert_eq!(
+                c.iter().map(|&(c, e)| (c.status, e)).collect::<Vec<_>>(),
+                vec![(Status::Success, want)]
+            );
+            want += 1;
+        }
+        // ...then a full queue, drained in order.
+        let q = &p.a.qp;
+        for _ in 0..q.sq_wqebbs() {
+            q.wqe_builder(want).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();
+            want += 1;
+        }
+        assert_eq!(q.sq_free(), 0);
+        let (before, bytes) = (view(q), ring());
+        q.prefetch_post();
+        assert_eq!((view(q), ring()), (before, bytes), "full, round {round}");
+        let first = want - u64::from(q.sq_wqebbs());
+        let got: Vec<u64> = drain(&p.a.cq)
+            .into_iter()
+            .map(|(c, e)| {
+                assert_eq!(c.status, Status::Success);
+                e
+            })
+            .collect();
+        assert_eq!(got, (first..want).collect::<Vec<_>>());
+    }
+}

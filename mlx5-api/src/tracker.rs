@@ -76,6 +76,15 @@ impl<T> Tracker<T> {
         unsafe { &*self.slots.as_ptr().add(i as usize) }
     }
 
+    /// Ask for the line of the slot counter `counter` records into, ahead of
+    /// the post (see [`crate::ring::sq::SqDesc::prefetch_next`]). A hint:
+    /// nothing is accessed.
+    #[inline(always)]
+    pub fn prefetch(&self, counter: u32) {
+        let at = self.slots.as_ptr().wrapping_add((counter & self.mask) as usize);
+        crate::ring::hint::prefetch_w(at.cast::<u8>());
+    }
+
     /// Record the WQE whose first WQEBB is ring slot `slot` (a free slot)
     /// and that ends before counter `next`.
     ///

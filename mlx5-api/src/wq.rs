@@ -121,6 +121,15 @@ impl<B: Backend, T> SendQueue<B, T> {
         }
     }
 
+    /// Ask for every line the next post writes: the next WQE's ring lines
+    /// and the doorbell record (`SqDesc::prefetch_next`), and the entry's
+    /// slot. A hint: no state changes (the empty queue's too).
+    #[inline(always)]
+    pub(crate) fn prefetch_next(&self) {
+        self.desc.prefetch_next();
+        self.tracker.prefetch(self.desc.producer());
+    }
+
     /// Forget every WQE (QP to RESET).
     pub(crate) fn reset(&self) {
         self.tracker.clear(self.desc.producer(), self.desc.consumer());

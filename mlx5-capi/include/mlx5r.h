@@ -1268,6 +1268,20 @@ void mlx5r_qp_free(mlx5r_qp *qp);
 int32_t mlx5r_send_wqe(const mlx5r_sq *sq, const mlx5r_send_wr *wr);
 
 /*
+ Ask the cache for the lines the next `mlx5r_send_wqe` on `sq` writes:
+ the next WQE's first two WQEBBs, the doorbell record, and the wr-id
+ slot. A hint for posting round robin over many QPs: call it for the
+ QP posted to next, before posting to the current one (with thousands
+ taking turns, those lines are out of cache). Changes nothing; a null
+ `sq` is ignored.
+
+ # Safety
+ `sq` is null or as for `mlx5r_send_wqe` (read only: the producer
+ counter and the addresses).
+ */
+void mlx5r_sq_prefetch(const mlx5r_sq *sq);
+
+/*
  Ring the doorbell for every WQE posted since the last call: barrier, the
  doorbell record (16-bit producer), barrier, one 8-byte store of the last
  WQE's ctrl bytes (or, with `MLX5R_DB_BLUEFLAME` when legal, the whole

@@ -112,6 +112,28 @@ pub unsafe extern "C" fn mlx5r_send_wqe(sq: *const SqDesc, wr: *const SendWr) ->
     }
 }
 
+/// Ask the cache for the lines the next `mlx5r_send_wqe` on `sq` writes:
+/// the next WQE's first two WQEBBs, the doorbell record, and the wr-id
+/// slot. A hint for posting round robin over many QPs: call it for the
+/// QP posted to next, before posting to the current one (with thousands
+/// taking turns, those lines are out of cache). Changes nothing; a null
+/// `sq` is ignored.
+///
+/// # Safety
+/// `sq` is null or as for `mlx5r_send_wqe` (read only: the producer
+/// counter and the addresses).
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_sq_prefetch(sq: *const SqDesc) {
+    if sq.is_null() {
+        return;
+    }
+    // SAFETY: caller contract (a live descriptor).
+    let sq = unsafe { &*sq };
+    sq.prefetch_next();
+    let slot = sq.producer() & sq.wqe_cnt.wrapping_sub(1);
+    mlx5_api::ring::hint::prefetch_w(sq.wrid.wrapping_add(slot as usize));
+}
+
 /// Ring the doorbell for every WQE posted since the last call: barrier, the
 /// doorbell record (16-bit producer), barrier, one 8-byte store of the last
 /// WQE's ctrl bytes (or, with `MLX5R_DB_BLUEFLAME` when legal, the whole

@@ -54,6 +54,10 @@ struct Args {
     /// Only the pingpong and `--busy` measurements.
     #[arg(long)]
     busy_only: bool,
+    /// With `--only`: each post first asks for the next QP's lines
+    /// (`prefetch_post`), as the "det+prefetch" rows do.
+    #[arg(long)]
+    prefetch: bool,
     /// Only the bandwidth table (e.g. under a profiler).
     #[arg(long, conflicts_with_all = ["rate_only", "busy_only"])]
     bandwidth_only: bool,
@@ -192,17 +196,33 @@ fn setup(hosts: usize, qps: usize, mode: ExecMode, mr_len: usize, depth: u32) ->
 }
 
 /// ns per 64-byte WRITE, 64 in flight in all, QPs of `depth` send WRs
-/// served round robin.
-fn rate(hosts: usize, qps: usize, depth: u32, mode: ExecMode, n: u32) -> f64 {
+/// served round robin; with `prefetch`, each post first asks for the next
+/// QP's lines (`prefetch_post`).
+fn rate(hosts: usize, qps: usize, depth: u32, mode: ExecMode, n: u32, prefetch: bool) -> f64 {
+    // Two loops, not a branch in one: the plain loop stays as it was.
+    if prefetch {
+        rate_loop::<true>(hosts, qps, depth, mode, n)
+    } else {
+        rate_loop::<false>(hosts, qps, depth, mode, n)
+    }
+}
+
+fn rate_loop<const PREFETCH: bool>(hosts: usize, qps: usize, depth: u32, mode: ExecMode, n: u32) -> f64 {
     let (qs, _r, hs, _f) = setup(hosts, qps, mode, 1 << 16, depth);
     let data = [7u8; 64];
     let mut outstanding = 0u32;
     let mut done = 0u32;
+    let next = |i: usize| if i + 1 == qs.len() { 0 } else { i + 1 };
+    let mut i = 0;
     let t0 = Instant::now();
     let mut posted = 0u32;
     while done < n {
         while posted < n && outstanding < 64 {
-            let (h, q) = &qs[posted as usize % qs.len()];
+            let (h, q) = &qs[i];
+            i = next(i);
+            if PREFETCH {
+                qs[i].1.prefetch_post();
+            }
             let dst = &hs[h + 1].mr;
             q.wqe_builder(u64::from(posted))
                 .unwrap()
@@ -292,7 +312,7 @@ fn main() {
         }
     }
     let mut rows = Vec::new();
-    let one = |mode| best(a.runs, || rate(2, 1, 64, mode, a.messages));
+    let one = |mode| best(a.runs, || rate(2, 1, 64, mode, a.messages, false));
     let modes: &[(ExecMode, &str)] = if a.deterministic_only {
         &[(ExecMode::Deterministic, "deterministic")]
     } else if a.threaded_only {
@@ -325,9 +345,18 @@ fn main() {
             let ns = if (hosts, qps, depth) == (2, 1, 64) && a.only.is_none() {
                 base
             } else {
-                best(a.runs, || rate(hosts, qps, depth, mode, a.messages))
+                best(a.runs, || rate(hosts, qps, depth, mode, a.messages, a.prefetch))
             };
+            let name = if a.prefetch { "det+prefetch" } else { name };
             rows.push((name, hosts, qps, depth, ns, ns / base));
+        }
+        // The round robin again, each post first asking for the next QP's
+        // lines (`prefetch_post`); against the plain loop's one QP.
+        if mode == ExecMode::Deterministic && a.only.is_none() {
+            for qps in [1, 1024, 4096] {
+                let ns = best(a.runs, || rate(2, qps, 64, mode, a.messages, true));
+                rows.push(("det+prefetch", 2, qps, 64, ns, ns / base));
+            }
         }
     }
     // Pingpong one-way latency (idle cores), best of the runs.
@@ -346,7 +375,7 @@ fn main() {
         let mut runs: Vec<Vec<f64>> = vec![Vec::new(); 2 * BOTH.len()];
         for _ in 0..a.busy_runs {
             for (k, &(m, _)) in BOTH.iter().enumerate() {
-                runs[2 * k].push(rate(2, 1, 64, m, a.messages / 2));
+                runs[2 * k].push(rate(2, 1, 64, m, a.messages / 2, false));
                 runs[2 * k + 1].push(pingpong(m, rounds));
             }
         }

@@ -159,6 +159,30 @@ impl SqDesc {
         (self.wqe_cnt * WQEBB_BYTES) as usize - 1
     }
 
+    /// Ask for the lines the next post writes to the device's memory, ahead
+    /// of it: the next WQE's first two WQEBBs (a WQE of up to 128 bytes, the
+    /// second wrapping to the ring's start) and the doorbell record. Reads
+    /// the producer counter and nothing the device writes.
+    ///
+    /// A hint for executors posting round robin over many QPs: with
+    /// thousands taking turns, a queue's next slot was last written a whole
+    /// ring lap ago and is out of every cache, and the doorbell waits for
+    /// the WQE's stores to reach it (spec §1.6: the WQE before the record,
+    /// the record before the doorbell). Asked for while the previous QP is
+    /// posted, the lines are there when this one posts.
+    ///
+    /// Changes no byte and never faults, whatever the descriptor holds
+    /// (an empty queue's null ring included): addresses are formed with
+    /// wrapping arithmetic and only prefetched.
+    #[inline(always)]
+    pub fn prefetch_next(&self) {
+        let mask = (self.wqe_cnt.wrapping_mul(WQEBB_BYTES) as usize).wrapping_sub(1);
+        let at = (self.producer() as usize).wrapping_mul(WQEBB_BYTES as usize);
+        super::hint::prefetch_w(self.buf.wrapping_add(at & mask));
+        super::hint::prefetch_w(self.buf.wrapping_add(at.wrapping_add(WQEBB_BYTES as usize) & mask));
+        super::hint::prefetch_w(self.dbrec);
+    }
+
     /// Address of DS `i` of the WQE whose first WQEBB has counter `start`,
     /// with the modulo rule of spec §1.3.
     #[inline(always)]
@@ -456,3 +480,51 @@ pub fn over_budget(ds: u32, max_ds: u32, free: u32) -> PostError {
 unsafe impl Send for SqDesc {}
 // SAFETY: as above.
 unsafe impl Sync for SqDesc {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hint reads the producer and changes nothing: not the ring, not the
+    /// doorbell record, not a counter; at the ring's last slot (the second
+    /// line wraps to the start) and on an empty queue's null ring alike.
+    #[test]
+    fn asking_for_the_next_posts_lines_changes_nothing() {
+        let mut ring = vec![0x5au8; 4 * WQEBB_BYTES as usize];
+        let mut dbrec = [0u32, 0x1234_5678];
+        let d = SqDesc::new(
+            ring.as_mut_ptr(),
+            4,
+            &mut dbrec[1],
+            core::ptr::null_mut(),
+            7,
+            SqKind::Rc,
+            1,
+            0,
+            4,
+            1 << 31,
+        );
+        for pi in [0u32, 3, 0xffff_ffff] {
+            d.pi.store(pi, Ordering::Relaxed);
+            d.prefetch_next();
+            assert_eq!((d.producer(), d.consumer(), d.last(), d.unrung()), (pi, 0, 0, 0));
+        }
+        assert!(ring.iter().all(|&b| b == 0x5a));
+        assert_eq!(dbrec, [0, 0x1234_5678]);
+
+        let empty = SqDesc::new(
+            core::ptr::null_mut(),
+            0,
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+            0,
+            SqKind::Rc,
+            0,
+            0,
+            0,
+            0,
+        );
+        empty.prefetch_next();
+        assert_eq!(empty.producer(), 0);
+    }
+}

@@ -39,6 +39,11 @@ int main(void) {
     mlx5r_cqe c;
     uint64_t wr;
 
+    /* A hint before the post: it changes nothing (the post below takes slot 0 and
+       its wr-id is retired as usual); a null queue is ignored. */
+    mlx5r_sq_prefetch(sq);
+    mlx5r_sq_prefetch(NULL);
+
     /* RDMA WRITE, 2 SGEs */
     for (int i = 0; i < 128; i++) la[i] = (uint8_t)(i * 3 + 1);
     mlx5r_sge sg[2] = {{(uint64_t)(uintptr_t)la, 64, lka}, {(uint64_t)(uintptr_t)(la + 64), 64, lka}};
