@@ -114,7 +114,7 @@ pub unsafe extern "C" fn mlx5r_send_wqe(sq: *const SqDesc, wr: *const SendWr) ->
 
 /// Ask the cache for the lines the next `mlx5r_send_wqe` on `sq` writes:
 /// the next WQE's first two WQEBBs, the doorbell record, and the wr-id
-/// slot. A hint for posting round robin over many QPs: call it for the
+/// slot (when the descriptor has a wr-id table). A hint for posting round robin over many QPs: call it for the
 /// QP posted to next, before posting to the current one (with thousands
 /// taking turns, those lines are out of cache). Changes nothing; a null
 /// `sq` is ignored.
@@ -130,8 +130,10 @@ pub unsafe extern "C" fn mlx5r_sq_prefetch(sq: *const SqDesc) {
     // SAFETY: caller contract (a live descriptor).
     let sq = unsafe { &*sq };
     sq.prefetch_next();
-    let slot = sq.producer() & sq.wqe_cnt.wrapping_sub(1);
-    mlx5_api::ring::hint::prefetch_w(sq.wrid.wrapping_add(slot as usize));
+    if !sq.wrid.is_null() {
+        let slot = sq.producer() & sq.wqe_cnt.wrapping_sub(1);
+        mlx5_api::ring::hint::prefetch_w(sq.wrid.wrapping_add(slot as usize));
+    }
 }
 
 /// Ring the doorbell for every WQE posted since the last call: barrier, the
