@@ -243,9 +243,9 @@ macro_rules! send_queue {
         /// lines"). A handful of instructions, none of them in `post`; the
         /// hardware backend takes the same hint (the lines are the driver's
         /// own memory and the device's ring). Not with the threaded
-        /// simulator and thousands of QPs: its NIC thread reads the same
-        /// lines ahead of each doorbell, and the hint made 4096 QPs slower
-        /// there (about 360 -> 400 ns; 64 QPs: 295 -> 272).
+        /// simulator and thousands of QPs: its NIC thread, on another core,
+        /// reads the same lines, and the hint made 4096 QPs slower there
+        /// (about 360 -> 400 ns; 64 QPs: 295 -> 272).
         #[inline(always)]
         pub fn prefetch_post(&self) {
             // Reading the producer and the ring's address brings the queue's
