@@ -78,11 +78,10 @@ impl<T> Tracker<T> {
 
     /// Ask for the line of the slot counter `counter` records into, ahead of
     /// the post (see [`crate::ring::sq::SqDesc::prefetch_next`]). A hint:
-    /// nothing is accessed.
+    /// the slot is not read.
     #[inline(always)]
     pub fn prefetch(&self, counter: u32) {
-        let at = self.slots.as_ptr().wrapping_add((counter & self.mask) as usize);
-        crate::ring::hint::prefetch_w(at.cast::<u8>());
+        crate::ring::hint::prefetch_w(self.slot(counter));
     }
 
     /// Record the WQE whose first WQEBB is ring slot `slot` (a free slot)

@@ -207,7 +207,7 @@ impl Qp {
     pub(crate) fn record_shadow(&mut self, counter: u16, ctrl8: [u8; 8], wqebbs: u16) {
         let s = Shadow { valid: true, counter, ctrl8, wqebbs };
         self.last = s;
-        let slot = usize::from(counter) & (self.sq_wqe_cnt as usize).wrapping_sub(1);
+        let slot = self.sq_slot(usize::from(counter));
         if let Some(e) = self.shadow.get_mut(slot) {
             *e = s;
         }
@@ -217,11 +217,16 @@ impl Qp {
     /// one is kept per slot (`per_slot`), else from [`Qp::last`] (valid only if that is
     /// the WQE of `counter`; the caller compares).
     pub(crate) fn shadow_of(&self, counter: u16, per_slot: bool) -> Shadow {
-        let slot = usize::from(counter) & (self.sq_wqe_cnt as usize).wrapping_sub(1);
-        match self.shadow.get(slot) {
+        match self.shadow.get(self.sq_slot(usize::from(counter))) {
             Some(s) if per_slot => *s,
             _ => self.last,
         }
+    }
+
+    /// The SQ slot (WQEBB index in the ring) of counter `counter` (0 without an SQ).
+    #[inline(always)]
+    fn sq_slot(&self, counter: usize) -> usize {
+        counter & (self.sq_wqe_cnt as usize).wrapping_sub(1)
     }
 
     /// SQ producer counter from doorbell record word 1 (Acquire).
@@ -261,7 +266,7 @@ impl Qp {
             out.fill(0); // no SQ (DCT)
             return;
         }
-        let start = (usize::from(counter) & (self.sq_wqe_cnt as usize - 1)) * WQEBB_SIZE;
+        let start = self.sq_slot(usize::from(counter)) * WQEBB_SIZE;
         // The ring is a power of two WQEBBs.
         let mut pos = (start + skip) & (ring - 1);
         let mut done = 0;
@@ -294,7 +299,7 @@ impl Qp {
         }
         // The first WQEBB never wraps (the ring is whole WQEBBs): one copy for the ctrl
         // segment and whatever else the WQEBB holds.
-        let start = (usize::from(counter) & (self.sq_wqe_cnt as usize - 1)) * WQEBB_SIZE;
+        let start = self.sq_slot(usize::from(counter)) * WQEBB_SIZE;
         self.buf.read(self.sq_off + start, &mut out[..WQEBB_SIZE]);
         let ctrl = CtrlRepr::parse(&CtrlSeg::new_unchecked(&out[..DS_SIZE]));
         let len = usize::from(ctrl.ds) * DS_SIZE;
@@ -341,9 +346,8 @@ impl Qp {
         }
         crate::mem::prefetch_read(self.dbrec.ptr());
         let base = self.buf.ptr();
-        let mask = self.sq_wqe_cnt as usize - 1;
         for i in 0..2 {
-            let slot = (usize::from(counter) + i) & mask;
+            let slot = self.sq_slot(usize::from(counter) + i);
             crate::mem::prefetch_read(base.wrapping_add(self.sq_off + slot * WQEBB_SIZE));
         }
         self.prefetch_shadow(counter);
@@ -354,7 +358,7 @@ impl Qp {
     #[inline]
     pub(crate) fn prefetch_shadow(&self, counter: u16) {
         if !self.shadow.is_empty() {
-            let slot = usize::from(counter) & (self.shadow.len() - 1);
+            let slot = self.sq_slot(usize::from(counter));
             crate::mem::prefetch_line(self.shadow.as_ptr().wrapping_add(slot));
         }
     }
@@ -364,10 +368,9 @@ impl Qp {
     /// an SQ); each inside the buffer.
     #[inline]
     fn next_wqe_lines(&self, nbb: u16) -> impl Iterator<Item = usize> + '_ {
-        let cnt = self.sq_wqe_cnt as usize;
-        let slot = usize::from(self.sq_ci) & cnt.wrapping_sub(1);
-        let n = if cnt == 0 { 0 } else { usize::from(nbb.saturating_mul(2).min(8)) };
-        (0..n).map(move |i| self.sq_off + ((slot + i) & (cnt - 1)) * WQEBB_SIZE)
+        let slot = usize::from(self.sq_ci);
+        let n = if self.sq_wqe_cnt == 0 { 0 } else { usize::from(nbb.saturating_mul(2).min(8)) };
+        (0..n).map(move |i| self.sq_off + self.sq_slot(slot + i) * WQEBB_SIZE)
     }
 
     /// Copies the receive WQE of `counter` (one stride) into `out`; returns its length.
