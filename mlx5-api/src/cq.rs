@@ -15,6 +15,7 @@ use crate::backend::{Backend, CqResources, QpKind};
 use crate::channel::{wait_either, ChannelInner};
 use crate::ctx::CtxInner;
 use crate::error::{Error, Result};
+use crate::pool::PoolRc;
 use crate::qpn_table::QpnTable;
 pub use crate::ring::cqe::cqe_opcode;
 use crate::ring::cqe::CqeView;
@@ -228,7 +229,7 @@ pub struct CqShared<B: Backend, T> {
     /// QPN → work queues of the QPs reporting here. Entries are removed
     /// when a QP handle drops; no reference into the table is held while
     /// user code (the callback) runs, so a callback may drop a QP.
-    table: UnsafeCell<QpnTable<Rc<WorkQueues<B, T>>>>,
+    table: UnsafeCell<QpnTable<PoolRc<WorkQueues<B, T>>>>,
     last_unknown: Cell<Option<UnknownCqe>>,
     /// Plain CQEs that named nothing outstanding, ever (wrapping): the
     /// exclusive poll loop counts its unknown ones by the difference.
@@ -332,7 +333,7 @@ impl<B: Backend, T> CqShared<B, T> {
         self.channel.as_ref().map(|c| B::channel_fd(&c.raw))
     }
 
-    pub(crate) fn register(&self, qpn: u32, wq: Rc<WorkQueues<B, T>>) {
+    pub(crate) fn register(&self, qpn: u32, wq: PoolRc<WorkQueues<B, T>>) {
         // SAFETY: single-threaded; no reference into the table is live
         // (lookups never outlive a dispatch, which runs no user code).
         unsafe { (*self.table.get()).insert(qpn, wq) };

@@ -43,6 +43,8 @@ pub mod device;
 #[cfg(feature = "std")]
 pub mod error;
 #[cfg(feature = "std")]
+pub(crate) mod pool;
+#[cfg(feature = "std")]
 pub mod qp;
 #[cfg(feature = "std")]
 pub(crate) mod qpn_table;

@@ -11,6 +11,7 @@ use crate::connect::{ConnectParams, RemoteQpInfo};
 use crate::cq::CqShared;
 use crate::ctx::PdInner;
 use crate::error::{Error, Result};
+use crate::pool::PoolRc;
 use crate::ring::{RqDesc, Sge, SqDesc};
 use crate::types::{AccessFlags, LinkLayer, QpState};
 use crate::wq::WorkQueues;
@@ -22,7 +23,7 @@ use crate::wqe::WqeBuilder;
 pub struct QpShared<B: Backend, T> {
     /// Destroyed first: the backend QP goes before the CQs, SRQ and PD below.
     raw: B::Qp,
-    pub(crate) wq: Rc<WorkQueues<B, T>>,
+    pub(crate) wq: PoolRc<WorkQueues<B, T>>,
     caps: QpCaps,
     /// The port from `QpConfig::port`.
     port: u8,
@@ -55,7 +56,7 @@ impl<B: Backend, T> QpShared<B, T> {
     pub(crate) fn new(p: QpParts<B, T>) -> Rc<Self> {
         let shared = Rc::new(QpShared {
             raw: p.raw,
-            wq: Rc::new(p.wq),
+            wq: PoolRc::new(p.wq),
             caps: p.caps,
             port: p.port,
             psn: p.psn,
@@ -421,7 +422,7 @@ macro_rules! handle {
         pub struct $name<B: Backend, T> {
             pub(crate) shared: Rc<QpShared<B, T>>,
             /// `shared.wq`, one pointer nearer for the post paths.
-            wq: Rc<WorkQueues<B, T>>,
+            wq: PoolRc<WorkQueues<B, T>>,
         }
         impl<B: Backend, T> $name<B, T> {
             pub(crate) fn from_shared(shared: Rc<QpShared<B, T>>) -> Self {

@@ -5,6 +5,8 @@
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
+
+use crate::pool::PoolSlice;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Send side: per SQ slot of a WQE's first WQEBB, the counter just past
@@ -12,25 +14,25 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// `[ci, pi)` of the send queue; the queue passes its counters in. (The
 /// WQE's opcode is not kept: a requester CQE reports it, spec §5.1.)
 pub struct Tracker<T> {
-    /// `mask + 1` slots: a `Box<[Slot<T>]>` taken apart (and put together
-    /// again on drop), so that the table takes 16 bytes, not 24, and the
-    /// send queue keeps every field its post reads on two cache lines.
+    /// `mask + 1` slots in the driver's pool ([`crate::pool`], with the
+    /// other QPs' tables, not on a page of their own), held as a pointer
+    /// and a mask, so that the table takes 16 bytes, not 24, and the send
+    /// queue keeps every field its post reads on two cache lines.
     slots: NonNull<Slot<T>>,
     mask: u32,
 }
 
-// SAFETY: the table owns its slots as the Box it was made from did, and a
-// Box<[Slot<T>]> is Send when T is (Slot holds a Cell and the entry).
+// SAFETY: the table owns its slots as a Box<[Slot<T>]> would, and that is
+// Send when T is (Slot holds a Cell and the entry).
 unsafe impl<T: Send> Send for Tracker<T> {}
 
 impl<T> Drop for Tracker<T> {
     fn drop(&mut self) {
-        let n = self.mask as usize + 1;
-        // SAFETY: `slots` came from `Box::into_raw` of a boxed slice of
-        // `mask + 1` slots in `new` and is freed once, here. Entries are
-        // `MaybeUninit` (live ones are dropped by the queue's `clear`), so
-        // freeing drops none.
-        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.slots.as_ptr(), n)) });
+        // SAFETY: `slots` came from the pool with this layout in `new` and
+        // is given back once, here. Entries are `MaybeUninit` (live ones are
+        // dropped by the queue's `clear`) and the counters plain, so nothing
+        // needs dropping.
+        unsafe { crate::pool::dealloc(self.slots.cast(), Self::layout(self.mask)) };
     }
 }
 
@@ -52,12 +54,24 @@ pub struct Retired<T> {
 impl<T> Tracker<T> {
     /// A table for a ring of `wqe_cnt` WQEBBs (a power of two).
     pub fn new(wqe_cnt: u32) -> Self {
-        let slots = (0..wqe_cnt.max(1))
-            .map(|_| Slot { next: Cell::new(0), entry: UnsafeCell::new(MaybeUninit::uninit()) });
-        let slots: Box<[Slot<T>]> = slots.collect();
-        // SAFETY: a Box's pointer is never null.
-        let slots = unsafe { NonNull::new_unchecked(Box::into_raw(slots).cast::<Slot<T>>()) };
-        Tracker { slots, mask: wqe_cnt.max(1) - 1 }
+        let mask = wqe_cnt.max(1) - 1;
+        let slots = crate::pool::alloc(Self::layout(mask)).cast::<Slot<T>>();
+        for i in 0..=mask as usize {
+            // SAFETY: in bounds of the fresh table; each slot written once.
+            unsafe {
+                slots
+                    .as_ptr()
+                    .add(i)
+                    .write(Slot { next: Cell::new(0), entry: UnsafeCell::new(MaybeUninit::uninit()) })
+            };
+        }
+        Tracker { slots, mask }
+    }
+
+    /// The table's memory: `mask + 1` slots (`mask` from a `u32` ring size,
+    /// so the array fits; a table that would not aborts, as a `Box` does).
+    fn layout(mask: u32) -> std::alloc::Layout {
+        std::alloc::Layout::array::<Slot<T>>(mask as usize + 1).unwrap_or_else(|_| std::process::abort())
     }
 
     #[inline(always)]
@@ -195,7 +209,7 @@ impl<T> Tracker<T> {
 /// slot. Receives complete in order, so the entries are live exactly at
 /// the counters in `[ci, pi)` of the queue, which passes its counters in.
 pub struct RqTracker<T> {
-    entries: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    entries: PoolSlice<UnsafeCell<MaybeUninit<T>>>,
     mask: u32,
 }
 
@@ -204,7 +218,7 @@ impl<T> RqTracker<T> {
     /// that never takes one).
     pub fn new(n: u32) -> Self {
         RqTracker {
-            entries: (0..n).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect(),
+            entries: PoolSlice::from_fn(n as usize, |_| UnsafeCell::new(MaybeUninit::uninit())),
             mask: n.max(1) - 1,
         }
     }
@@ -256,13 +270,13 @@ impl<T> RqTracker<T> {
 /// Receive side of an SRQ: one optional entry per WQE index (an SRQ's
 /// receives complete in any order).
 pub struct RecvTracker<T> {
-    entries: Box<[UnsafeCell<Option<T>>]>,
+    entries: PoolSlice<UnsafeCell<Option<T>>>,
 }
 
 impl<T> RecvTracker<T> {
     /// A table of `n` entries.
     pub fn new(n: u32) -> Self {
-        RecvTracker { entries: (0..n).map(|_| UnsafeCell::new(None)).collect() }
+        RecvTracker { entries: PoolSlice::from_fn(n as usize, |_| UnsafeCell::new(None)) }
     }
 
     /// Store the entry of slot `i` (in range: the ring checked it).
@@ -284,6 +298,15 @@ impl<T> RecvTracker<T> {
 mod tests {
     use super::*;
     use std::rc::Rc;
+
+    #[test]
+    fn tables_live_in_the_drivers_pool() {
+        let t: Tracker<u64> = Tracker::new(64);
+        let rq: RqTracker<u64> = RqTracker::new(64);
+        let srq: RecvTracker<u64> = RecvTracker::new(64);
+        let ptrs = [t.slots.as_ptr().cast::<u8>(), rq.entries.as_ptr().cast(), srq.entries.as_ptr().cast()];
+        assert!(ptrs.iter().all(|&p| crate::pool::in_chunk(p)), "{ptrs:?}");
+    }
 
     #[test]
     fn retire_walks_unsignaled_wqes_and_drops_their_entries() {
