@@ -104,8 +104,7 @@ pub(crate) unsafe fn dealloc(p: NonNull<u8>, layout: Layout) {
     }
     let mut pool = pool();
     if let Some(s) = stride(layout) {
-        if pool.chunks.contains(&(p.as_ptr() as usize & !(CHUNK - 1))) {
-            pool.free.entry(s).or_default().push(p.as_ptr() as usize);
+        if pool.give_back(p, s) {
             return;
         }
     }
@@ -122,6 +121,16 @@ pub(crate) fn in_chunk<T>(p: *const T) -> bool {
 }
 
 impl Pool {
+    /// Puts block `p` of `stride` bytes on its free list if it lies in one of
+    /// the chunks (`false`: it came from the global allocator).
+    fn give_back(&mut self, p: NonNull<u8>, stride: usize) -> bool {
+        if !self.chunks.contains(&(p.as_ptr() as usize & !(CHUNK - 1))) {
+            return false;
+        }
+        self.free.entry(stride).or_default().push(p.as_ptr() as usize);
+        true
+    }
+
     /// A block of `stride` bytes, line-aligned: a freed one of that stride, else
     /// carved; `None` where no chunk can be mapped.
     fn carve(&mut self, stride: usize) -> Option<NonNull<u8>> {
@@ -371,7 +380,9 @@ mod tests {
         let (a, b, c) = (a.as_ptr() as usize, b.as_ptr() as usize, c.as_ptr() as usize);
         assert_eq!((a % CHUNK, b - a, c - b), (0, 320, 320), "carved one after another from a chunk's start");
         assert!(pool.chunks.contains(&a));
-        pool.free.entry(320).or_default().push(a);
+        let heap = Box::new([0u8; 320]);
+        assert!(!pool.give_back(NonNull::from(&heap[0]), 320), "not a block of this pool's chunks");
+        assert!(pool.give_back(NonNull::new(a as *mut u8).unwrap(), 320));
         assert_eq!(pool.carve(64).unwrap().as_ptr() as usize, c + 64, "another stride does not take it");
         assert_eq!(pool.carve(320).unwrap().as_ptr() as usize, a, "the freed block of that stride");
         assert_eq!(pool.carve(320).unwrap().as_ptr() as usize, c + 128, "then carving goes on");
