@@ -23,9 +23,10 @@
 //! * Freed blocks go to a free list of their size and are handed out again; chunks
 //!   stay mapped for the life of the process (the pool holds the peak of what was
 //!   live, as a heap that never trims would).
-//! * Blocks over [`MAX_BLOCK`] bytes, alignments over 64, and every block where
-//!   `mmap` fails (or on a system without it) come from the global allocator; a block
-//!   knows where it came from by its address.
+//! * Chunks come from the global allocator, 2 MiB-aligned. Blocks over
+//!   [`MAX_BLOCK`] bytes, alignments over 64, and every block once no chunk can be had
+//!   come from the global allocator directly; a block knows where it came from by its
+//!   address.
 //! * Allocation and release take one lock: they happen on the control path only
 //!   (creating and destroying QPs, SRQs and their tables), never in a post or a poll.
 
@@ -55,7 +56,8 @@ struct Pool {
     cur: Option<(usize, usize)>,
     /// Free blocks, by stride.
     free: BTreeMap<usize, Vec<usize>>,
-    /// `mmap` failed once: take everything from the global allocator from then on.
+    /// No chunk could be had once: take everything from the global allocator from
+    /// then on.
     no_chunks: bool,
 }
 
@@ -156,50 +158,23 @@ impl Pool {
     }
 }
 
-/// Maps a CHUNK-aligned chunk of CHUNK bytes, asking for huge pages.
-#[cfg(unix)]
+/// A CHUNK-aligned chunk of CHUNK bytes from the global allocator (with that
+/// alignment the system's takes it from a mapping of its own), asking for huge pages.
+/// Chunks are never given back.
 fn map_chunk() -> Option<usize> {
-    let len = 2 * CHUNK;
-    // SAFETY: an anonymous private mapping of fresh memory; no existing memory is
-    // touched.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
+    let layout = Layout::from_size_align(CHUNK, CHUNK).ok()?;
+    // SAFETY: a layout of non-zero size.
+    let p = unsafe { std::alloc::alloc(layout) };
+    if p.is_null() {
         return None;
     }
-    let at = p as usize;
-    let base = at.next_multiple_of(CHUNK);
-    // Keep the aligned chunk only.
-    // SAFETY: both ranges lie inside the mapping just made and are used by nobody.
-    unsafe {
-        if base > at {
-            libc::munmap(p, base - at);
-        }
-        let end = at + len;
-        if end > base + CHUNK {
-            libc::munmap((base + CHUNK) as *mut libc::c_void, end - (base + CHUNK));
-        }
-    }
     #[cfg(target_os = "linux")]
-    // SAFETY: advice on our own mapping; it changes no byte. Refused (THP off), the
+    // SAFETY: advice on memory we own; it changes no byte. Refused (THP off), the
     // chunk is made of small pages, and still packs the QPs' hot state together.
     unsafe {
-        libc::madvise(base as *mut libc::c_void, CHUNK, libc::MADV_HUGEPAGE);
+        libc::madvise(p.cast(), CHUNK, libc::MADV_HUGEPAGE);
     }
-    Some(base)
-}
-
-#[cfg(not(unix))]
-fn map_chunk() -> Option<usize> {
-    None
+    Some(p as usize)
 }
 
 /// A reference-counted value in the pool: `Rc` for the driver's per-QP state (a
@@ -373,7 +348,7 @@ mod tests {
         // A pool of its own (the process's is shared with the other tests).
         let mut pool = Pool { chunks: BTreeSet::new(), cur: None, free: BTreeMap::new(), no_chunks: false };
         let Some(a) = pool.carve(320) else {
-            return; // no mmap here: everything comes from the heap, as documented
+            return; // no chunk to be had: everything comes from the heap, as documented
         };
         let b = pool.carve(320).unwrap();
         let c = pool.carve(64).unwrap();
