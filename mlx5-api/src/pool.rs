@@ -14,7 +14,7 @@
 //! the hot state of thousands of QPs lies in a few huge pages. Measured (deterministic
 //! simulator, 4096 RC QPs round robin, ns per message, interleaved runs, in the
 //! README's performance section): the same as the whole heap in huge pages
-//! (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`), 7-15 ns below the heap; one QP unchanged.
+//! (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`), 11-18 ns below the heap; one QP unchanged.
 //!
 //! * Sizes are rounded up to an **odd number of cache lines**: blocks of one size
 //!   carved one after another then put the same field (a tracker's current slot, a
