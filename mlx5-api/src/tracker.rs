@@ -5,9 +5,9 @@
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::pool::PoolSlice;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Send side: per SQ slot of a WQE's first WQEBB, the counter just past
 /// the WQE and the entry. Entries are live exactly at the WQE starts in
