@@ -286,7 +286,6 @@ fn prefetch_post_changes_nothing_in_any_state() {
             want += 1;
         }
         // ...then a full queue, drained in order.
-        let q = &p.a.qp;
         for _ in 0..q.sq_wqebbs() {
             q.wqe_builder(want).unwrap().ctrl_nop(WqeFlags::SIGNALED).unwrap().finish().unwrap();
             want += 1;

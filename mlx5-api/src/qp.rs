@@ -238,10 +238,10 @@ macro_rules! send_queue {
         /// ```
         ///
         /// On the deterministic simulator with 4096 RC QPs taking turns this
-        /// takes a 64-byte WRITE from about 228 to 216 ns (medians of
+        /// takes a 64-byte WRITE from about 206 to 188 ns (medians of
         /// interleaved rounds); with one QP the lines are in cache already
         /// and it costs about 2 ns (README, Performance, "Then the next QP's
-        /// lines"). A handful of instructions, none of them in `post`; the
+        /// lines" and "The driver's per-QP state in huge pages"). A handful of instructions, none of them in `post`; the
         /// hardware backend takes the same hint (the lines are the driver's
         /// own memory and the device's ring). Not with the threaded
         /// simulator and thousands of QPs: its NIC thread, on another core,

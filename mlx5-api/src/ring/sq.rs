@@ -153,10 +153,11 @@ impl SqDesc {
         self.wqe_cnt - self.producer().wrapping_sub(self.consumer())
     }
 
-    /// Ring size in bytes minus one.
+    /// Ring size in bytes minus one (`usize::MAX` for an empty queue's null
+    /// ring, which nothing but a prefetch forms an address in).
     #[inline(always)]
     pub fn byte_mask(&self) -> usize {
-        (self.wqe_cnt * WQEBB_BYTES) as usize - 1
+        (self.wqe_cnt.wrapping_mul(WQEBB_BYTES) as usize).wrapping_sub(1)
     }
 
     /// Ask for the lines the next post writes to the device's memory, ahead
@@ -176,7 +177,7 @@ impl SqDesc {
     /// wrapping arithmetic and only prefetched.
     #[inline(always)]
     pub fn prefetch_next(&self) {
-        let mask = (self.wqe_cnt.wrapping_mul(WQEBB_BYTES) as usize).wrapping_sub(1);
+        let mask = self.byte_mask();
         let at = (self.producer() as usize).wrapping_mul(WQEBB_BYTES as usize);
         super::hint::prefetch_w(self.buf.wrapping_add(at & mask));
         super::hint::prefetch_w(self.buf.wrapping_add(at.wrapping_add(WQEBB_BYTES as usize) & mask));
