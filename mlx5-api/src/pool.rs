@@ -119,14 +119,19 @@ pub(crate) unsafe fn dealloc(p: NonNull<u8>, layout: Layout) {
 /// Whether `p` lies in one of the process pool's chunks.
 #[cfg(test)]
 pub(crate) fn in_chunk<T>(p: *const T) -> bool {
-    pool().chunks.contains(&(p as usize & !(CHUNK - 1)))
+    pool().holds(p as usize)
 }
 
 impl Pool {
+    /// Whether address `a` lies in one of this pool's chunks.
+    fn holds(&self, a: usize) -> bool {
+        self.chunks.contains(&(a & !(CHUNK - 1)))
+    }
+
     /// Puts block `p` of `stride` bytes on its free list if it lies in one of
     /// the chunks (`false`: it came from the global allocator).
     fn give_back(&mut self, p: NonNull<u8>, stride: usize) -> bool {
-        if !self.chunks.contains(&(p.as_ptr() as usize & !(CHUNK - 1))) {
+        if !self.holds(p.as_ptr() as usize) {
             return false;
         }
         self.free.entry(stride).or_default().push(p.as_ptr() as usize);
@@ -374,7 +379,7 @@ mod tests {
         {
             let p = alloc(layout);
             assert_eq!(p.as_ptr() as usize % layout.align(), 0);
-            assert!(!pool().chunks.contains(&(p.as_ptr() as usize & !(CHUNK - 1))));
+            assert!(!in_chunk(p.as_ptr()));
             // SAFETY: our block; once, with its layout.
             unsafe {
                 std::ptr::write_bytes(p.as_ptr(), 1, layout.size());

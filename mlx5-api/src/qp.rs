@@ -241,12 +241,13 @@ macro_rules! send_queue {
         /// takes a 64-byte WRITE from about 206 to 188 ns (medians of
         /// interleaved rounds); with one QP the lines are in cache already
         /// and it costs about 2 ns (README, Performance, "Then the next QP's
-        /// lines" and "The driver's per-QP state in huge pages"). A handful of instructions, none of them in `post`; the
-        /// hardware backend takes the same hint (the lines are the driver's
-        /// own memory and the device's ring). Not with the threaded
-        /// simulator and thousands of QPs: its NIC thread, on another core,
-        /// reads the same lines, and the hint made 4096 QPs slower there
-        /// (about 360 -> 400 ns; 64 QPs: 295 -> 272).
+        /// lines" and "The driver's per-QP state in huge pages"). A handful
+        /// of instructions, none of them in `post`; the hardware backend
+        /// takes the same hint (the lines are the driver's own memory and
+        /// the device's ring). Not with the threaded simulator and
+        /// thousands of QPs: its NIC thread, on another core, reads the
+        /// same lines, and the hint made 4096 QPs slower there (about 360
+        /// -> 400 ns; 64 QPs: 295 -> 272).
         #[inline(always)]
         pub fn prefetch_post(&self) {
             // Reading the producer and the ring's address brings the queue's

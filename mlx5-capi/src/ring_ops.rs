@@ -114,10 +114,10 @@ pub unsafe extern "C" fn mlx5r_send_wqe(sq: *const SqDesc, wr: *const SendWr) ->
 
 /// Ask the cache for the lines the next `mlx5r_send_wqe` on `sq` writes:
 /// the next WQE's first two WQEBBs, the doorbell record, and the wr-id
-/// slot (when the descriptor has a wr-id table). A hint for posting round robin over many QPs: call it for the
-/// QP posted to next, before posting to the current one (with thousands
-/// taking turns, those lines are out of cache). Changes nothing; a null
-/// `sq` is ignored.
+/// slot (when the descriptor has a wr-id table). A hint for posting round
+/// robin over many QPs: call it for the QP posted to next, before posting
+/// to the current one (with thousands taking turns, those lines are out
+/// of cache). Changes nothing; a null `sq` is ignored.
 ///
 /// # Safety
 /// `sq` is null or as for `mlx5r_send_wqe` (read only: the producer

@@ -1,13 +1,14 @@
 //! How the simulator scales: 64-byte RDMA WRITEs with 64 in flight over 1 to
 //! 4096 QPs and 2 to 16 hosts, in deterministic and threaded mode (msg/s and
 //! ns per message; each QP's send queue takes 64 WRs, and 4 in the rows
-//! marked so: with 1024 or more QPs, each holds at most one in flight), and RDMA WRITE / READ bandwidth from 64 B to 4 MiB against
-//! a plain `memcpy` of the same size between the same two buffers in the same
-//! run; pingpong one-way latency
-//! in both modes; and, with `--busy N`, both modes again while N busy processes
-//! share the cores (median and worst run of threaded mode against the
-//! deterministic median). The `det+prefetch` rows repeat the round robin with
-//! each post first asking for the next QP's lines (`prefetch_post`).
+//! marked so: with 1024 or more QPs, each holds at most one in flight), and
+//! RDMA WRITE / READ bandwidth from 64 B to 4 MiB against a plain `memcpy` of
+//! the same size between the same two buffers in the same run; pingpong
+//! one-way latency in both modes; and, with `--busy N`, both modes again
+//! while N busy processes share the cores (median and worst run of threaded
+//! mode against the deterministic median). The `det+prefetch` rows repeat
+//! the round robin with each post first asking for the next QP's lines
+//! (`prefetch_post`).
 //!
 //! ```text
 //! cargo run --release -p mlx5-tools --example sim_scaling [-- --messages 200000 --json]
