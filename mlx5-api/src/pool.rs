@@ -104,13 +104,12 @@ pub(crate) unsafe fn dealloc(p: NonNull<u8>, layout: Layout) {
     if layout.size() == 0 {
         return;
     }
-    let mut pool = pool();
+    // Only a size the chunks serve can be in one: no lock for the others.
     if let Some(s) = stride(layout) {
-        if pool.give_back(p, s) {
+        if pool().give_back(p, s) {
             return;
         }
     }
-    drop(pool);
     // SAFETY: not in a chunk, so it came from the global allocator with `layout`
     // (caller contract).
     unsafe { std::alloc::dealloc(p.as_ptr(), layout) }
