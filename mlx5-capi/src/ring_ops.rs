@@ -131,8 +131,7 @@ pub unsafe extern "C" fn mlx5r_sq_prefetch(sq: *const SqDesc) {
     let sq = unsafe { &*sq };
     sq.prefetch_next();
     if !sq.wrid.is_null() {
-        let slot = sq.producer() & sq.wqe_cnt.wrapping_sub(1);
-        mlx5_api::ring::hint::prefetch_w(sq.wrid.wrapping_add(slot as usize));
+        mlx5_api::ring::hint::prefetch_w(sq.wrid.wrapping_add(sq.slot(sq.producer()) as usize));
     }
 }
 

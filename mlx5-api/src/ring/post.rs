@@ -243,7 +243,7 @@ pub unsafe fn send_wqe(sq: &SqDesc, wr: &SendWr) -> Result<(), PostError> {
     set_ctrl_seg(unsafe { &mut *sq.ds_ptr(start, 0) }, start, op, 0, sq.qpn, flags, ds, imm);
     if !sq.wrid.is_null() {
         // SAFETY: `wrid` has wqe_cnt entries (field contract).
-        unsafe { *sq.wrid.add((start & (sq.wqe_cnt - 1)) as usize) = wr.wr_id };
+        unsafe { *sq.wrid.add(sq.slot(start) as usize) = wr.wr_id };
     }
     sq.commit(start, ds);
     Ok(())

@@ -153,6 +153,13 @@ impl SqDesc {
         self.wqe_cnt - self.producer().wrapping_sub(self.consumer())
     }
 
+    /// The ring slot (WQEBB index, also the wr-id table's index) of counter
+    /// `counter`.
+    #[inline(always)]
+    pub fn slot(&self, counter: u32) -> u32 {
+        counter & self.wqe_cnt.wrapping_sub(1)
+    }
+
     /// Ring size in bytes minus one (`usize::MAX` for an empty queue's null
     /// ring, which nothing but a prefetch forms an address in).
     #[inline(always)]
@@ -416,7 +423,7 @@ impl SqDesc {
             // SAFETY: `at` lies in [ci, pi): a posted WQE's ctrl segment.
             let ds = unsafe { (*self.ds_ptr(at, 0))[7] } as u32 & 0x3f;
             if at as u16 == wqe_counter {
-                let slot = at & (self.wqe_cnt - 1);
+                let slot = self.slot(at);
                 let wr_id = if self.wrid.is_null() {
                     None
                 } else {
