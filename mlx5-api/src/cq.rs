@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{Backend, CqResources, QpKind};
 use crate::channel::{wait_either, ChannelInner};
 use crate::ctx::CtxInner;
-use crate::error::{Error, Result};
+use crate::error::{Error, Queue, Result};
 use crate::pool::PoolRc;
 use crate::qpn_table::QpnTable;
 pub use crate::ring::cqe::cqe_opcode;
@@ -298,10 +298,11 @@ impl<B: Backend, T> CqShared<B, T> {
         mini_format: u32,
         channel: Option<Rc<ChannelInner<B>>>,
         ctx: Rc<CtxInner<B>>,
-    ) -> Self {
-        let mut desc = CqDesc::new(res.buf, res.cqe_cnt, res.cqe_size, res.dbrec, res.cqn);
+    ) -> Result<Self> {
+        let mut desc = CqDesc::new(res.buf, res.cqe_cnt, res.cqe_size, res.dbrec, res.cqn)
+            .map_err(|source| Error::BadQueue { queue: Queue::Cq, source })?;
         desc.mini_format = mini_format;
-        CqShared {
+        Ok(CqShared {
             desc,
             table: UnsafeCell::new(QpnTable::default()),
             last_unknown: Cell::new(None),
@@ -310,7 +311,7 @@ impl<B: Backend, T> CqShared<B, T> {
             raw,
             channel,
             _ctx: ctx,
-        }
+        })
     }
 
     /// Request an event on the next (solicited) completion.

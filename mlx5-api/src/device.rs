@@ -12,7 +12,7 @@ use crate::connect::QpConfig;
 use crate::cq::{AsCq, Completion, CompletionQueue, CqShared, MonoCq};
 use crate::cq_config::{CqConfig, CqeSize};
 use crate::ctx::{CtxInner, PdInner};
-use crate::error::{Error, Result};
+use crate::error::{Error, Queue, Result};
 use crate::qp::{Dci, Dct, QpParts, QpShared, RcQp, UdQp};
 use crate::ring::{RqDesc, Sge, SqDesc, SqKind};
 use crate::sizing::{qp_geometry, srq_geometry, QpGeometry};
@@ -120,7 +120,7 @@ impl<B: Backend> Context<B> {
         let (raw, res) =
             B::create_cq(&self.inner.raw, &config.create_attr(), channel.as_ref().map(|c| &c.raw))?;
         let mini = config.compression.map_or(0, |f| f.raw());
-        Ok(Rc::new(CqShared::new(raw, res, mini, channel, self.inner.clone())))
+        Ok(Rc::new(CqShared::new(raw, res, mini, channel, self.inner.clone())?))
     }
 
     /// A CQ dispatching through a boxed callback: `create_cq(256, cb)` for
@@ -251,7 +251,7 @@ impl<B: Backend> Context<B> {
         let (wqe_cnt, stride) = srq_geometry(max_wr, max_sge, &self.inner.caps)?;
         let attr = SrqCreate { wqe_cnt, stride, max_sge, user_index: self.inner.next_user_index() };
         let (raw, res) = B::create_srq(&self.inner.raw, &pd.inner.raw, &attr)?;
-        let shared = Rc::new(SrqShared::new(raw, res, max_sge, pd.inner.clone()));
+        let shared = Rc::new(SrqShared::new(raw, res, max_sge, pd.inner.clone())?);
         Ok(SharedReceiveQueue { shared })
     }
 
@@ -332,20 +332,10 @@ impl<B: Backend> Context<B> {
         let mut caps = caps;
         let rq = match srq {
             None if res.rq_wqe_cnt > 0 => {
-                if res.rq_stride < 16 || !res.rq_stride.is_power_of_two() {
-                    return Err(Error::InvalidArgument(format!(
-                        "the backend gave a receive queue stride of {} bytes",
-                        res.rq_stride
-                    )));
-                }
-                caps.max_recv_sge = res.rq_stride / 16;
-                RecvQueue::new(RqDesc::new(
-                    res.rq_buf,
-                    res.rq_wqe_cnt,
-                    res.rq_stride,
-                    res.dbrec,
-                    caps.max_recv_sge,
-                ))
+                let desc = RqDesc::new(res.rq_buf, res.rq_wqe_cnt, res.rq_stride, res.dbrec, u32::MAX)
+                    .map_err(|source| Error::BadQueue { queue: Queue::Recv, source })?;
+                caps.max_recv_sge = desc.max_sge;
+                RecvQueue::new(desc)
             }
             _ => RecvQueue::empty(),
         };
@@ -361,8 +351,9 @@ impl<B: Backend> Context<B> {
                 let desc = SqDesc::new(
                     res.sq_buf,
                     res.sq_wqe_cnt,
-                    // SAFETY: dbrec points at the QP's two doorbell record words.
-                    unsafe { res.dbrec.add(1) },
+                    // The SQ word of the QP's two doorbell record words (a
+                    // null record stays unaligned and is refused).
+                    res.dbrec.wrapping_add(1),
                     std::ptr::null_mut(),
                     res.qpn,
                     sq_kind,
@@ -370,7 +361,8 @@ impl<B: Backend> Context<B> {
                     caps.max_inline_data,
                     geo.max_wqe_ds,
                     max_msg,
-                );
+                )
+                .map_err(|source| Error::BadQueue { queue: Queue::Send, source })?;
                 let reg = self.inner.register(res.bf_reg, res.bf_size, res.uar);
                 SendQueue::new(desc, reg)
             }

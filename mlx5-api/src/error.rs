@@ -145,6 +145,16 @@ pub enum Error {
     /// close its objects and the context.
     #[error("the device reported a fatal error")]
     DeviceFatal,
+    /// The memory a backend gave for a queue does not describe a usable
+    /// ring (the ring core's descriptor refused it): nothing was posted.
+    #[error("the backend's {queue} is unusable: {source}")]
+    BadQueue {
+        /// Which queue.
+        queue: Queue,
+        /// What the descriptor refused.
+        #[source]
+        source: crate::ring::DescError,
+    },
     /// An errno-carrying verbs failure (hardware backend).
     #[error("{op} failed: errno {errno} ({msg})")]
     Verbs {
@@ -155,6 +165,31 @@ pub enum Error {
         /// The errno's text (`strerror`).
         msg: String,
     },
+}
+
+/// Which of an object's queues an error is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Queue {
+    /// A QP's send queue.
+    Send,
+    /// A QP's own receive queue.
+    Recv,
+    /// A shared receive queue.
+    Srq,
+    /// A completion queue.
+    Cq,
+}
+
+impl std::fmt::Display for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Queue::Send => "send queue",
+            Queue::Recv => "receive queue",
+            Queue::Srq => "shared receive queue",
+            Queue::Cq => "completion queue",
+        })
+    }
 }
 
 /// Result alias of the front-end.

@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use crate::backend::{Backend, SrqResources};
 use crate::ctx::PdInner;
-use crate::error::Result;
+use crate::error::{Error, Queue, Result};
 use crate::ring::{Sge, SrqDesc};
 use crate::tracker::RecvTracker;
 
@@ -38,13 +38,14 @@ impl<B: Backend, T> std::fmt::Debug for SrqShared<B, T> {
 }
 
 impl<B: Backend, T> SrqShared<B, T> {
-    pub(crate) fn new(raw: B::Srq, res: SrqResources, max_sge: u32, pd: Rc<PdInner<B>>) -> Self {
-        let mut desc = SrqDesc::new(res.buf, res.wqe_cnt, res.stride, res.dbrec, max_sge);
+    pub(crate) fn new(raw: B::Srq, res: SrqResources, max_sge: u32, pd: Rc<PdInner<B>>) -> Result<Self> {
+        let mut desc = SrqDesc::new(res.buf, res.wqe_cnt, res.stride, res.dbrec, max_sge)
+            .map_err(|source| Error::BadQueue { queue: Queue::Srq, source })?;
         let mut wrid = vec![0u64; res.wqe_cnt as usize].into_boxed_slice();
         desc.wrid = wrid.as_mut_ptr();
         // SAFETY: the backend's SRQ memory, not yet in use by the device.
         unsafe { desc.init_list() };
-        SrqShared {
+        Ok(SrqShared {
             raw,
             desc,
             entries: RecvTracker::new(res.wqe_cnt),
@@ -52,7 +53,7 @@ impl<B: Backend, T> SrqShared<B, T> {
             srqn: res.srqn,
             _wrid: wrid,
             _pd: pd,
-        }
+        })
     }
 
     /// Usable capacity (one WQE is the list's spare).

@@ -65,9 +65,7 @@ impl<B: Backend, T> SendQueue<B, T> {
 
     /// The empty queue of a QP without one (a DCT).
     pub(crate) fn empty() -> Self {
-        use std::ptr::null_mut;
-        let desc = SqDesc::new(null_mut(), 0, null_mut(), null_mut(), 0, crate::ring::SqKind::Rc, 0, 0, 0, 0);
-        Self::with_reg(desc, None)
+        Self::with_reg(SqDesc::empty(), None)
     }
 
     fn with_reg(mut desc: SqDesc, reg: Option<Rc<UarReg<B>>>) -> Self {
@@ -168,7 +166,7 @@ impl<T> RecvQueue<T> {
 
     /// The empty queue of a QP without its own.
     pub(crate) fn empty() -> Self {
-        Self::new(RqDesc::new(std::ptr::null_mut(), 0, 16, std::ptr::null_mut(), 0))
+        Self::new(RqDesc::empty())
     }
 
     /// Whether the QP has a receive queue of its own.
@@ -398,7 +396,7 @@ mod tests {
         )) {
             let (mut buf, mut dbrec) = ([[0u8; 16]; 4], 0u32);
             let ring = buf.as_mut_ptr();
-            let rq = RecvQueue::new(RqDesc::new(ring.cast(), 4, 16, &mut dbrec, 1));
+            let rq = RecvQueue::new(RqDesc::new(ring.cast(), 4, 16, &mut dbrec, 1).unwrap());
             let (mut open, mut pi, mut ci) = (false, 0u32, 0u32);
             let mut live: std::collections::VecDeque<(u32, Rc<u32>)> = Default::default();
             let mut all = Vec::new();
@@ -459,7 +457,7 @@ mod tests {
 
     /// A receive queue over 4 slots of local memory, open.
     fn queue(buf: &mut [[u8; 16]; 4], dbrec: &mut u32) -> RecvQueue<Rc<u32>> {
-        let rq = RecvQueue::new(RqDesc::new(buf.as_mut_ptr().cast(), 4, 16, dbrec, 1));
+        let rq = RecvQueue::new(RqDesc::new(buf.as_mut_ptr().cast(), 4, 16, dbrec, 1).unwrap());
         rq.set_open(true);
         rq
     }

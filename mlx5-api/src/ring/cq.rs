@@ -20,6 +20,7 @@ use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 use crate::ring::barrier::{udma_from_device_barrier, udma_to_device_barrier};
 use crate::ring::cqe::{cqe_opcode, Cqe};
+use crate::ring::error::{check_pow2, check_ptr, check_range, DescArg, DescError};
 use crate::ring::mmio::Mmio;
 
 /// Responder mini-CQE layout of a compressing CQ (spec §5.8), as the
@@ -46,6 +47,10 @@ pub enum Peek {
     /// data): for [`CqDesc::next`].
     Other,
 }
+
+/// Largest CQ in entries (the doorbell record's consumer index has 24
+/// bits; ConnectX's `log_max_cq_sz` is 22).
+pub const MAX_CQES: u32 = 1 << 22;
 
 /// Offset of the CQ doorbell in the CQ's UAR page (`MLX5_CQ_DOORBELL`).
 pub const CQ_DOORBELL: u32 = 0x20;
@@ -95,8 +100,25 @@ unsafe impl Sync for CqDesc {}
 
 impl CqDesc {
     /// A CQ over memory described as `mlx5dv_init_obj` does.
-    pub const fn new(buf: *mut u8, cqe_cnt: u32, cqe_size: u32, dbrec: *mut u32, cqn: u32) -> Self {
-        CqDesc {
+    ///
+    /// Checks what every method relies on and refuses the rest with a
+    /// [`DescError`]: `buf` non-null and 64-byte aligned (CQEs are read as
+    /// aligned words), `dbrec` non-null and 4-byte aligned, `cqe_cnt` a
+    /// power of two up to [`MAX_CQES`] (the doorbell record's 24-bit
+    /// consumer index), `cqe_size` 64 or 128, `cqn` 24 bits.
+    pub fn new(
+        buf: *mut u8,
+        cqe_cnt: u32,
+        cqe_size: u32,
+        dbrec: *mut u32,
+        cqn: u32,
+    ) -> Result<Self, DescError> {
+        check_ptr(DescArg::Buf, buf, 64)?;
+        check_ptr(DescArg::Dbrec, dbrec, 4)?;
+        check_pow2(DescArg::Count, cqe_cnt, 1, MAX_CQES)?;
+        check_pow2(DescArg::CqeSize, cqe_size, 64, 128)?;
+        check_range(DescArg::Number, cqn, 0, 0xff_ffff)?;
+        Ok(CqDesc {
             buf,
             dbrec,
             cqe_cnt,
@@ -110,9 +132,9 @@ impl CqDesc {
             zip_t: AtomicU32::new(0),
             zip_ctr: AtomicU32::new(0),
             scratch: UnsafeCell::new([0; 64]),
-            proper0: buf.wrapping_add(cqe_size.wrapping_sub(64) as usize),
-            mask: cqe_cnt.wrapping_sub(1),
-        }
+            proper0: buf.wrapping_add((cqe_size - 64) as usize),
+            mask: cqe_cnt - 1,
+        })
     }
 
     /// The 64-byte CQE proper of slot `idx` (free-running).
@@ -133,7 +155,7 @@ impl CqDesc {
     /// ring (spec §5.5), and the slots from `idx` to that lap's end.
     #[inline(always)]
     pub(crate) fn lap(&self, idx: u32) -> (u8, u32) {
-        ((idx & self.cqe_cnt != 0) as u8, self.cqe_cnt - (idx & self.mask))
+        ((idx & self.cqe_cnt != 0) as u8, self.cqe_cnt.wrapping_sub(idx & self.mask))
     }
 
     /// The consumer index.
@@ -497,24 +519,27 @@ mod tests {
     }
     const Z: &str = "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00";
 
+    /// One CQE slot, aligned as a CQ buffer must be.
+    #[derive(Clone, Copy)]
+    #[repr(C, align(64))]
+    struct Slot([u8; 64]);
+
     struct Ring {
-        buf: Vec<u8>,
+        buf: Vec<Slot>,
         dbrec: [u32; 2],
     }
 
     impl Ring {
         fn new(cnt: usize) -> Ring {
-            let mut buf = vec![0u8; cnt * 64];
-            for i in 0..cnt {
-                buf[i * 64 + 63] = 0xf0;
-            }
-            Ring { buf, dbrec: [0; 2] }
+            let mut line = [0u8; 64];
+            line[63] = 0xf0;
+            Ring { buf: vec![Slot(line); cnt], dbrec: [0; 2] }
         }
         fn desc(&mut self, cnt: u32) -> CqDesc {
-            CqDesc::new(self.buf.as_mut_ptr(), cnt, 64, self.dbrec.as_mut_ptr(), 0x42)
+            CqDesc::new(self.buf.as_mut_ptr().cast(), cnt, 64, self.dbrec.as_mut_ptr(), 0x42).unwrap()
         }
         fn put(&mut self, slot: usize, b: &[u8; 64]) {
-            self.buf[slot * 64..slot * 64 + 64].copy_from_slice(b);
+            self.buf[slot].0 = *b;
         }
     }
 
@@ -566,7 +591,7 @@ mod tests {
         assert_eq!(&got[2][0x0c..0x10], &[0x33; 4]);
         assert_eq!(u32::from_be(r.dbrec[0]), 0x23);
         for s in 0x20..0x23 {
-            assert_eq!(r.buf[s * 64 + 63], 0xf0, "slot {s:#x} given back");
+            assert_eq!(r.buf[s].0[63], 0xf0, "slot {s:#x} given back");
         }
         // SAFETY: as above.
         assert!(unsafe { d.next() }.is_none());

@@ -82,3 +82,111 @@ pub enum PostError {
     #[error("inline data is not allowed for RDMA READ and atomics")]
     InlineNotAllowed,
 }
+
+/// Which argument of a descriptor constructor was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DescArg {
+    /// The ring's memory (`buf`).
+    Buf,
+    /// The doorbell record word (`dbrec`).
+    Dbrec,
+    /// The number of WQEs, WQEBBs or CQEs.
+    Count,
+    /// Bytes per receive WQE.
+    Stride,
+    /// Bytes per CQE slot.
+    CqeSize,
+    /// A 24-bit queue number (QPN, CQN).
+    Number,
+    /// The largest WQE in DS units.
+    MaxDs,
+}
+
+impl core::fmt::Display for DescArg {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            DescArg::Buf => "ring buffer",
+            DescArg::Dbrec => "doorbell record",
+            DescArg::Count => "entry count",
+            DescArg::Stride => "WQE stride",
+            DescArg::CqeSize => "CQE size",
+            DescArg::Number => "queue number",
+            DescArg::MaxDs => "maximum WQE size (DS)",
+        })
+    }
+}
+
+/// Why a queue descriptor constructor ([`crate::ring::SqDesc::new`],
+/// [`crate::ring::RqDesc::new`], [`crate::ring::SrqDesc::new`],
+/// [`crate::ring::CqDesc::new`]) refused its arguments. A descriptor that
+/// was built is one every method can use without overflow or a stray
+/// address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DescError {
+    /// A pointer the queue needs is null.
+    #[error("{arg} is a null pointer")]
+    Null {
+        /// Which pointer.
+        arg: DescArg,
+    },
+    /// A pointer is not aligned as the hardware and the atomics need.
+    #[error("{arg} at {addr:#x} is not {align}-byte aligned")]
+    Misaligned {
+        /// Which pointer.
+        arg: DescArg,
+        /// Its address.
+        addr: usize,
+        /// The alignment required.
+        align: usize,
+    },
+    /// A count, stride or size that must be a power of two is not.
+    #[error("{arg} {value} is not a power of two")]
+    NotPowerOfTwo {
+        /// Which argument.
+        arg: DescArg,
+        /// The value given.
+        value: u32,
+    },
+    /// A value outside the range the wire format or the counters allow.
+    #[error("{arg} {value} is outside {min}..={max}")]
+    OutOfRange {
+        /// Which argument.
+        arg: DescArg,
+        /// The value given.
+        value: u32,
+        /// The smallest accepted.
+        min: u32,
+        /// The largest accepted.
+        max: u32,
+    },
+}
+
+/// `Ok` when `value` is a power of two in `min..=max` (both powers of two).
+pub(crate) const fn check_pow2(arg: DescArg, value: u32, min: u32, max: u32) -> Result<(), DescError> {
+    if !value.is_power_of_two() {
+        return Err(DescError::NotPowerOfTwo { arg, value });
+    }
+    check_range(arg, value, min, max)
+}
+
+/// `Ok` when `value` lies in `min..=max`.
+pub(crate) const fn check_range(arg: DescArg, value: u32, min: u32, max: u32) -> Result<(), DescError> {
+    if value < min || value > max {
+        return Err(DescError::OutOfRange { arg, value, min, max });
+    }
+    Ok(())
+}
+
+/// `Ok` when `p` is non-null and `align`-aligned.
+pub(crate) fn check_ptr<T>(arg: DescArg, p: *const T, align: usize) -> Result<(), DescError> {
+    if p.is_null() {
+        return Err(DescError::Null { arg });
+    }
+    let addr = p as usize;
+    if addr % align != 0 {
+        return Err(DescError::Misaligned { arg, addr, align });
+    }
+    Ok(())
+}

@@ -18,7 +18,7 @@
 //! | [`scatter`] | scatter-to-CQE: data in a CQE copied into the WQE it completes (§5.7) |
 //! | [`mmio`], [`barrier`] | the doorbell register view ([`BfReg`]) and the MMIO / DMA barriers (§1.6, §1.7) |
 //! | [`hint`] | cache hints: `prefetch_w`, a line about to be written |
-//! | [`error`] | [`PostError`] |
+//! | [`error`] | [`PostError`], [`DescError`] |
 
 pub mod av;
 pub mod barrier;
@@ -38,7 +38,7 @@ pub mod srq;
 pub use av::{AddressVector, IbGrh, RoceAv};
 pub use cq::{mini_format, CqDesc, Peek};
 pub use cqe::{Cqe, CqeError, CqeFormat, CqeView, Status, Syndrome};
-pub use error::PostError;
+pub use error::{DescArg, DescError, PostError};
 pub use gid::Gid;
 pub use mmio::{BfReg, HostMmio, Mmio};
 pub use post::{send_wqe, SendWr};

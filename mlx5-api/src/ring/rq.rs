@@ -6,9 +6,15 @@
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::ring::barrier::udma_to_device_barrier;
-use crate::ring::error::PostError;
+use crate::ring::error::{check_pow2, check_ptr, DescArg, DescError, PostError};
 use crate::ring::seg::{set_data_ptr_seg, Sge, INVALID_LKEY};
 use crate::ring::sq::Retired;
+
+/// Largest receive ring in WQEs (16-bit counters in the doorbell record
+/// and in a CQE's `wqe_counter`).
+pub const MAX_RQ_WQES: u32 = 1 << 15;
+/// Largest receive WQE stride in bytes (64 scatter entries).
+pub const MAX_RQ_STRIDE: u32 = 1024;
 
 /// A QP's receive queue (the RQ half of `struct mlx5dv_qp`).
 #[derive(Debug)]
@@ -71,15 +77,47 @@ unsafe impl Sync for RqDesc {}
 
 impl RqDesc {
     /// A receive queue over memory described as `mlx5dv_init_obj` does.
-    pub const fn new(buf: *mut u8, wqe_cnt: u32, stride: u32, dbrec: *mut u32, max_sge: u32) -> Self {
-        let gs = stride / 16;
-        RqDesc {
+    ///
+    /// Checks what every method relies on and refuses the rest with a
+    /// [`DescError`]: `buf` non-null, `dbrec` non-null and 4-byte aligned,
+    /// `wqe_cnt` a power of two up to [`MAX_RQ_WQES`] (the doorbell record
+    /// and a CQE's `wqe_counter` carry 16 bits), `stride` a power of two
+    /// from 16 to [`MAX_RQ_STRIDE`]. `max_sge` is capped at `stride / 16`.
+    /// A QP without a receive queue of its own uses [`RqDesc::empty`].
+    pub fn new(
+        buf: *mut u8,
+        wqe_cnt: u32,
+        stride: u32,
+        dbrec: *mut u32,
+        max_sge: u32,
+    ) -> Result<Self, DescError> {
+        check_ptr(DescArg::Buf, buf, 1)?;
+        check_ptr(DescArg::Dbrec, dbrec, 4)?;
+        check_pow2(DescArg::Count, wqe_cnt, 1, MAX_RQ_WQES)?;
+        check_pow2(DescArg::Stride, stride, 16, MAX_RQ_STRIDE)?;
+        Ok(RqDesc {
             buf,
             dbrec,
             wrid: core::ptr::null_mut(),
             wqe_cnt,
             stride,
-            max_sge: if max_sge < gs { max_sge } else { gs },
+            max_sge: if max_sge < stride / 16 { max_sge } else { stride / 16 },
+            pi: AtomicU32::new(0),
+            ci: AtomicU32::new(0),
+        })
+    }
+
+    /// The receive queue of a QP without one of its own (SRQ, DCT, or
+    /// none): no ring, no room; every post is refused as
+    /// [`PostError::RqFull`] before anything is written.
+    pub const fn empty() -> Self {
+        RqDesc {
+            buf: core::ptr::null_mut(),
+            dbrec: core::ptr::null_mut(),
+            wrid: core::ptr::null_mut(),
+            wqe_cnt: 0,
+            stride: 16,
+            max_sge: 0,
             pi: AtomicU32::new(0),
             ci: AtomicU32::new(0),
         }
@@ -196,7 +234,7 @@ impl RqDesc {
     pub unsafe fn retire(&self, wqe_counter: u16) -> Option<Retired> {
         // SAFETY: forwarded.
         let (_, idx) = unsafe { self.retire_span(wqe_counter)? };
-        let slot = idx & (self.wqe_cnt - 1);
+        let slot = idx & self.wqe_cnt.wrapping_sub(1);
         // SAFETY: `wrid` has wqe_cnt entries when not null (field contract).
         let wr_id = (!self.wrid.is_null()).then(|| unsafe { *self.wrid.add(slot as usize) });
         Some(Retired { slot, wr_id })

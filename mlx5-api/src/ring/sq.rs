@@ -16,9 +16,13 @@
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::ring::barrier::udma_to_device_barrier;
-use crate::ring::error::PostError;
+use crate::ring::error::{check_pow2, check_ptr, check_range, DescArg, DescError, PostError};
 use crate::ring::mmio::{BfReg, Mmio, BF_CHUNK};
 use crate::ring::seg::{DS_BYTES, WQEBB_BYTES};
+
+/// Largest send ring in WQEBBs: a CQE's 16-bit `wqe_counter` must name
+/// every slot without ambiguity (ConnectX's `log_max_qp_sz` is 15).
+pub const MAX_SQ_WQEBBS: u32 = 1 << 15;
 
 /// Transport of a send queue (what [`crate::ring::send_wqe`] accepts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,9 +85,18 @@ pub struct Retired {
 
 impl SqDesc {
     /// A send queue over memory described as `mlx5dv_init_obj` does, with
-    /// counters at 0. `dbrec` is the SQ word (`&dbrec[1]`).
+    /// counters at 0. `dbrec` is the SQ word (`&dbrec[1]`); `bf` may be
+    /// null here and set before the first doorbell.
+    ///
+    /// Checks what every method relies on and refuses the rest with a
+    /// [`DescError`]: `buf` non-null, `dbrec` non-null and 4-byte aligned,
+    /// `wqe_cnt` a power of two up to [`MAX_SQ_WQEBBS`] (the 16-bit
+    /// `wqe_counter` of a CQE names every slot), `qpn` 24 bits, `max_ds`
+    /// at most 63 (the ctrl segment's 6-bit `ds`). The memory itself is
+    /// the `unsafe` methods' contract. A QP without a send queue uses
+    /// [`SqDesc::empty`].
     #[allow(clippy::too_many_arguments)]
-    pub const fn new(
+    pub fn new(
         buf: *mut u8,
         wqe_cnt: u32,
         dbrec: *mut u32,
@@ -94,8 +107,13 @@ impl SqDesc {
         max_inline: u32,
         max_ds: u32,
         max_msg: u32,
-    ) -> Self {
-        SqDesc {
+    ) -> Result<Self, DescError> {
+        check_ptr(DescArg::Buf, buf, 1)?;
+        check_ptr(DescArg::Dbrec, dbrec, 4)?;
+        check_pow2(DescArg::Count, wqe_cnt, 1, MAX_SQ_WQEBBS)?;
+        check_range(DescArg::Number, qpn, 0, 0xff_ffff)?;
+        check_range(DescArg::MaxDs, max_ds, 0, 63)?;
+        Ok(SqDesc {
             buf,
             dbrec,
             bf,
@@ -111,6 +129,29 @@ impl SqDesc {
             max_inline,
             max_ds,
             max_msg,
+        })
+    }
+
+    /// The send queue of a QP that has none (a DCT): no ring, no room;
+    /// every post is refused as [`PostError::SqFull`] before anything is
+    /// written.
+    pub const fn empty() -> Self {
+        SqDesc {
+            buf: core::ptr::null_mut(),
+            dbrec: core::ptr::null_mut(),
+            bf: core::ptr::null_mut(),
+            wrid: core::ptr::null_mut(),
+            wqe_cnt: 0,
+            pi: AtomicU32::new(0),
+            ci: AtomicU32::new(0),
+            last: AtomicU32::new(0),
+            unrung: AtomicU32::new(0),
+            qpn: 0,
+            kind: SqKind::Rc as u32,
+            max_sge: 0,
+            max_inline: 0,
+            max_ds: 0,
+            max_msg: 0,
         }
     }
 
@@ -147,10 +188,11 @@ impl SqDesc {
         self.unrung.load(Ordering::Relaxed)
     }
 
-    /// Free WQEBBs.
+    /// Free WQEBBs (0 when the counters are inconsistent, as a foreign
+    /// writer could leave them: nothing more is posted then).
     #[inline(always)]
     pub fn free(&self) -> u32 {
-        self.wqe_cnt - self.producer().wrapping_sub(self.consumer())
+        self.wqe_cnt.saturating_sub(self.producer().wrapping_sub(self.consumer()))
     }
 
     /// The ring slot (WQEBB index, also the wr-id table's index) of counter
@@ -214,7 +256,7 @@ impl SqDesc {
     #[inline(always)]
     pub fn commit(&self, start: u32, ds: u32) {
         self.last.store(start, Ordering::Relaxed);
-        self.unrung.store(self.unrung() + 1, Ordering::Relaxed);
+        self.unrung.store(self.unrung().wrapping_add(1), Ordering::Relaxed);
         self.pi.store(start.wrapping_add(ds.div_ceil(4)), Ordering::Relaxed);
     }
 
@@ -374,9 +416,13 @@ impl SqDesc {
     /// Whether the last WQE may go through BlueFlame (spec §1.6): it is the
     /// only one since the last doorbell, the register has BlueFlame, and the
     /// WQE fits one half.
+    ///
+    /// # Safety
+    /// `bf` points at a live register view (as for [`SqDesc::ring_db`]): the
+    /// register's half size is read through it.
     #[inline(always)]
-    pub fn blueflame_legal(&self) -> bool {
-        // SAFETY: `bf` is live (type contract of the ring methods).
+    pub unsafe fn blueflame_legal(&self) -> bool {
+        // SAFETY: `bf` is live (caller contract).
         let size = unsafe { (*self.bf).size };
         self.unrung() == 1 && size != 0 && self.producer().wrapping_sub(self.last()) * WQEBB_BYTES <= size
     }
@@ -388,7 +434,8 @@ impl SqDesc {
     /// As [`SqDesc::ring_db`].
     #[inline(always)]
     pub unsafe fn ring_bf<M: Mmio>(&self, m: &M) {
-        if !self.blueflame_legal() {
+        // SAFETY: `bf` is live (caller contract).
+        if !unsafe { self.blueflame_legal() } {
             // SAFETY: forwarded.
             return unsafe { self.ring_db(m) };
         }
@@ -452,7 +499,11 @@ impl SqDesc {
 /// DS `i` of the WQE at counter `start` in a ring at `buf` of `mask + 1` bytes.
 #[inline(always)]
 pub fn ds_ptr(buf: *mut u8, mask: usize, start: u32, i: u32) -> *mut [u8; 16] {
-    let off = ((start as usize) * WQEBB_BYTES as usize + (i * DS_BYTES) as usize) & mask;
+    // Wrapping: only the low bits survive the mask (a safe function: no
+    // argument may panic it).
+    let off =
+        (start as usize).wrapping_mul(WQEBB_BYTES as usize).wrapping_add(i.wrapping_mul(DS_BYTES) as usize)
+            & mask;
     buf.wrapping_add(off) as *mut [u8; 16]
 }
 
@@ -511,7 +562,8 @@ mod tests {
             0,
             4,
             1 << 31,
-        );
+        )
+        .unwrap();
         for pi in [0u32, 3, 0xffff_ffff] {
             d.pi.store(pi, Ordering::Relaxed);
             d.prefetch_next();
@@ -520,18 +572,7 @@ mod tests {
         assert!(ring.iter().all(|&b| b == 0x5a));
         assert_eq!(dbrec, [0, 0x1234_5678]);
 
-        let empty = SqDesc::new(
-            core::ptr::null_mut(),
-            0,
-            core::ptr::null_mut(),
-            core::ptr::null_mut(),
-            0,
-            SqKind::Rc,
-            0,
-            0,
-            0,
-            0,
-        );
+        let empty = SqDesc::empty();
         empty.prefetch_next();
         assert_eq!(empty.producer(), 0);
     }

@@ -9,8 +9,13 @@
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::ring::barrier::udma_to_device_barrier;
-use crate::ring::error::PostError;
+use crate::ring::error::{check_pow2, check_ptr, DescArg, DescError, PostError};
 use crate::ring::seg::{set_scatter_list, set_srq_next_seg, Sge};
+
+/// Largest shared receive queue in WQEs (16-bit `next_wqe_index`).
+pub const MAX_SRQ_WQES: u32 = 1 << 15;
+/// Largest shared receive WQE stride in bytes.
+pub const MAX_SRQ_STRIDE: u32 = 1024;
 
 /// A shared receive queue (`struct mlx5dv_srq` plus its list state).
 #[derive(Debug)]
@@ -45,9 +50,26 @@ unsafe impl Sync for SrqDesc {}
 impl SrqDesc {
     /// A shared receive queue over memory described as `mlx5dv_init_obj`
     /// does; call [`SrqDesc::init_list`] before the first post.
-    pub const fn new(buf: *mut u8, wqe_cnt: u32, stride: u32, dbrec: *mut u32, max_sge: u32) -> Self {
+    ///
+    /// Checks what every method relies on and refuses the rest with a
+    /// [`DescError`]: `buf` non-null, `dbrec` non-null and 4-byte aligned,
+    /// `wqe_cnt` a power of two from 2 (one WQE is the list's spare) to
+    /// [`MAX_SRQ_WQES`] (16-bit `next_wqe_index`), `stride` a power of two
+    /// from 32 (the next segment and one scatter entry) to
+    /// [`MAX_SRQ_STRIDE`]. `max_sge` is capped at `stride / 16 - 1`.
+    pub fn new(
+        buf: *mut u8,
+        wqe_cnt: u32,
+        stride: u32,
+        dbrec: *mut u32,
+        max_sge: u32,
+    ) -> Result<Self, DescError> {
+        check_ptr(DescArg::Buf, buf, 1)?;
+        check_ptr(DescArg::Dbrec, dbrec, 4)?;
+        check_pow2(DescArg::Count, wqe_cnt, 2, MAX_SRQ_WQES)?;
+        check_pow2(DescArg::Stride, stride, 32, MAX_SRQ_STRIDE)?;
         let gs = stride / 16 - 1;
-        SrqDesc {
+        Ok(SrqDesc {
             buf,
             dbrec,
             wrid: core::ptr::null_mut(),
@@ -57,17 +79,17 @@ impl SrqDesc {
             head: AtomicU32::new(0),
             tail: AtomicU32::new(wqe_cnt - 1),
             counter: AtomicU32::new(0),
-        }
+        })
     }
 
     /// Usable capacity (one WQE is the list's spare).
     pub fn capacity(&self) -> u32 {
-        self.wqe_cnt - 1
+        self.wqe_cnt.saturating_sub(1)
     }
 
     #[inline(always)]
     fn wqe(&self, index: u32) -> *mut u8 {
-        self.buf.wrapping_add(((index & (self.wqe_cnt - 1)) * self.stride) as usize)
+        self.buf.wrapping_add(((index & self.wqe_cnt.wrapping_sub(1)).wrapping_mul(self.stride)) as usize)
     }
 
     /// The `next_wqe_index` of WQE `index`.
@@ -89,7 +111,7 @@ impl SrqDesc {
             // SAFETY: the next segment of WQE i (caller contract).
             set_srq_next_seg(
                 unsafe { &mut *(self.wqe(i) as *mut [u8; 16]) },
-                ((i + 1) & (self.wqe_cnt - 1)) as u16,
+                ((i + 1) & self.wqe_cnt.wrapping_sub(1)) as u16,
             );
         }
     }
@@ -115,7 +137,7 @@ impl SrqDesc {
         }
         // SAFETY: the WQE at head is free; scatter entries follow the next segment.
         unsafe {
-            set_scatter_list(self.wqe(head).add(16), self.stride / 16 - 1, sges, false);
+            set_scatter_list(self.wqe(head).add(16), (self.stride / 16).wrapping_sub(1), sges, false);
             if !self.wrid.is_null() {
                 *self.wrid.add(head as usize) = wr_id;
             }
@@ -140,8 +162,9 @@ impl SrqDesc {
         let tail = self.tail.load(Ordering::Relaxed);
         // SAFETY: bytes 2..4 of the tail WQE's next segment.
         unsafe { (self.wqe(tail).add(2) as *mut u16).write_unaligned((index as u16).to_be()) };
-        self.tail.store(index & (self.wqe_cnt - 1), Ordering::Relaxed);
+        self.tail.store(index & self.wqe_cnt.wrapping_sub(1), Ordering::Relaxed);
         // SAFETY: `wrid` has wqe_cnt entries when not null (field contract).
-        (!self.wrid.is_null()).then(|| unsafe { *self.wrid.add((index & (self.wqe_cnt - 1)) as usize) })
+        (!self.wrid.is_null())
+            .then(|| unsafe { *self.wrid.add((index & self.wqe_cnt.wrapping_sub(1)) as usize) })
     }
 }
