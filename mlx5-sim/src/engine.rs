@@ -1618,6 +1618,13 @@ fn doorbell_checked(
     if bf.is_some() {
         host.stats.bf_writes += 1;
     }
+    // A register has two halves, at 0 and BF_SIZE (spec §1.6): a store
+    // anywhere else is a program's bug the device survives. Counted and
+    // ignored before anything (the half alternation included) takes it in.
+    if offset & !BF_SIZE != 0 {
+        host.stats.doorbell_bad_offset += 1;
+        return;
+    }
     let Some(uar) = host.uars.get_mut(&uar_index) else {
         host.stats.doorbell_mismatch += 1;
         return;
@@ -1679,7 +1686,9 @@ pub(crate) fn scan_uars(st: &mut FabricState, h: usize) -> u64 {
     for &r in &regs {
         let Some(u) = st.hosts[h].uars.get(&r).copied() else { continue };
         let base = st.hosts[h].reg_ptr(r);
-        let first = u.expected_offset;
+        // Only 0 or BF_SIZE ever reaches `expected_offset` (doorbell_checked refuses
+        // other offsets); masked again so that no value of it addresses outside the page.
+        let first = u.expected_offset & BF_SIZE;
         for half in [first, first ^ BF_SIZE] {
             let p = base.wrapping_add(half as usize);
             // SAFETY: `p` is 8-aligned inside a live UAR page owned by this host; writers

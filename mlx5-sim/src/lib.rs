@@ -555,6 +555,10 @@ pub struct NicStats {
     pub bf_content_mismatch: u64,
     /// Doorbells not matching the last posted WQE (or naming an unknown QP / UAR).
     pub doorbell_mismatch: u64,
+    /// UAR writes (counted in `doorbells`) at an offset that is neither half of the
+    /// register (0 or the BlueFlame size): ignored, as a NIC ignores a store outside its
+    /// registers.
+    pub doorbell_bad_offset: u64,
     /// CQEs dropped on a full CQ.
     pub cq_overruns: u64,
     /// RNR NAKs received by requesters of this NIC.
