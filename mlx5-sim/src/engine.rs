@@ -1704,8 +1704,9 @@ pub(crate) fn scan_uars(st: &mut FabricState, h: usize) -> u64 {
             data[..8].copy_from_slice(&value);
             let len = bf_len(&value);
             let bf = read_bf_half(st, h, p, &value, &mut data[..len]);
-            // SAFETY: bytes 8..BF_SIZE of the half, inside the live page.
-            unsafe { std::ptr::write_bytes(p.add(8), 0, BF_SIZE as usize - 8) };
+            // SAFETY: bytes 8..BF_SIZE of the half, inside the live page (a writer may be
+            // storing to them: the shared-memory zeroing).
+            unsafe { crate::shared::zero(p.add(8), BF_SIZE as usize - 8) };
             doorbell_checked(st, h, r, half, value, bf.then_some(&data[..len]), Via::Memory);
         }
     }
@@ -1736,11 +1737,9 @@ fn read_bf_half(st: &FabricState, h: usize, p: *mut u8, value: &[u8; 8], data: &
         None => false,
     };
     for round in 0..4096 {
-        // SAFETY: bytes 8..len of the half, inside the live page; volatile because the
-        // writer may be storing to them concurrently.
-        for (i, b) in data.iter_mut().enumerate().skip(8) {
-            *b = unsafe { std::ptr::read_volatile(p.add(i)) };
-        }
+        // SAFETY: bytes 8..len of the half, inside the live page; the writer may be storing
+        // to them concurrently: the shared-memory copy (atomic loads).
+        unsafe { crate::shared::load(p.add(8), &mut data[8..]) };
         if data[8..].iter().all(|&b| b == 0) {
             return false;
         }

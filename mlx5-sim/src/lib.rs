@@ -28,6 +28,7 @@ mod lossy;
 mod mem;
 mod net;
 mod qp;
+mod shared;
 mod slots;
 mod srq;
 pub mod wire;

@@ -2,7 +2,8 @@
 //! and hands to the driver as raw pointers (the `mlx5dv_init_obj` view, spec §1.8).
 //!
 //! The driver reads and writes these bytes concurrently with the model, so the model never
-//! forms Rust references over them: it copies through raw pointers, loads doorbell-record
+//! forms Rust references over them: it copies through [`crate::shared`] (atomic accesses,
+//! its module documentation says why that is sound), loads doorbell-record
 //! words with `Acquire` and publishes a CQE's `op_own` byte with `Release` (spec §1.7, §5.5).
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
@@ -72,9 +73,9 @@ impl DevMem {
     pub(crate) fn read(&self, off: usize, out: &mut [u8]) -> bool {
         match off.checked_add(out.len()) {
             Some(end) if end <= self.len() => {
-                // SAFETY: [off, end) lies inside our allocation; `out` is a distinct local
-                // buffer, so the ranges cannot overlap.
-                unsafe { std::ptr::copy_nonoverlapping(self.ptr().add(off), out.as_mut_ptr(), out.len()) };
+                // SAFETY: [off, end) lies inside our allocation; the driver may write it
+                // meanwhile, hence the shared-memory copy.
+                unsafe { crate::shared::load(self.ptr().add(off), out) };
                 true
             }
             _ => false,
@@ -85,9 +86,9 @@ impl DevMem {
     pub(crate) fn write(&self, off: usize, data: &[u8]) -> bool {
         match off.checked_add(data.len()) {
             Some(end) if end <= self.len() => {
-                // SAFETY: [off, end) lies inside our allocation; `data` is not part of it
-                // (callers pass local buffers).
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr().add(off), data.len()) };
+                // SAFETY: [off, end) lies inside our allocation; the driver may read it
+                // meanwhile, hence the shared-memory copy.
+                unsafe { crate::shared::store(self.ptr().add(off), data) };
                 true
             }
             _ => false,
@@ -128,8 +129,8 @@ impl DevMem {
 
     /// Zeroes the whole block.
     pub(crate) fn zero(&self) {
-        // SAFETY: the whole allocation is ours.
-        unsafe { std::ptr::write_bytes(self.ptr(), 0, self.len()) }
+        // SAFETY: the whole allocation is ours; shared with the driver.
+        unsafe { crate::shared::zero(self.ptr(), self.len()) }
     }
 }
 

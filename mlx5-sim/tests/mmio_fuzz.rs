@@ -56,7 +56,8 @@ fn op() -> impl Strategy<Value = Op> {
 /// Runs `ops` against host A of a connected pair whose MR on host B is fenced
 /// by canaries; returns the pair and the fenced buffer for the checks.
 fn drive(mode: ExecMode, ops: &[Op]) -> (Pair, Vec<u8>, u64) {
-    let mut p = Pair::with(PairOpts { cfg: FabricConfig { mode, ..FabricConfig::default() }, ..PairOpts::default() });
+    let mut p =
+        Pair::with(PairOpts { cfg: FabricConfig { mode, ..FabricConfig::default() }, ..PairOpts::default() });
     let mut fenced = vec![CANARY; 3 * 4096];
     let reg = p.qa.res.uar_index;
     let mut bad = 0;
@@ -120,7 +121,10 @@ proptest! {
 #[test]
 fn a_doorbell_far_outside_the_register_is_counted_not_followed() {
     for mode in [ExecMode::Deterministic, ExecMode::Threaded, ExecMode::Watch] {
-        let p = Pair::with(PairOpts { cfg: FabricConfig { mode, ..FabricConfig::default() }, ..PairOpts::default() });
+        let p = Pair::with(PairOpts {
+            cfg: FabricConfig { mode, ..FabricConfig::default() },
+            ..PairOpts::default()
+        });
         for off in [0x4000_0000, 0x1000, 8, 257] {
             p.a.uar_write64(p.qa.res.uar_index, off, [0; 8]);
             p.a.tick();
