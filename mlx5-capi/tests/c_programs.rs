@@ -66,6 +66,13 @@ fn abi_ops_c_program() {
     build_and_run("abi_ops");
 }
 
+/// Watch mode executes a send queue whose doorbell record alone moved (no
+/// register store): fails if the watcher's scan stops reading records.
+#[test]
+fn doorbell_record_c_program() {
+    build_and_run("doorbell_record");
+}
+
 #[test]
 fn completion_c_program() {
     build_and_run("completion");
