@@ -93,6 +93,48 @@ int main(void) {
     CHECK(mlx5r_cqe_poll(cqa, &c) == MLX5R_CQE_EMPTY);
     CHECK(mlx5r_cq_check(acq) == MLX5R_OK);
 
+    /* Compression across ring laps: a 16-entry compressing CQ lapped about 20
+       times by bursts of 1 to 15 WRITEs (one doorbell each), so sessions start
+       anywhere, straddle the ring's end, follow one another across laps and
+       mix with lone uncompressed CQEs. Each burst comes back one CQE per
+       WRITE, in order; a poller that did not give a consumed session's slots
+       back (op_own 0xF0) would take a stale title for a new CQE a lap later. */
+    mlx5r_cq_obj *zcq;
+    mlx5r_cq_attr za = {.cqe = 16, .compression = MLX5R_CQE_COMP_CSUM};
+    OK(mlx5r_cq_create_ex(ca, &za, &zcq));
+    mlx5r_cq_raw zr;
+    OK(mlx5r_cq_raw_get(zcq, &zr));
+    mlx5r_qp *qz, *qy;
+    mlx5r_qp_attr zq = {.qp_type = MLX5R_QPT_RC, .max_send_wr = 32, .max_recv_wr = 1, .max_send_sge = 1,
+                        .max_recv_sge = 1};
+    OK(mlx5r_qp_create(ca, pa, zcq, zcq, NULL, &zq, &qz));
+    OK(mlx5r_qp_create(cb, pb, bcq, bcq, NULL, &zq, &qy));
+    rc_connect(qz, qy);
+    const mlx5r_sq *zsq = mlx5r_qp_sq(qz);
+    const mlx5r_cq *zdesc = mlx5r_cq_desc(zcq);
+    uint64_t next = 0, total = 0;
+    for (int r = 0; total < 20 * (uint64_t)zr.cqe_cnt; r++) {
+        int n = (r * 7) % 15 + 1;
+        for (int i = 0; i < n; i++) {
+            mlx5r_sge g = {(uint64_t)(uintptr_t)(la + 64 * i), 64, lka};
+            w = (mlx5r_send_wr){.wr_id = next + i, .sg_list = &g, .num_sge = 1, .opcode = MLX5R_OPCODE_RDMA_WRITE,
+                                .send_flags = MLX5R_SEND_SIGNALED,
+                                .remote_addr = (uint64_t)(uintptr_t)(rb + 4096 + 64 * i), .rkey = rkb};
+            OK(mlx5r_send_wqe(zsq, &w));
+        }
+        mlx5r_db_ring(zsq, 0);
+        for (int i = 0; i < n; i++) {
+            CHECK(poll_one(zdesc, &c) == MLX5R_CQE_OK && c.format == 0 && c.wqe_opcode == 0x08);
+            OK(mlx5r_sq_retire(zsq, c.wqe_counter, &wr));
+            CHECK(wr == next + i);
+        }
+        CHECK(mlx5r_cqe_poll(zdesc, &c) == MLX5R_CQE_EMPTY);
+        next += n;
+        total += n;
+    }
+    CHECK(mlx5r_cq_check(zcq) == MLX5R_OK);
+    mlx5r_qp_free(qz); mlx5r_qp_free(qy); mlx5r_cq_free(zcq);
+
     /* Overrun: a 4-entry CQ nobody polls. */
     mlx5r_cq_obj *small;
     mlx5r_cq_attr sa = {.cqe = 3};
