@@ -12,6 +12,7 @@
 #![cfg_attr(feature = "sim", doc = "")]
 #![cfg_attr(feature = "sim", doc = include_str!("../README.md"))]
 #![deny(missing_docs, missing_debug_implementations)]
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 pub use mlx5_api::*;
 /// The hardware backend (feature `hw`).
 #[cfg(feature = "hw")]

@@ -551,7 +551,12 @@ proptest! {
 /// op that consumes one. Sessions then start anywhere in the ring, straddle
 /// its end and follow uncompressed CQEs (a burst of one, a lone READ among
 /// SENDs). Returns (receiver, sender) completions and the sender CQ's laps.
-fn run_lapping(ops: &[Op], burst: usize, cq_size: u32, compression: Option<MiniCqeFormat>) -> (Seen, Seen, u32) {
+fn run_lapping(
+    ops: &[Op],
+    burst: usize,
+    cq_size: u32,
+    compression: Option<MiniCqeFormat>,
+) -> (Seen, Seen, u32) {
     let (_f, a, b) = pair_with(
         ExecMode::Deterministic,
         move || match compression {
@@ -582,7 +587,11 @@ fn run_lapping(ops: &[Op], burst: usize, cq_size: u32, compression: Option<MiniC
                 }
                 Op::Send { len, signaled } => {
                     let f = if signaled { WqeFlags::SIGNALED } else { WqeFlags::default() };
-                    w.ctrl_send(f).unwrap().sge(Sge::new(a.mr.addr(), len, a.mr.lkey())).unwrap().finish_batch()
+                    w.ctrl_send(f)
+                        .unwrap()
+                        .sge(Sge::new(a.mr.addr(), len, a.mr.lkey()))
+                        .unwrap()
+                        .finish_batch()
                 }
                 Op::SendImm { len, imm } => w
                     .ctrl_send_imm(WqeFlags::SIGNALED, imm)

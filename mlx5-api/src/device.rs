@@ -446,7 +446,10 @@ impl<B: Backend> ProtectionDomain<B> {
         len: usize,
         access: AccessFlags,
     ) -> Result<MemoryRegion<B>> {
-        let (raw, lkey, rkey) = B::reg_mr(&self.inner.ctx.raw, &self.inner.raw, addr, len, access)?;
+        // SAFETY: the caller keeps the range valid until the region is
+        // dropped (this function's contract is `reg_mr`'s).
+        let (raw, lkey, rkey) =
+            unsafe { B::reg_mr(&self.inner.ctx.raw, &self.inner.raw, addr, len, access) }?;
         Ok(MemoryRegion { raw, lkey, rkey, addr, len, access, _buf: None, _pd: self.inner.clone() })
     }
 }

@@ -18,6 +18,7 @@
 //! `CompletionQueue`'s boxed callback, which `MonoCq` avoids).
 
 #![deny(missing_docs, missing_debug_implementations)]
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 #![cfg_attr(not(feature = "std"), no_std)]
 
 pub mod ring;

@@ -281,8 +281,8 @@ macro_rules! send_queue {
         }
         /// The SQ doorbell record word as the device reads it (host value).
         pub fn sq_dbrec(&self) -> u32 {
-            // SAFETY: the doorbell record lives as long as the QP.
             u32::from_be(
+                // SAFETY: the doorbell record lives as long as the QP.
                 unsafe { std::sync::atomic::AtomicU32::from_ptr(self.wq.sq.desc.dbrec) }
                     .load(std::sync::atomic::Ordering::Acquire),
             )

@@ -312,7 +312,7 @@ mod tests {
     fn retire_walks_unsignaled_wqes_and_drops_their_entries() {
         let t = Tracker::new(8);
         let live = Rc::new(());
-        // SAFETY (here and below): slots below 8.
+        // SAFETY: slots below 8.
         unsafe {
             t.record(0, 1, live.clone());
             t.record(1, 3, live.clone());
@@ -320,10 +320,12 @@ mod tests {
         }
         assert_eq!(Rc::strong_count(&live), 4);
         let pi = AtomicU32::new(4);
-        // SAFETY (retire): no other thread.
+        // SAFETY: no other thread retires.
         assert!(unsafe { t.retire(&pi, 0, 2) }.is_none(), "2 is inside a WQE, not its start");
+        // SAFETY: as above.
         assert!(unsafe { t.retire(&pi, 0, 4) }.is_none(), "4 is not posted");
         assert_eq!(Rc::strong_count(&live), 4, "a failed retire changes nothing");
+        // SAFETY: as above.
         let r = unsafe { t.retire(&pi, 0, 3) }.unwrap();
         assert_eq!(r.ci, 4);
         drop(r);

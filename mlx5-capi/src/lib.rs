@@ -20,6 +20,7 @@
 //! are refused with `MLX5R_ERR_INVALID`, never dereferenced.
 
 #![deny(missing_docs, missing_debug_implementations)]
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 pub mod codes;
 pub mod completion;
 pub mod objects;

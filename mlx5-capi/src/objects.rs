@@ -629,7 +629,7 @@ macro_rules! with_qp {
 }
 
 fn sq_of<B: mlx5_api::Backend>(q: &AnyQp<B>) -> *const SqDesc {
-    // SAFETY (each arm): the C side posts through the descriptor only.
+    // SAFETY: (each arm) the C side posts through the descriptor only.
     unsafe {
         match q {
             AnyQp::Rc(q) => q.sq_desc(),
@@ -641,7 +641,7 @@ fn sq_of<B: mlx5_api::Backend>(q: &AnyQp<B>) -> *const SqDesc {
 }
 
 fn rq_of<B: mlx5_api::Backend>(q: &AnyQp<B>) -> *const RqDesc {
-    // SAFETY (each arm): as in `sq_of`.
+    // SAFETY: (each arm) as in `sq_of`.
     let r = unsafe {
         match q {
             AnyQp::Rc(q) => q.rq_desc(),

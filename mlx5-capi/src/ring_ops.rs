@@ -146,6 +146,7 @@ pub unsafe extern "C" fn mlx5r_sq_prefetch(sq: *const SqDesc) {
 /// As `mlx5r_send_wqe`; no other thread writes the same register meanwhile.
 #[no_mangle]
 pub unsafe extern "C" fn mlx5r_db_ring(sq: *const SqDesc, flags: u32) -> i32 {
+    // SAFETY: not null, so a live descriptor (caller contract).
     if sq.is_null() || unsafe { (*sq).bf.is_null() } {
         return MLX5R_ERR_INVALID;
     }
@@ -178,6 +179,7 @@ pub unsafe extern "C" fn mlx5r_recv_wqe(
     num_sge: u32,
     wr_id: u64,
 ) -> i32 {
+    // SAFETY: `sges` has `num_sge` entries (caller contract).
     let Some(sges) = (unsafe { sge_slice(sges, num_sge) }) else { return MLX5R_ERR_INVALID };
     if rq.is_null() {
         return MLX5R_ERR_INVALID;
@@ -201,6 +203,7 @@ pub unsafe extern "C" fn mlx5r_srq_recv_wqe(
     num_sge: u32,
     wr_id: u64,
 ) -> i32 {
+    // SAFETY: `sges` has `num_sge` entries (caller contract).
     let Some(sges) = (unsafe { sge_slice(sges, num_sge) }) else { return MLX5R_ERR_INVALID };
     if srq.is_null() {
         return MLX5R_ERR_INVALID;
@@ -344,6 +347,7 @@ pub unsafe extern "C" fn mlx5r_rq_retire(rq: *const RqDesc, wqe_counter: u16, wr
 /// As `mlx5r_sq_retire`; the index names an outstanding WQE.
 #[no_mangle]
 pub unsafe extern "C" fn mlx5r_srq_free(srq: *const SrqDesc, index: u16, wr_id: *mut u64) -> i32 {
+    // SAFETY: not null, so a live descriptor (caller contract).
     if srq.is_null() || index as u32 >= unsafe { (*srq).wqe_cnt } {
         return MLX5R_ERR_INVALID;
     }

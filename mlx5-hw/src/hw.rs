@@ -974,10 +974,10 @@ pub fn send_ops(kind: QpKind) -> Option<u64> {
 /// `ctx` is null or points at a live `u32`.
 unsafe fn object_number(ctx: *mut c_void) -> u32 {
     let p = ctx as *const u32;
-    // SAFETY: caller contract.
     if p.is_null() {
         0
     } else {
+        // SAFETY: not null, so a live `u32` (caller contract).
         unsafe { *p }
     }
 }

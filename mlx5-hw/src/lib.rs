@@ -25,6 +25,7 @@
 //! are installed (and reported ignored, with the reason, where not).
 
 #![deny(missing_docs, missing_debug_implementations)]
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 pub(crate) mod async_events;
 /// mlx5 devices without the dynamically connected transport.
 pub mod dc_parts;

@@ -131,7 +131,7 @@ impl Rdma {
     pub fn load_from(verbs_file: &str, mlx5_file: &str) -> Result<Self, HwError> {
         let verbs = open(verbs_file)?;
         let v = verbs_file;
-        // SAFETY (every `sym` below): each type alias in `ffi` is the v44
+        // SAFETY: (every `sym` below) each type alias in `ffi` is the v44
         // prototype of the symbol of that name.
         unsafe {
             let get_device_list = sym(&verbs, v, "ibv_get_device_list")?;

@@ -14,6 +14,7 @@
 //! pcap file.
 
 #![deny(missing_docs, missing_debug_implementations)]
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 mod arena;
 mod cq;

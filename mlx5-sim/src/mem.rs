@@ -55,7 +55,8 @@ impl DevMem {
             return None;
         }
         let mut m = DevMem::new(len.max(1).checked_add(off)?, PAGE)?;
-        // SAFETY (pointer arithmetic only): off < the allocation's length.
+        // SAFETY: pointer arithmetic only; off < the allocation's length, so the result is
+        // inside it and non-null.
         m.ptr = unsafe { NonNull::new_unchecked(m.ptr.as_ptr().add(off)) };
         m.off = off as u16;
         Some(m)

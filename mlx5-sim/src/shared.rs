@@ -58,9 +58,9 @@ pub(crate) unsafe fn load(src: *const u8, out: &mut [u8]) {
         let v = unsafe { AtomicU64::from_ptr(src.add(at).cast::<u64>().cast_mut()) }.load(Relaxed);
         out[at..at + 8].copy_from_slice(&v.to_ne_bytes());
     }
-    for i in head + 8 * words..n {
+    for (i, o) in out.iter_mut().enumerate().skip(head + 8 * words) {
         // SAFETY: inside the range (caller contract).
-        out[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Relaxed);
+        *o = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Relaxed);
     }
 }
 

@@ -11,6 +11,7 @@
 //! SEND and the whole round trip for READ and atomics, as perftest does.
 
 #![deny(missing_docs, missing_debug_implementations)]
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 pub mod devinfo;
 pub mod engine;
 pub mod exchange;

@@ -185,7 +185,7 @@ pub(crate) fn check_ptr<T>(arg: DescArg, p: *const T, align: usize) -> Result<()
         return Err(DescError::Null { arg });
     }
     let addr = p as usize;
-    if addr % align != 0 {
+    if !addr.is_multiple_of(align) {
         return Err(DescError::Misaligned { arg, addr, align });
     }
     Ok(())

@@ -197,10 +197,13 @@ pub unsafe fn send_wqe(sq: &SqDesc, wr: &SendWr) -> Result<(), PostError> {
         i += 3;
     }
     if matches!(shape, Shape::Write | Shape::Read | Shape::Atomic) {
+        // SAFETY: DS `i` lies inside the checked DS budget of a free slot;
+        // a 16-byte segment never straddles the ring end (spec §1.3).
         set_raddr_seg(unsafe { &mut *sq.ds_ptr(start, i) }, wr.remote_addr, wr.rkey);
         i += 1;
     }
     if shape == Shape::Atomic {
+        // SAFETY: as for the remote address segment.
         set_atomic_seg(unsafe { &mut *sq.ds_ptr(start, i) }, op, wr.swap, wr.compare_add);
         i += 1;
     }
@@ -222,6 +225,8 @@ pub unsafe fn send_wqe(sq: &SqDesc, wr: &SendWr) -> Result<(), PostError> {
         }
     } else {
         for s in sges.iter().filter(|s| s.len != 0) {
+            // SAFETY: as for the remote address segment: one DS per non-empty
+            // entry, all counted in the checked budget.
             set_data_ptr_seg(unsafe { &mut *sq.ds_ptr(start, i) }, s.len, s.lkey, s.addr);
             i += 1;
         }
@@ -240,6 +245,8 @@ pub unsafe fn send_wqe(sq: &SqDesc, wr: &SendWr) -> Result<(), PostError> {
         opcode::SEND_IMM | opcode::RDMA_WRITE_IMM | opcode::SEND_INVAL => wr.imm.to_be_bytes(),
         _ => [0; 4],
     };
+    // SAFETY: DS 0 of the free slot at the producer counter, which opens a
+    // WQEBB and so never straddles the ring end.
     set_ctrl_seg(unsafe { &mut *sq.ds_ptr(start, 0) }, start, op, 0, sq.qpn, flags, ds, imm);
     if !sq.wrid.is_null() {
         // SAFETY: `wrid` has wqe_cnt entries (field contract).
