@@ -74,20 +74,20 @@ impl AddressVector {
                 Ok(Self::ib_grh(remote.lid, sl, &IbGrh::from_port(local, gid)))
             }
             (LinkLayer::InfiniBand, None, None) if local.grh_required => {
-                Err(Error::InvalidArgument(format!(
-                    "port {} requires a GRH: the peer (QPN 0x{:x}) must send its GID",
-                    local.port_num, remote.qpn
-                )))
+                Err(Error::InvalidArgument(crate::error::InvalidArgument::GrhRequired {
+                    port: local.port_num,
+                    peer_qpn: remote.qpn,
+                }))
             }
             (LinkLayer::InfiniBand, _, None) => Ok(Self::ib(remote.lid, sl)),
             (LinkLayer::Ethernet, Some(gid), Some(mac)) => {
                 Ok(Self::roce_v2(&RoceAv { priority: sl & 7, ..RoceAv::from_port(local, gid, mac) }))
             }
-            (l, gid, mac) => Err(Error::InvalidArgument(format!(
-                "peer address (GID {}, MAC {}) does not fit the local {l} port",
-                if gid.is_some() { "given" } else { "missing" },
-                if mac.is_some() { "given" } else { "missing" },
-            ))),
+            (link, gid, mac) => Err(Error::InvalidArgument(crate::error::InvalidArgument::PeerAddress {
+                link,
+                gid: gid.is_some(),
+                mac: mac.is_some(),
+            })),
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::connect::QpConfig;
 use crate::cq::{AsCq, Completion, CompletionQueue, CqShared, MonoCq};
 use crate::cq_config::{CqConfig, CqeSize};
 use crate::ctx::{CtxInner, PdInner};
-use crate::error::{Error, Queue, Result};
+use crate::error::{Arg, Error, InvalidArgument, Queue, Result, Unsupported};
 use crate::qp::{Dci, Dct, QpParts, QpShared, RcQp, UdQp};
 use crate::ring::{RqDesc, Sge, SqDesc, SqKind};
 use crate::sizing::{qp_geometry, srq_geometry, QpGeometry};
@@ -99,13 +99,15 @@ impl<B: Backend> Context<B> {
     fn cq_shared<T>(&self, config: CqConfig<'_, B>) -> Result<Rc<CqShared<B, T>>> {
         let cqe = config.cqe;
         if cqe == 0 || cqe > self.inner.caps.max_cqe {
-            return Err(Error::InvalidArgument(format!(
-                "CQ size {cqe} not in 1..={}",
-                self.inner.caps.max_cqe
-            )));
+            return Err(Error::InvalidArgument(InvalidArgument::OutOfRange {
+                arg: Arg::CqSize,
+                value: cqe.into(),
+                min: 1,
+                max: self.inner.caps.max_cqe.into(),
+            }));
         }
         if config.compression.is_some() && config.cqe_size == CqeSize::B128 {
-            return Err(Error::Unsupported("CQE compression with 128-byte CQEs".into()));
+            return Err(Error::Unsupported(Unsupported::CompressionWith128ByteCqes));
         }
         let channel = config.channel.map(|c| c.inner.clone());
         if let Some(ch) = &channel {
@@ -280,12 +282,15 @@ impl<B: Backend> Context<B> {
             return Err(foreign("SRQ", s.ctx_id()));
         }
         if matches!(kind, QpKind::Dci | QpKind::Dct) && !self.inner.caps.dc {
-            return Err(Error::Unsupported(
-                "DC: this device has no dynamically connected transport (e.g. a ConnectX-4 Lx)".into(),
-            ));
+            return Err(Error::Unsupported(Unsupported::DcTransport));
         }
         if config.psn > 0xff_ffff {
-            return Err(Error::InvalidArgument(format!("PSN {:#x} does not fit in 24 bits", config.psn)));
+            return Err(Error::InvalidArgument(InvalidArgument::OutOfRange {
+                arg: Arg::Psn,
+                value: config.psn.into(),
+                min: 0,
+                max: 0xff_ffff,
+            }));
         }
         let caps = QpCaps {
             max_send_wr: config.max_send_wr,
@@ -463,11 +468,11 @@ struct PageBuf {
 impl PageBuf {
     fn new(len: usize) -> Result<Self> {
         let layout = Layout::from_size_align(len.max(1), 4096)
-            .map_err(|e| Error::InvalidArgument(format!("MR length {len}: {e}")))?;
+            .map_err(|_| Error::InvalidArgument(InvalidArgument::Alloc { bytes: len }))?;
         // SAFETY: layout has non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
-            return Err(Error::InvalidArgument(format!("cannot allocate {len} bytes")));
+            return Err(Error::InvalidArgument(InvalidArgument::Alloc { bytes: len }));
         }
         Ok(PageBuf { ptr, layout })
     }
@@ -539,10 +544,11 @@ impl<B: Backend> MemoryRegion<B> {
 
     fn check(&self, offset: usize, n: usize) -> Result<()> {
         if offset.checked_add(n).is_none_or(|end| end > self.len) {
-            return Err(Error::InvalidArgument(format!(
-                "range {offset}+{n} outside MR of {} bytes",
-                self.len
-            )));
+            return Err(Error::InvalidArgument(InvalidArgument::OutsideMr {
+                offset,
+                len: n,
+                mr_len: self.len,
+            }));
         }
         Ok(())
     }

@@ -1,7 +1,8 @@
 //! Typed errors of the front-end: post-time limits (checked before any byte
 //! of the offending segment lands in the ring) and control-path failures.
 
-use crate::types::QpState;
+use crate::backend::QpKind;
+use crate::types::{LinkLayer, QpState};
 
 /// Every failure the front-end reports. Post-path variants carry the values
 /// that were out of range so that a caller can act on them.
@@ -90,16 +91,18 @@ pub enum Error {
         /// The state asked for.
         to: QpState,
     },
-    /// A configuration value out of range (queue sizes, CQE size, ...).
+    /// A configuration value out of range or a call that does not apply
+    /// to this object: [`InvalidArgument`] says which and why.
     #[error("invalid argument: {0}")]
-    InvalidArgument(String),
-    /// The backend (simulator or hardware) refused a control-path request.
+    InvalidArgument(InvalidArgument),
+    /// The backend (simulator or hardware) refused a control-path request:
+    /// [`BackendError`] says what it refused, with its errno where it has one.
     #[error("{op} failed: {reason}")]
     Backend {
         /// The operation (the verbs call or step).
         op: &'static str,
         /// Why it failed.
-        reason: String,
+        reason: BackendError,
     },
     /// An object of one context used with another (each `open()` is its own
     /// context; the kernel keeps objects per context and refuses the mix).
@@ -125,10 +128,10 @@ pub enum Error {
         /// The largest value accepted.
         max: u32,
     },
-    /// The device or this library cannot do what was asked (e.g. CQE
-    /// compression with 128-byte CQEs, a format the device's caps lack).
+    /// The device or this library cannot do what was asked:
+    /// [`Unsupported`] says what.
     #[error("unsupported: {0}")]
-    Unsupported(String),
+    Unsupported(Unsupported),
     /// The CQ is in error: it received more CQEs than it holds (the user
     /// stopped polling), completions were lost and the QPs using it moved to
     /// ERR. Recreate the CQ and its QPs.
@@ -208,7 +211,292 @@ impl From<crate::ring::PostError> for Error {
             P::WqeTooLarge { ds, max } => Error::WqeTooLarge { ds, max },
             P::MessageTooLong { len, max } => Error::MessageTooLong { len, max },
             P::SgeTooLong { len } => Error::SgeTooLong { len },
-            other => Error::InvalidArgument(other.to_string()),
+            other => Error::InvalidArgument(InvalidArgument::Wqe(other)),
         }
     }
+}
+
+/// Which configuration value [`InvalidArgument::OutOfRange`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Arg {
+    /// A CQ's number of entries (`create_cq`).
+    CqSize,
+    /// A QP's starting packet sequence number (24 bits).
+    Psn,
+    /// A QP's `max_send_wr`.
+    MaxSendWr,
+    /// The length of an atomic's result buffer.
+    AtomicResultLen,
+    /// A port number.
+    Port,
+}
+
+impl std::fmt::Display for Arg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Arg::CqSize => "CQ size",
+            Arg::Psn => "PSN",
+            Arg::MaxSendWr => "max_send_wr",
+            Arg::AtomicResultLen => "atomic result length",
+            Arg::Port => "port",
+        })
+    }
+}
+
+/// Why a call's arguments were refused ([`Error::InvalidArgument`]).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InvalidArgument {
+    /// A value outside the range this device or the wire format accepts.
+    #[error("{arg} {value:#x} not in {min:#x}..={max:#x}")]
+    OutOfRange {
+        /// Which value.
+        arg: Arg,
+        /// What was given.
+        value: u64,
+        /// The smallest accepted.
+        min: u64,
+        /// The largest accepted.
+        max: u64,
+    },
+    /// A byte range that does not lie inside the memory region.
+    #[error("range {offset}+{len} outside MR of {mr_len} bytes")]
+    OutsideMr {
+        /// Bytes from the region's start.
+        offset: usize,
+        /// Bytes asked for.
+        len: usize,
+        /// The region's length.
+        mr_len: usize,
+    },
+    /// The port requires a GRH (RoCE, or an InfiniBand port that says so)
+    /// and the peer's connection info has no GID.
+    #[error("port {port} requires a GRH: the peer (QPN {peer_qpn:#x}) must send its GID")]
+    GrhRequired {
+        /// The local port.
+        port: u8,
+        /// The peer's QP number.
+        peer_qpn: u32,
+    },
+    /// The peer's address does not fit the local port's link layer
+    /// (InfiniBand: a LID; RoCE: a GID and a MAC).
+    #[error(
+        "peer address (GID {}, MAC {}) does not fit the local {link} port",
+        if *.gid { "given" } else { "missing" },
+        if *.mac { "given" } else { "missing" }
+    )]
+    PeerAddress {
+        /// The local port's link layer.
+        link: LinkLayer,
+        /// Whether the peer gave a GID.
+        gid: bool,
+        /// Whether the peer gave a MAC.
+        mac: bool,
+    },
+    /// An RC QP was activated without its peer's connection info.
+    #[error("an RC QP connects to a peer: ConnectParams::to(peer.local_info()?)")]
+    RcNeedsPeer,
+    /// Connection info given to a QP type that addresses each WQE instead.
+    #[error("ConnectParams::remote is for RC QPs; {kind:?} addresses each WQE")]
+    RemoteNotForThisKind {
+        /// The QP's type.
+        kind: QpKind,
+    },
+    /// `skip_sq` on a send queue with work outstanding.
+    #[error("skip_sq needs an empty send queue ({outstanding} WQEBBs outstanding)")]
+    SendQueueNotEmpty {
+        /// WQEBBs posted and not retired.
+        outstanding: u32,
+    },
+    /// A receive posted to a QP whose receives come from an SRQ.
+    #[error("this QP receives from an SRQ: post there")]
+    ReceivesFromSrq,
+    /// A receive posted to a QP with no receive queue (a DCI, a DCT).
+    #[error("this QP has no receive queue")]
+    NoReceiveQueue,
+    /// A DCT-only call on another QP type.
+    #[error("not a DCT")]
+    NotADct,
+    /// A DCT created without the SRQ it receives on.
+    #[error("a DCT needs an SRQ")]
+    DctNeedsSrq,
+    /// The device's largest send descriptor is smaller than one WQEBB.
+    #[error("the device's send descriptor ({bytes} bytes) is smaller than one WQEBB")]
+    DeviceDescriptorTooSmall {
+        /// `max_wqe_sz_sq` as the device reports it.
+        bytes: u32,
+    },
+    /// An SRQ larger than the device allows.
+    #[error(
+        "SRQ of {max_wr} WQEs x {max_sge} SGEs exceeds the device limits ({dev_wr} WQEs, {dev_sge} SGEs)"
+    )]
+    SrqTooLarge {
+        /// WQEs asked for.
+        max_wr: u32,
+        /// SGEs per WQE asked for.
+        max_sge: u32,
+        /// The device's `max_qp_wr`.
+        dev_wr: u32,
+        /// The device's `max_sge`.
+        dev_sge: u32,
+    },
+    /// A QP state change the hardware backend cannot express (its attribute
+    /// mask table has no entry for it).
+    #[error("{kind:?}: {why}")]
+    Transition {
+        /// The QP's type.
+        kind: QpKind,
+        /// What is missing or not allowed.
+        why: TransitionProblem,
+    },
+    /// A WQE the ring core refused for a reason the front-end has no
+    /// variant of its own for (an opcode this QP cannot send, a malformed
+    /// atomic, a missing address vector, inline data where not allowed).
+    #[error("{0}")]
+    Wqe(crate::ring::PostError),
+    /// Memory could not be allocated for a buffer of this many bytes.
+    #[error("cannot allocate {bytes} bytes")]
+    Alloc {
+        /// Bytes asked for.
+        bytes: usize,
+    },
+}
+
+/// What [`InvalidArgument::Transition`] found wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransitionProblem {
+    /// A path MTU that is not 256, 512, 1024, 2048 or 4096 bytes.
+    PathMtu(u32),
+    /// A UD QP needs a Q_Key at RESET→INIT.
+    NoQkey,
+    /// RC INIT→RTR needs the remote QP's info.
+    NoRemote,
+    /// A DCT has no RTS state: it is final at RTR.
+    DctRts,
+    /// SQE→RTS is for UD QPs.
+    SqeToRts,
+    /// Only RESET and ERR are direct moves.
+    DirectMove(QpState),
+    /// A transition the table does not list.
+    NotInTable,
+    /// A RoCE peer without a GID, or an InfiniBand peer whose GID the port cannot route.
+    PeerAddress,
+}
+
+impl std::fmt::Display for TransitionProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TransitionProblem::PathMtu(b) => {
+                write!(f, "path MTU {b} is not one of 256, 512, 1024, 2048, 4096")
+            }
+            TransitionProblem::NoQkey => f.write_str("a UD QP needs a Q_Key at RESET→INIT"),
+            TransitionProblem::NoRemote => f.write_str("RC INIT→RTR needs the remote QP's info"),
+            TransitionProblem::DctRts => f.write_str("a DCT has no RTS state: it is final at RTR"),
+            TransitionProblem::SqeToRts => f.write_str("SQE→RTS is for UD QPs"),
+            TransitionProblem::DirectMove(s) => {
+                write!(f, "QpTransition::To({s:?}): only Reset and Err are direct moves")
+            }
+            TransitionProblem::NotInTable => f.write_str("a transition the state table does not list"),
+            TransitionProblem::PeerAddress => f.write_str("the peer's address does not fit the port"),
+        }
+    }
+}
+
+/// What the device or this library cannot do ([`Error::Unsupported`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unsupported {
+    /// CQE compression with 128-byte CQEs.
+    #[error("CQE compression with 128-byte CQEs")]
+    CompressionWith128ByteCqes,
+    /// The device has no dynamically connected transport (a ConnectX-4 Lx),
+    /// or refused a DC QP (EOPNOTSUPP).
+    #[error("DC: this device has no dynamically connected transport (e.g. a ConnectX-4 Lx)")]
+    DcTransport,
+    /// The backend has no completion channels (the ring-only backend).
+    #[error("this backend has no completion channels")]
+    CompletionChannels,
+    /// A dedicated doorbell register (a thread domain) on hardware.
+    #[error("a dedicated doorbell register (thread domain) is not supported on hardware yet")]
+    DedicatedUar,
+    /// A resource the hardware backend's device description lacks
+    /// (e.g. a BlueFlame register size it cannot use).
+    #[error("{op}: the device's {what} is not usable")]
+    Resource {
+        /// The call or step.
+        op: &'static str,
+        /// The resource.
+        what: &'static str,
+    },
+}
+
+/// What a backend refused ([`Error::Backend`]).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The backend refused with this errno (the simulator answers as the
+    /// kernel would: `ENOENT` for an unknown object, `EINVAL`, `EBUSY`,
+    /// `EOPNOTSUPP`, `ENOMEM`); `detail` is its own account.
+    #[error("errno {errno}: {detail}")]
+    Refused {
+        /// The errno.
+        errno: i32,
+        /// The backend's words.
+        detail: String,
+    },
+    /// A shared library of rdma-core could not be loaded.
+    #[error("{file} could not be loaded: {reason}")]
+    LibraryNotFound {
+        /// The file name.
+        file: String,
+        /// The dynamic loader's words.
+        reason: String,
+    },
+    /// rdma-core lacks a symbol this backend needs (too old).
+    #[error("symbol {symbol} is missing from {file}")]
+    SymbolMissing {
+        /// The file name.
+        file: String,
+        /// The symbol.
+        symbol: &'static str,
+    },
+    /// No RDMA device at all (`errno` from `ibv_get_device_list`, if any).
+    #[error("no RDMA device{}", match errno { Some(e) => format!(" (errno {e})"), None => String::new() })]
+    NoDevice {
+        /// The errno.
+        errno: Option<i32>,
+    },
+    /// The device named is not an mlx5 (ConnectX) device.
+    #[error("device {name} is not an mlx5 (ConnectX) device")]
+    NotMlx5 {
+        /// Its name.
+        name: String,
+    },
+    /// No device of that name.
+    #[error("no RDMA device named {name} (found: {})", available.join(", "))]
+    DeviceNotFound {
+        /// The name asked for.
+        name: String,
+        /// The devices there are.
+        available: Vec<String>,
+    },
+    /// A port attribute this library does not know.
+    #[error("port {port}: unknown {what}")]
+    UnknownPortAttr {
+        /// The port.
+        port: u8,
+        /// `link layer` or `active MTU`.
+        what: &'static str,
+    },
+    /// A DCT asked for its number before RTR.
+    #[error("the DCT has no number (not in RTR?)")]
+    NoDctNumber,
+    /// The backend failed without an errno (`detail` says how).
+    #[error("{detail}")]
+    Other {
+        /// The backend's words.
+        detail: String,
+    },
 }

@@ -88,7 +88,7 @@ pub use {
     },
     cq_config::{CqConfig, CqeSize, MiniCqeFormat},
     device::{Context, Device, MemoryRegion, ProtectionDomain},
-    error::{Error, Result},
+    error::{Arg, BackendError, Error, InvalidArgument, Queue, Result, TransitionProblem, Unsupported},
     qp::{Dci, Dct, RcQp, UdQp},
     ring::cqe::Cqe as CqeFields,
     ring::{CqeError, Gid, Sge, Status, Syndrome},

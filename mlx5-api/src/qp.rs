@@ -124,10 +124,10 @@ impl<B: Backend, T> QpShared<B, T> {
             if r.gid.is_none() && r.mac.is_none() {
                 let port = self.port_info()?;
                 if port.grh_required && port.link_layer == LinkLayer::InfiniBand {
-                    return Err(Error::InvalidArgument(format!(
-                        "port {} requires a GRH: the peer's RemoteQpInfo (QPN 0x{:x}) needs its GID",
-                        self.port, r.qpn
-                    )));
+                    return Err(Error::InvalidArgument(crate::error::InvalidArgument::GrhRequired {
+                        port: self.port,
+                        peer_qpn: r.qpn,
+                    }));
                 }
             }
         }
@@ -156,14 +156,12 @@ impl<B: Backend, T> QpShared<B, T> {
     /// (refused if given).
     fn peer(&self, p: &ConnectParams) -> Result<Option<RemoteQpInfo>> {
         match (self.wq.kind, &p.remote) {
-            (QpKind::Rc, None) => Err(Error::InvalidArgument(
-                "an RC QP connects to a peer: ConnectParams::to(peer.local_info()?)".into(),
-            )),
+            (QpKind::Rc, None) => Err(Error::InvalidArgument(crate::error::InvalidArgument::RcNeedsPeer)),
             (QpKind::Rc, Some(r)) => Ok(Some(r.clone())),
             (_, None) => Ok(None),
-            (_, Some(_)) => Err(Error::InvalidArgument(
-                "ConnectParams::remote is for RC QPs; UD and DC address each WQE".into(),
-            )),
+            (kind, Some(_)) => {
+                Err(Error::InvalidArgument(crate::error::InvalidArgument::RemoteNotForThisKind { kind }))
+            }
         }
     }
 }
@@ -320,7 +318,9 @@ macro_rules! send_queue {
         pub unsafe fn skip_sq(&self, wqebbs: u32) -> Result<()> {
             let d = &self.wq.sq.desc;
             if d.producer() != d.consumer() {
-                return Err(Error::InvalidArgument("skip_sq needs an empty send queue".into()));
+                return Err(Error::InvalidArgument(crate::error::InvalidArgument::SendQueueNotEmpty {
+                    outstanding: d.producer().wrapping_sub(d.consumer()),
+                }));
             }
             let pi = d.producer().wrapping_add(wqebbs);
             for c in [&d.pi, &d.ci, &d.last] {
@@ -407,10 +407,10 @@ impl<B: Backend, T> WorkQueues<B, T> {
             return Error::QpState { qpn: self.qpn.get(), state, needed: QpState::Init };
         }
         if self.srq.is_some() {
-            return Error::InvalidArgument("this QP receives from an SRQ: post there".into());
+            return Error::InvalidArgument(crate::error::InvalidArgument::ReceivesFromSrq);
         }
         if !self.rq.exists() {
-            return Error::InvalidArgument("this QP has no receive queue".into());
+            return Error::InvalidArgument(crate::error::InvalidArgument::NoReceiveQueue);
         }
         debug_assert!(!self.rq.is_closed());
         e.into()

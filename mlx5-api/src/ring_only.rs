@@ -100,12 +100,12 @@ pub struct Region {
 }
 impl Region {
     fn new(len: usize) -> Result<Self> {
-        let layout =
-            Layout::from_size_align(len.max(64), 4096).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let alloc = || Error::InvalidArgument(crate::error::InvalidArgument::Alloc { bytes: len });
+        let layout = Layout::from_size_align(len.max(64), 4096).map_err(|_| alloc())?;
         // SAFETY: non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
-            return Err(Error::InvalidArgument(format!("cannot allocate {len} bytes")));
+            return Err(alloc());
         }
         Ok(Region { ptr, layout })
     }
@@ -234,7 +234,7 @@ impl<M: RoMode> Backend for RingOnly<M> {
         &cq.uar
     }
     fn create_channel(_: &RingOnlyDevice) -> Result<()> {
-        Err(Error::InvalidArgument("a ring-only device has no completion channels".into()))
+        Err(Error::Unsupported(crate::error::Unsupported::CompletionChannels))
     }
     fn channel_fd(_: &()) -> std::os::fd::RawFd {
         -1
@@ -296,7 +296,7 @@ impl<M: RoMode> Backend for RingOnly<M> {
     /// A ring-only DCT's number is its QPN with bit 23 set.
     fn dct_number(_: &RingOnlyDevice, qp: &RoQp) -> Result<u32> {
         if !qp.dct {
-            return Err(Error::InvalidArgument("not a DCT".into()));
+            return Err(Error::InvalidArgument(crate::error::InvalidArgument::NotADct));
         }
         Ok(qp.qpn | 0x80_0000)
     }

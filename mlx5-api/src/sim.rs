@@ -9,7 +9,7 @@ use crate::backend::{
     Backend, CqCreate, CqResources, QpCreate, QpKind, QpResources, QpTransition, SrqCreate, SrqResources,
 };
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{BackendError, Error, Result};
 use crate::ring::Gid;
 use crate::ring::{HostMmio, Mmio};
 use crate::types::{AccessFlags, DeviceCaps, LinkLayer, PortInfo, QpState};
@@ -74,7 +74,22 @@ pub fn two_hosts(mode: ExecMode) -> (Fabric, Device<Sim>, Device<Sim>) {
 }
 
 fn sim_err(op: &'static str) -> impl FnOnce(model::SimError) -> Error {
-    move |e| Error::Backend { op, reason: e.to_string() }
+    move |e| Error::Backend {
+        op,
+        reason: BackendError::Refused { errno: sim_errno(&e), detail: e.to_string() },
+    }
+}
+
+/// The errno the kernel would give for what the simulator refused.
+fn sim_errno(e: &model::SimError) -> i32 {
+    use model::SimError as S;
+    match e {
+        S::NoSuchPd(_) | S::NoSuchCq(_) | S::NoSuchQp(_) | S::NoSuchMr(_) | S::NoSuchSrq(_) => libc::ENOENT,
+        S::InvalidArgument { .. } | S::InvalidTransition { .. } => libc::EINVAL,
+        S::Busy { .. } => libc::EBUSY,
+        S::Unsupported { .. } => libc::EOPNOTSUPP,
+        S::OutOfMemory => libc::ENOMEM,
+    }
 }
 
 #[derive(Debug)]
@@ -230,7 +245,12 @@ impl Backend for Sim {
     fn query_port(ctx: &SimContext, port: u8) -> Result<PortInfo> {
         let i = ctx.nic.info();
         if port != i.port_num {
-            return Err(Error::InvalidArgument(format!("no port {port} (device has port {})", i.port_num)));
+            return Err(Error::InvalidArgument(crate::error::InvalidArgument::OutOfRange {
+                arg: crate::error::Arg::Port,
+                value: port.into(),
+                min: i.port_num.into(),
+                max: i.port_num.into(),
+            }));
         }
         Ok(PortInfo {
             port_num: i.port_num,

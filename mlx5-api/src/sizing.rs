@@ -69,13 +69,17 @@ pub fn qp_geometry(kind: QpKind, caps: &QpCaps, dev: &DeviceCaps) -> Result<QpGe
     let exceeded = |what, asked, max| Error::CapsExceeded { what, asked, max };
     // The post path relies on this: a WQE of one WQEBB always fits.
     if max_desc < WQEBB_BYTES {
-        return Err(Error::InvalidArgument(format!(
-            "the device's send descriptor ({} bytes) is smaller than one WQEBB",
-            dev.max_wqe_sz_sq
-        )));
+        return Err(Error::InvalidArgument(crate::error::InvalidArgument::DeviceDescriptorTooSmall {
+            bytes: dev.max_wqe_sz_sq,
+        }));
     }
     if caps.max_send_wr == 0 {
-        return Err(Error::InvalidArgument("max_send_wr must be at least 1".into()));
+        return Err(Error::InvalidArgument(crate::error::InvalidArgument::OutOfRange {
+            arg: crate::error::Arg::MaxSendWr,
+            value: 0,
+            min: 1,
+            max: dev.max_qp_wr.into(),
+        }));
     }
     if caps.max_send_wr > dev.max_qp_wr {
         return Err(exceeded("max_send_wr", caps.max_send_wr, dev.max_qp_wr));
@@ -129,10 +133,12 @@ pub fn qp_geometry(kind: QpKind, caps: &QpCaps, dev: &DeviceCaps) -> Result<QpGe
 /// `max_sge` data segments, at least 32, a power of two).
 pub fn srq_geometry(max_wr: u32, max_sge: u32, dev: &DeviceCaps) -> Result<(u32, u32)> {
     if max_wr == 0 || max_wr >= dev.max_qp_wr || max_sge > dev.max_sge {
-        return Err(Error::InvalidArgument(format!(
-            "SRQ of {max_wr} WQEs x {max_sge} SGEs exceeds the device limits ({} WQEs, {} SGEs)",
-            dev.max_qp_wr, dev.max_sge
-        )));
+        return Err(Error::InvalidArgument(crate::error::InvalidArgument::SrqTooLarge {
+            max_wr,
+            max_sge,
+            dev_wr: dev.max_qp_wr,
+            dev_sge: dev.max_sge,
+        }));
     }
     let wqe_cnt = (max_wr + 1).next_power_of_two();
     let stride = (DS_BYTES + DS_BYTES * max_sge.max(1)).max(32).next_power_of_two();
@@ -173,7 +179,10 @@ mod tests {
     fn a_send_descriptor_below_one_wqebb_is_refused() {
         let tiny = DeviceCaps { max_wqe_sz_sq: 48, ..cx5() };
         let e = qp_geometry(QpKind::Rc, &caps(1, 0, 0), &tiny).unwrap_err();
-        assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("48 bytes")), "{e}");
+        assert_eq!(
+            e,
+            Error::InvalidArgument(crate::error::InvalidArgument::DeviceDescriptorTooSmall { bytes: 48 })
+        );
         let g = qp_geometry(QpKind::Rc, &caps(1, 0, 0), &DeviceCaps { max_wqe_sz_sq: 64, ..cx5() }).unwrap();
         assert_eq!(g.max_wqe_ds, 4);
     }

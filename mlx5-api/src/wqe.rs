@@ -741,7 +741,12 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, NeedsResult> {
     #[inline(always)]
     pub fn result(mut self, sge: Sge) -> Result<WqeBuilder<'q, B, T, Complete>> {
         if sge.len != 8 {
-            return Err(Error::InvalidArgument(format!("an atomic result takes 8 bytes, not {}", sge.len)));
+            return Err(Error::InvalidArgument(crate::error::InvalidArgument::OutOfRange {
+                arg: crate::error::Arg::AtomicResultLen,
+                value: sge.len.into(),
+                min: 8,
+                max: 8,
+            }));
         }
         self.push_sge(sge.addr, 8, sge.lkey)?;
         Ok(self.to(Complete))

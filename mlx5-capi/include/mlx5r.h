@@ -128,6 +128,27 @@
 #define MLX5R_ERR_UNSUPPORTED -26
 
 /*
+ A QP capability (`max_send_wr`, `max_inline_data`, ...) above what the
+ device can size for this QP type.
+ */
+#define MLX5R_ERR_CAPS_EXCEEDED -27
+
+/*
+ A wait ran out of time.
+ */
+#define MLX5R_ERR_TIMEOUT -28
+
+/*
+ The device reported a fatal error: close its objects and the context.
+ */
+#define MLX5R_ERR_DEVICE_FATAL -29
+
+/*
+ The memory the backend gave for a queue is not a usable ring.
+ */
+#define MLX5R_ERR_BAD_QUEUE -30
+
+/*
  `mlx5r_cq_attr.compression`: no CQE compression.
  */
 #define MLX5R_CQE_COMP_NONE 0

@@ -158,15 +158,29 @@ impl From<HwError> for mlx5_api::Error {
     /// everything else (loading, no device, unsupported resources) becomes
     /// [`mlx5_api::Error::Backend`].
     fn from(e: HwError) -> Self {
+        use mlx5_api::BackendError as B;
         match e {
             HwError::Verbs { op, errno } => mlx5_api::Error::Verbs { op, errno, msg: strerror(errno) },
-            HwError::Unsupported { op, .. } => mlx5_api::Error::Backend { op, reason: e.to_string() },
-            HwError::NoErrno { op, reason } => mlx5_api::Error::Backend { op, reason },
-            HwError::LibraryNotFound { .. } | HwError::SymbolMissing { .. } => {
-                mlx5_api::Error::Backend { op: "load rdma-core", reason: e.to_string() }
+            HwError::Unsupported { op, what } => {
+                mlx5_api::Error::Backend { op, reason: B::Other { detail: what } }
             }
-            HwError::NoDevice { .. } | HwError::NotMlx5 { .. } | HwError::DeviceNotFound { .. } => {
-                mlx5_api::Error::Backend { op: "open device", reason: e.to_string() }
+            HwError::NoErrno { op, reason } => {
+                mlx5_api::Error::Backend { op, reason: B::Other { detail: reason } }
+            }
+            HwError::LibraryNotFound { file, reason } => {
+                mlx5_api::Error::Backend { op: "load rdma-core", reason: B::LibraryNotFound { file, reason } }
+            }
+            HwError::SymbolMissing { file, symbol } => {
+                mlx5_api::Error::Backend { op: "load rdma-core", reason: B::SymbolMissing { file, symbol } }
+            }
+            HwError::NoDevice { errno } => {
+                mlx5_api::Error::Backend { op: "open device", reason: B::NoDevice { errno } }
+            }
+            HwError::NotMlx5 { name } => {
+                mlx5_api::Error::Backend { op: "open device", reason: B::NotMlx5 { name } }
+            }
+            HwError::DeviceNotFound { name, available } => {
+                mlx5_api::Error::Backend { op: "open device", reason: B::DeviceNotFound { name, available } }
             }
         }
     }
@@ -217,17 +231,28 @@ mod tests {
             mlx5_api::Error::Verbs { op: "ibv_modify_qp", errno: libc::EINVAL, msg: strerror(libc::EINVAL) }
         );
         assert_eq!(strerror(libc::EINVAL), "Invalid argument");
-        let e: mlx5_api::Error = HwError::NoDevice { errno: None }.into();
-        assert!(matches!(e, mlx5_api::Error::Backend { op: "open device", .. }), "{e:?}");
+        use mlx5_api::BackendError as B;
+        let e: mlx5_api::Error = HwError::NoDevice { errno: Some(libc::ENOSYS) }.into();
+        assert_eq!(
+            e,
+            mlx5_api::Error::Backend { op: "open device", reason: B::NoDevice { errno: Some(libc::ENOSYS) } }
+        );
         let e: mlx5_api::Error =
             HwError::LibraryNotFound { file: "libibverbs.so.1".into(), reason: "nope".into() }.into();
-        match e {
-            mlx5_api::Error::Backend { op, reason } => {
-                assert_eq!(op, "load rdma-core");
-                assert!(reason.contains("libibverbs.so.1") && reason.contains("nope"), "{reason}");
+        assert_eq!(
+            e,
+            mlx5_api::Error::Backend {
+                op: "load rdma-core",
+                reason: B::LibraryNotFound { file: "libibverbs.so.1".into(), reason: "nope".into() }
             }
-            other => panic!("{other:?}"),
-        }
+        );
+        assert!(e.to_string().contains("libibverbs.so.1") && e.to_string().contains("nope"), "{e}");
+        let e: mlx5_api::Error =
+            HwError::DeviceNotFound { name: "mlx5_9".into(), available: vec!["mlx5_0".into()] }.into();
+        assert!(
+            matches!(&e, mlx5_api::Error::Backend { reason: B::DeviceNotFound { name, .. }, .. } if name == "mlx5_9"),
+            "{e:?}"
+        );
         let e: mlx5_api::Error =
             HwError::Unsupported { op: "create_cq", what: "128-byte CQEs".into() }.into();
         assert!(matches!(e, mlx5_api::Error::Backend { op: "create_cq", .. }));

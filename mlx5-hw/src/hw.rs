@@ -651,9 +651,9 @@ impl CtxInner {
 
     fn local_path(&self, port: u8) -> Result<LocalPath> {
         let d = self.port_details(port)?;
-        let link = d.link_layer.to_api().ok_or_else(|| Error::Backend {
+        let link = d.link_layer.to_api().ok_or(Error::Backend {
             op: "ibv_query_port",
-            reason: format!("unknown link layer {:?}", d.link_layer),
+            reason: mlx5_api::BackendError::UnknownPortAttr { port, what: "link layer" },
         })?;
         Ok(LocalPath {
             port,
@@ -944,7 +944,7 @@ pub fn qp_init_attrs(attr: &QpCreate) -> Result<(ibv_qp_init_attr_ex, mlx5dv_qp_
 fn dc_unsupported(kind: QpKind, e: HwError) -> Error {
     match (kind, &e) {
         (QpKind::Dci | QpKind::Dct, HwError::Verbs { errno, .. }) if *errno == libc::EOPNOTSUPP => {
-            Error::Unsupported("DC: the device refused a DC QP (EOPNOTSUPP)".into())
+            Error::Unsupported(mlx5_api::Unsupported::DcTransport)
         }
         _ => e.into(),
     }
@@ -1020,13 +1020,13 @@ impl Backend for Hw {
 
     fn query_port(ctx: &HwContext, port: u8) -> Result<PortInfo> {
         let d = ctx.inner.port_details(port)?;
-        let link_layer = d.link_layer.to_api().ok_or_else(|| Error::Backend {
+        let link_layer = d.link_layer.to_api().ok_or(Error::Backend {
             op: "ibv_query_port",
-            reason: format!("unknown link layer {:?} on port {port}", d.link_layer),
+            reason: mlx5_api::BackendError::UnknownPortAttr { port, what: "link layer" },
         })?;
-        let active_mtu = d.active_mtu.ok_or_else(|| Error::Backend {
+        let active_mtu = d.active_mtu.ok_or(Error::Backend {
             op: "ibv_query_port",
-            reason: format!("unknown active MTU on port {port}"),
+            reason: mlx5_api::BackendError::UnknownPortAttr { port, what: "active MTU" },
         })?;
         Ok(PortInfo {
             port_num: port,
@@ -1239,17 +1239,13 @@ impl Backend for Hw {
     ) -> Result<(HwQp, QpResources<HwUar>)> {
         let c = &ctx.inner;
         if attr.kind == QpKind::Dct && srq.is_none() {
-            return Err(Error::InvalidArgument("a DCT needs an SRQ".into()));
+            return Err(Error::InvalidArgument(mlx5_api::InvalidArgument::DctNeedsSrq));
         }
         if attr.dedicated_uar {
             // rdma-core gives a QP its own register through a thread domain
             // (ibv_alloc_td + a parent domain), which this backend does not
             // create yet: refuse rather than hand out a shared register.
-            return Err(Error::Backend {
-                op: "create_qp",
-                reason: "a dedicated doorbell register (thread domain) is not supported on hardware yet"
-                    .into(),
-            });
+            return Err(Error::Unsupported(mlx5_api::Unsupported::DedicatedUar));
         }
         let (mut ex, mut dv) = qp_init_attrs(attr)?;
         // A DCT has no send queue: its "send CQ" is its receive CQ (the
@@ -1353,9 +1349,7 @@ impl Backend for Hw {
         // libmlx5 writes the DCT number into ibv_qp.qp_num when INIT→RTR
         // creates the hardware DCT: read it live.
         match qp.qp_num() {
-            0 => {
-                Err(Error::Backend { op: "dct_number", reason: "the DCT has no number (not in RTR?)".into() })
-            }
+            0 => Err(Error::Backend { op: "dct_number", reason: mlx5_api::BackendError::NoDctNumber }),
             n => Ok(n),
         }
     }

@@ -28,7 +28,7 @@
 use std::os::raw::c_int;
 
 use mlx5_api::backend::{QpKind, QpTransition};
-use mlx5_api::{Error, LinkLayer, QpState, Result};
+use mlx5_api::{Error, InvalidArgument, LinkLayer, QpState, Result, TransitionProblem};
 
 use crate::decode::{mtu_from_bytes, qp_state_to_raw};
 use crate::ffi::*;
@@ -70,10 +70,10 @@ pub fn ah_attr(path: &LocalPath, remote: &mlx5_api::RemoteQpInfo) -> Result<ibv_
             a.grh.hop_limit = HOP_LIMIT;
         }
         (true, None) => {
-            return Err(invalid(format!(
-                "port {} addresses by GID (RoCE or GRH required): the peer QP 0x{:x} needs its GID",
-                path.port, remote.qpn
-            )))
+            return Err(Error::InvalidArgument(InvalidArgument::GrhRequired {
+                port: path.port,
+                peer_qpn: remote.qpn,
+            }))
         }
         (false, _) => {}
     }
@@ -109,13 +109,12 @@ pub fn mask_for(kind: QpKind, t: &QpTransition) -> c_int {
     IBV_QP_STATE | m
 }
 
-fn invalid(msg: String) -> Error {
-    Error::InvalidArgument(msg)
+fn invalid(kind: QpKind, why: TransitionProblem) -> Error {
+    Error::InvalidArgument(InvalidArgument::Transition { kind, why })
 }
 
-fn path_mtu(bytes: u32) -> Result<u32> {
-    mtu_from_bytes(bytes)
-        .ok_or_else(|| invalid(format!("path MTU {bytes} is not one of 256, 512, 1024, 2048, 4096")))
+fn path_mtu(kind: QpKind, bytes: u32) -> Result<u32> {
+    mtu_from_bytes(bytes).ok_or(invalid(kind, TransitionProblem::PathMtu(bytes)))
 }
 
 /// The attributes and mask for `t` on a QP of `kind` whose libibverbs
@@ -135,9 +134,7 @@ pub fn modify_attr(
             a.port_num = *port;
             match kind {
                 QpKind::Rc | QpKind::Dct => a.qp_access_flags = access.bits() & 0xf,
-                QpKind::Ud => {
-                    a.qkey = qkey.ok_or_else(|| invalid("a UD QP needs a Q_Key at RESET→INIT".into()))?
-                }
+                QpKind::Ud => a.qkey = qkey.ok_or_else(|| invalid(kind, TransitionProblem::NoQkey))?,
                 _ => {}
             }
         }
@@ -145,10 +142,8 @@ pub fn modify_attr(
             a.qp_state = IBV_QPS_RTR;
             match kind {
                 QpKind::Rc => {
-                    let r = remote
-                        .as_ref()
-                        .ok_or_else(|| invalid("RC INIT→RTR needs the remote QP's info".into()))?;
-                    a.path_mtu = path_mtu(*mtu)?;
+                    let r = remote.as_ref().ok_or_else(|| invalid(kind, TransitionProblem::NoRemote))?;
+                    a.path_mtu = path_mtu(kind, *mtu)?;
                     a.dest_qp_num = r.qpn & 0xff_ffff;
                     a.rq_psn = r.psn & 0xff_ffff;
                     a.max_dest_rd_atomic = *max_dest_rd_atomic;
@@ -163,23 +158,24 @@ pub fn modify_attr(
                             a.ah_attr.grh.hop_limit = HOP_LIMIT;
                         }
                         (LinkLayer::Ethernet, None) => {
-                            return Err(invalid(format!(
-                                "RoCE: the remote QP 0x{:x} needs a GID (RemoteQpInfo::roce)",
-                                r.qpn
-                            )))
+                            return Err(Error::InvalidArgument(InvalidArgument::PeerAddress {
+                                link: LinkLayer::Ethernet,
+                                gid: false,
+                                mac: r.mac.is_some(),
+                            }))
                         }
                         (LinkLayer::InfiniBand, None) if path.grh_required => {
-                            return Err(invalid(format!(
-                                "port {} requires a GRH: the remote QP 0x{:x} needs its GID in RemoteQpInfo",
-                                path.port, r.qpn
-                            )))
+                            return Err(Error::InvalidArgument(InvalidArgument::GrhRequired {
+                                port: path.port,
+                                peer_qpn: r.qpn,
+                            }))
                         }
                         (LinkLayer::InfiniBand, None) => {}
                     }
                 }
                 QpKind::Ud => {}
                 QpKind::Dci | QpKind::Dct => {
-                    a.path_mtu = path_mtu(*mtu)?;
+                    a.path_mtu = path_mtu(kind, *mtu)?;
                     if kind == QpKind::Dct {
                         a.min_rnr_timer = *min_rnr_timer;
                     } else {
@@ -196,13 +192,13 @@ pub fn modify_attr(
                         a.ah_attr.grh.dgid = ibv_gid { raw: path.sgid };
                     }
                 }
-                _ => return Err(invalid(format!("unsupported QP kind {kind:?}"))),
+                _ => return Err(invalid(kind, TransitionProblem::NotInTable)),
             }
         }
         QpTransition::Rts { timeout, retry_cnt, rnr_retry, sq_psn, max_rd_atomic } => {
             a.qp_state = IBV_QPS_RTS;
             if kind == QpKind::Dct {
-                return Err(invalid("a DCT has no RTS state: it is final at RTR".into()));
+                return Err(invalid(kind, TransitionProblem::DctRts));
             }
             if from == IBV_QPS_RTS || from == IBV_QPS_SQE {
                 // RTS→RTS: none of the RTR→RTS attributes may change (the front-end
@@ -220,7 +216,7 @@ pub fn modify_attr(
         }
         QpTransition::Recover => {
             if kind != QpKind::Ud {
-                return Err(invalid(format!("SQE→RTS is for UD QPs, not {kind:?}")));
+                return Err(invalid(kind, TransitionProblem::SqeToRts));
             }
             // libibverbs never sees SQE (the hardware moved the QP there): name it.
             a.qp_state = IBV_QPS_RTS;
@@ -231,10 +227,8 @@ pub fn modify_attr(
             a.qp_state = qp_state_to_raw(*s);
             mask = IBV_QP_STATE;
         }
-        QpTransition::To(s) => {
-            return Err(invalid(format!("QpTransition::To({s:?}): only Reset and Err are direct moves")))
-        }
-        _ => return Err(invalid(format!("unsupported transition {t:?}"))),
+        QpTransition::To(s) => return Err(invalid(kind, TransitionProblem::DirectMove(*s))),
+        _ => return Err(invalid(kind, TransitionProblem::NotInTable)),
     }
     Ok((a, mask))
 }
