@@ -205,6 +205,42 @@ fn op() -> impl Strategy<Value = Op> {
 
 type Seen = Vec<(u64, Status, WcOpcode, u32, Option<u32>)>;
 
+/// Posts `o` (not `Op::Ring`) as entry `e`, committed without a doorbell;
+/// RDMA ops target `remote` (address, rkey).
+fn post_op(a: &Side, o: &Op, e: u64, (rb, rk): (u64, u32)) {
+    let w = a.qp.wqe_builder(e).unwrap();
+    let wqe = match *o {
+        Op::Ring => unreachable!("a doorbell, not a WQE"),
+        Op::Send { len, signaled } => {
+            let f = if signaled { WqeFlags::SIGNALED } else { WqeFlags::default() };
+            w.ctrl_send(f).unwrap().sge(Sge::new(a.mr.addr(), len, a.mr.lkey())).unwrap().finish_batch()
+        }
+        Op::SendImm { len, imm } => w
+            .ctrl_send_imm(WqeFlags::SIGNALED, imm)
+            .unwrap()
+            .sge(Sge::new(a.mr.addr(), len, a.mr.lkey()))
+            .unwrap()
+            .finish_batch(),
+        Op::WriteImm { len } => w
+            .ctrl_rdma_write_imm(WqeFlags::SIGNALED, 7)
+            .unwrap()
+            .rdma(rb, rk)
+            .unwrap()
+            .sge(Sge::new(a.mr.addr(), len, a.mr.lkey()))
+            .unwrap()
+            .finish_batch(),
+        Op::Read { len } => w
+            .ctrl_rdma_read(WqeFlags::SIGNALED)
+            .unwrap()
+            .rdma(rb, rk)
+            .unwrap()
+            .sge(Sge::new(a.mr.addr() + 4096, len, a.mr.lkey()))
+            .unwrap()
+            .finish_batch(),
+    };
+    wqe.unwrap();
+}
+
 /// Run `ops` on a fresh pair and return (receiver, sender) completions.
 fn run(ops: &[Op], compression: Option<MiniCqeFormat>) -> (Seen, Seen) {
     let (_f, a, b) = pair_with(
@@ -225,37 +261,7 @@ fn run(ops: &[Op], compression: Option<MiniCqeFormat>) -> (Seen, Seen) {
             a.qp.ring_sq_doorbell();
             continue;
         }
-        let w = a.qp.wqe_builder(e).unwrap();
-        let wqe = match *o {
-            Op::Ring => unreachable!(),
-            Op::Send { len, signaled } => {
-                let f = if signaled { WqeFlags::SIGNALED } else { WqeFlags::default() };
-                w.ctrl_send(f).unwrap().sge(Sge::new(a.mr.addr(), len, a.mr.lkey())).unwrap().finish_batch()
-            }
-            Op::SendImm { len, imm } => w
-                .ctrl_send_imm(WqeFlags::SIGNALED, imm)
-                .unwrap()
-                .sge(Sge::new(a.mr.addr(), len, a.mr.lkey()))
-                .unwrap()
-                .finish_batch(),
-            Op::WriteImm { len } => w
-                .ctrl_rdma_write_imm(WqeFlags::SIGNALED, 7)
-                .unwrap()
-                .rdma(rb, rk)
-                .unwrap()
-                .sge(Sge::new(a.mr.addr(), len, a.mr.lkey()))
-                .unwrap()
-                .finish_batch(),
-            Op::Read { len } => w
-                .ctrl_rdma_read(WqeFlags::SIGNALED)
-                .unwrap()
-                .rdma(rb, rk)
-                .unwrap()
-                .sge(Sge::new(a.mr.addr() + 4096, len, a.mr.lkey()))
-                .unwrap()
-                .finish_batch(),
-        };
-        wqe.unwrap();
+        post_op(&a, o, e, (rb, rk));
     }
     a.qp.ring_sq_doorbell();
     let key = |v: Vec<(mlx5::Completion, u64)>| {
@@ -574,49 +580,14 @@ fn run_lapping(
     for (chunk_no, chunk) in ops.chunks(burst).enumerate() {
         for (i, o) in chunk.iter().enumerate() {
             let e = (chunk_no * burst + i) as u64;
-            let w = a.qp.wqe_builder(e).unwrap();
-            let consumes = !matches!(o, Op::Read { .. } | Op::Ring);
-            if consumes {
+            if matches!(o, Op::Ring) {
+                continue;
+            }
+            if !matches!(o, Op::Read { .. }) {
                 recv(&b, 1000 + recvs, 8192 + (recvs % 100) * 256, 256);
                 recvs += 1;
             }
-            let wqe = match *o {
-                Op::Ring => {
-                    drop(w);
-                    continue;
-                }
-                Op::Send { len, signaled } => {
-                    let f = if signaled { WqeFlags::SIGNALED } else { WqeFlags::default() };
-                    w.ctrl_send(f)
-                        .unwrap()
-                        .sge(Sge::new(a.mr.addr(), len, a.mr.lkey()))
-                        .unwrap()
-                        .finish_batch()
-                }
-                Op::SendImm { len, imm } => w
-                    .ctrl_send_imm(WqeFlags::SIGNALED, imm)
-                    .unwrap()
-                    .sge(Sge::new(a.mr.addr(), len, a.mr.lkey()))
-                    .unwrap()
-                    .finish_batch(),
-                Op::WriteImm { len } => w
-                    .ctrl_rdma_write_imm(WqeFlags::SIGNALED, 7)
-                    .unwrap()
-                    .rdma(rb, rk)
-                    .unwrap()
-                    .sge(Sge::new(a.mr.addr(), len, a.mr.lkey()))
-                    .unwrap()
-                    .finish_batch(),
-                Op::Read { len } => w
-                    .ctrl_rdma_read(WqeFlags::SIGNALED)
-                    .unwrap()
-                    .rdma(rb, rk)
-                    .unwrap()
-                    .sge(Sge::new(a.mr.addr() + 4096, len, a.mr.lkey()))
-                    .unwrap()
-                    .finish_batch(),
-            };
-            wqe.unwrap();
+            post_op(&a, o, e, (rb, rk));
         }
         a.qp.ring_sq_doorbell();
         rv.extend(key(drain(&b.rcq)));

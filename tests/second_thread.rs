@@ -7,18 +7,25 @@ use mlx5::model::{ExecMode, FabricConfig, HostConfig};
 use mlx5::ring::post::send_flags;
 use mlx5::ring::seg::opcode;
 use mlx5::ring::{send_wqe, HostMmio, SendWr, Sge};
-use mlx5::sim::devices;
-use mlx5::{AccessFlags, ConnectParams, QpConfig};
+use mlx5::sim::{devices, Sim};
+use mlx5::{AccessFlags, ConnectParams, Context, ProtectionDomain, QpConfig};
 
-#[test]
-fn another_thread_posts_while_the_owner_polls() {
-    const N: u64 = 2000;
+/// Two hosts whose NICs watch memory, a context and a PD on each.
+fn watch_pair(
+) -> (mlx5::model::Fabric, Context<Sim>, Context<Sim>, ProtectionDomain<Sim>, ProtectionDomain<Sim>) {
     let fabric = mlx5::model::Fabric::new(FabricConfig { mode: ExecMode::Watch, ..FabricConfig::default() });
     fabric.add_host(HostConfig::infiniband("a", 1));
     fabric.add_host(HostConfig::infiniband("b", 2));
     let d = devices(&fabric);
     let (a, b) = (d[0].open().unwrap(), d[1].open().unwrap());
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    (fabric, a, b, pa, pb)
+}
+
+#[test]
+fn another_thread_posts_while_the_owner_polls() {
+    const N: u64 = 2000;
+    let (_fabric, a, b, pa, pb) = watch_pair();
     let cqa = a.create_cq(256, |_, _: ()| {}).unwrap();
     let cqb = b.create_cq(256, |_, _: ()| {}).unwrap();
     let cfg = QpConfig { max_send_wr: 64, dedicated_uar: true, ..QpConfig::default() };
@@ -95,12 +102,7 @@ fn another_thread_posts_while_the_owner_polls() {
 /// (no CQE arrives). The C twin is `mlx5-capi/tests/c/doorbell_record.c`.
 #[test]
 fn watch_mode_executes_from_the_doorbell_record_alone() {
-    let fabric = mlx5::model::Fabric::new(FabricConfig { mode: ExecMode::Watch, ..FabricConfig::default() });
-    fabric.add_host(HostConfig::infiniband("a", 1));
-    fabric.add_host(HostConfig::infiniband("b", 2));
-    let d = devices(&fabric);
-    let (a, b) = (d[0].open().unwrap(), d[1].open().unwrap());
-    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (_fabric, a, b, pa, pb) = watch_pair();
     let cqa = a.create_cq(64, |_, _: ()| {}).unwrap();
     let cqb = b.create_cq(64, |_, _: ()| {}).unwrap();
     let qa = a.create_rc_qp(&pa, &cqa, &cqa, &QpConfig::default()).unwrap();
