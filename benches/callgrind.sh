@@ -25,13 +25,16 @@ per_op() { # mode what phase
   local a b; a=$(count "$1" "$2" "$n" "$3"); b=$(count "$1" "$2" $((2 * n)) "$3")
   echo $(( (b - a) / n ))
 }
-# post: a signaled 1-SGE RDMA_WRITE; post_inline: a 32-byte inline SEND;
+# post: a signaled 1-SGE RDMA_WRITE; post_vary: the same with addresses,
+# keys and length changing per WQE; post_inline: a 32-byte inline SEND;
 # post_ud: a UD SEND with its AV; post_dc: a DCI RDMA_WRITE with its AV;
 # post_bf: the RDMA_WRITE rung by BlueFlame; recv: a 1-SGE receive;
-# poll: a requester CQE; poll_zip: the same, compressed; poll_resp: a
+# poll: a requester CQE (poll(n) calls); poll1: the same, one poll(1) call
+# per CQE, as a latency loop polls; poll_zip: the same, compressed; poll_resp: a
 # responder CQE; poll_err: a flush error CQE.
-for what in post post_inline post_ud post_dc post_bf recv poll poll_zip poll_resp poll_err; do
+for what in post post_vary post_inline post_ud post_dc post_bf recv poll poll1 poll_zip poll_resp poll_err; do
   case $what in
+    poll1) phase=poll1_phase ;;
     poll*) phase=poll_phase ;;
     *) phase=${what}_phase ;;
   esac

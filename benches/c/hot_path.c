@@ -11,9 +11,11 @@
  *                      data (mlx5dv_set_data_seg), wr-id slot, doorbell
  *                      record, 8-byte doorbell store; as rdma-core's fast
  *                      path does, minus its generic ibv_send_wr handling.
+ *   hot_path_c post_vary N  the same with its addresses changing per WQE.
  *   hot_path_c poll N  N requester CQEs (written as a NIC would, owner bits
  *                      alternating per lap) polled: owner check, opcode,
  *                      wqe_counter, wr-id, consumer index and its record.
+ *   hot_path_c poll1 N the same CQEs, one poll_one call each.
  *
  * Like the Rust bench, no device: the "NIC" is memory. x86 barriers as in
  * rdma-core's util/udma_barrier.h (see ring_db).
@@ -66,6 +68,27 @@ __attribute__((noinline)) void post_phase(struct sq *q, uint64_t n)
 		raddr->rkey = htobe32(0x5678);
 		raddr->reserved = 0;
 		mlx5dv_set_data_seg(data, 64, 0x1234, 0x7f1234560000ULL);
+		ring_db(q, ctrl, idx, 1, i);
+	}
+}
+
+/* post_phase's RDMA_WRITE with its remote and local addresses changing per
+ * WQE (as mlx5-bench's post_vary_phase changes them). */
+__attribute__((noinline)) void post_vary_phase(struct sq *q, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t off = i << 6;
+		uint32_t idx = q->pi & (q->wqe_cnt - 1);
+		uint8_t *w = q->buf + ((size_t)idx << 6);
+		struct mlx5_wqe_ctrl_seg *ctrl = (void *)w;
+		struct mlx5_wqe_raddr_seg *raddr = (void *)(w + 16);
+		struct mlx5_wqe_data_seg *data = (void *)(w + 32);
+		mlx5dv_set_ctrl_seg(ctrl, q->pi, MLX5_OPCODE_RDMA_WRITE, 0, q->qpn,
+				    MLX5_WQE_CTRL_CQ_UPDATE, 3, 0, 0);
+		raddr->raddr = htobe64(0x555500001000ULL + off);
+		raddr->rkey = htobe32(0x5678);
+		raddr->reserved = 0;
+		mlx5dv_set_data_seg(data, 64, 0x1234, 0x7f1234560000ULL + off);
 		ring_db(q, ctrl, idx, 1, i);
 	}
 }
@@ -203,6 +226,33 @@ __attribute__((noinline)) uint64_t poll_phase(struct cq *c, uint32_t n, uint32_t
 	return sum;
 }
 
+/* At most one CQE: poll_phase's body as a function a latency loop calls
+ * (inlined, as hand-written C would have it). */
+static inline uint32_t poll_one(struct cq *c, uint64_t *sum, uint32_t *errors)
+{
+	struct mlx5_cqe64 *cqe = &c->buf[c->ci & (c->cqe_cnt - 1)];
+	uint8_t op_own = ((volatile struct mlx5_cqe64 *)cqe)->op_own;
+	if ((op_own & MLX5_CQE_OWNER_MASK) != !!(c->ci & c->cqe_cnt) || (op_own >> 4) == MLX5_CQE_INVALID)
+		return 0;
+	barrier();
+	if ((op_own >> 4) == MLX5_CQE_REQ_ERR || (op_own >> 4) == MLX5_CQE_RESP_ERR)
+		*errors += ((struct mlx5_err_cqe *)cqe)->syndrome != 0;
+	*sum += c->wrid[be16toh(cqe->wqe_counter) & c->sq_mask];
+	c->ci++;
+	c->dbrec[0] = htobe32(c->ci & 0xffffff);
+	return 1;
+}
+
+/* poll1: the CQEs of poll, one poll_one call each. */
+__attribute__((noinline)) uint64_t poll1_phase(struct cq *c, uint32_t n, uint32_t *errors)
+{
+	uint64_t sum = 0;
+	uint32_t got = 0;
+	while (got < n)
+		got += poll_one(c, &sum, errors);
+	return sum;
+}
+
 static void *page_alloc(size_t len)
 {
 	void *p;
@@ -236,6 +286,8 @@ int main(int argc, char **argv)
 		av.rlid = htobe16(2);
 		if (!strcmp(what, "post"))
 			post_phase(&q, n);
+		else if (!strcmp(what, "post_vary"))
+			post_vary_phase(&q, n);
 		else if (!strcmp(what, "post_inline"))
 			post_inline_phase(&q, n);
 		else if (!strcmp(what, "post_ud"))
@@ -268,7 +320,7 @@ int main(int argc, char **argv)
 	}
 	struct cq c = { cqes, cnt, 0, page_alloc(64), wrid, cnt - 1 };
 	uint32_t errors = 0;
-	uint64_t sum = poll_phase(&c, n, &errors);
+	uint64_t sum = !strcmp(what, "poll1") ? poll1_phase(&c, n, &errors) : poll_phase(&c, n, &errors);
 	printf("polled %u, sum %llu, errors %u\n", c.ci, (unsigned long long)sum, errors);
 	return (op == MLX5_CQE_RESP_ERR ? errors != n : errors != 0) || sum != (uint64_t)n * (n - 1) / 2;
 }

@@ -354,25 +354,22 @@ impl<B: Backend, T> CqShared<B, T> {
     ///
     /// The loop here reads plain CQEs (format 0) outside compressed
     /// sessions: one ownership check, the dispatch, the index handed back.
-    /// A session being expanded, a title or a scatter-to-CQE format sends
+    /// A session being expanded (the fast path finds nothing while one is
+    /// open: [`CqDesc::fast`]), a title or a scatter-to-CQE format sends
     /// the rest of the call to [`CqShared::poll_general`]. `f` may poll
-    /// this CQ again (a handle polled through `&self`): the consumer index
-    /// is read again for every CQE.
+    /// this CQ again (a handle polled through `&self`), and open a session
+    /// there: the consumer index and where the fast path looks are read
+    /// again for every CQE.
     #[inline(always)]
     pub(crate) fn poll_with<F: FnMut(Completion, T)>(&self, budget: u32, f: &mut F) -> PollOutcome {
-        if self.desc.in_session() {
-            return self.poll_general(budget, f, PollOutcome::default());
-        }
         // CQEs still to consume (budget less completions and unknown): one
         // counter for the loop, counted down.
         let (mut left, mut unknown) = (budget, 0);
-        let proper0 = self.desc.proper0();
         while left != 0 {
             let ci = self.desc.consumer();
             // SAFETY: the backend's live CQ ring; handles are single-threaded;
-            // no session is open (checked above; only a title opens one, and
-            // titles leave this loop before anything is consumed).
-            let (p, op_own, req) = match unsafe { self.desc.peek_plain_at(proper0, ci) } {
+            // `fast` and `ci` are current (read after the callback ran).
+            let (p, op_own, req) = match unsafe { self.desc.peek_plain_at(self.desc.fast(), ci) } {
                 Peek::Req(p, op_own) => (p, op_own, true),
                 Peek::Plain(p, op_own) => (p, op_own, false),
                 Peek::Empty => break,
@@ -400,13 +397,15 @@ impl<B: Backend, T> CqShared<B, T> {
     /// (the loop runs to the lap's end, then starts the next).
     #[inline(always)]
     pub(crate) fn poll_exclusive<F: FnMut(Completion, T)>(&self, budget: u32, f: &mut F) -> PollOutcome {
-        if self.desc.in_session() {
-            return self.poll_general(budget, f, PollOutcome::default());
+        if budget == 1 {
+            return self.poll_one(f);
         }
         // (Unknown CQEs are counted by the cold path that meets them.)
         let (mut left, unknowns) = (budget, self.unknowns.get());
         let unknown = || self.unknowns.get().wrapping_sub(unknowns);
-        let proper0 = self.desc.proper0();
+        // Only the general path opens a session, and the loop leaves for it.
+        // SAFETY: handles are single-threaded: this is the polling thread.
+        let fast = unsafe { self.desc.fast() };
         let mut ci = self.desc.consumer();
         'laps: while left != 0 {
             // CQEs up to the end of this lap (at least one).
@@ -414,8 +413,9 @@ impl<B: Backend, T> CqShared<B, T> {
             let mut k = left.min(room);
             left -= k;
             while k != 0 {
-                // SAFETY: as in `poll_with`; `own` is `ci`'s lap's.
-                let (p, op_own, req) = match unsafe { self.desc.peek_plain_own(proper0, ci, own) } {
+                // SAFETY: as in `poll_with`; `own` is `ci`'s lap's; `fast`
+                // is current (`f` cannot reach this CQ).
+                let (p, op_own, req) = match unsafe { self.desc.peek_plain_own(fast, ci, own) } {
                     Peek::Req(p, op_own) => (p, op_own, true),
                     Peek::Plain(p, op_own) => (p, op_own, false),
                     Peek::Empty => {
@@ -441,6 +441,32 @@ impl<B: Backend, T> CqShared<B, T> {
         }
         let unknown = unknown();
         PollOutcome { completions: budget - left - unknown, unknown }
+    }
+
+    /// [`CqShared::poll_exclusive`] with a budget of one CQE, as a
+    /// latency loop polls: no lap bookkeeping, no counting. Inline: a
+    /// plain CQE that completes a work request; out of line, the rest.
+    #[inline(always)]
+    fn poll_one<F: FnMut(Completion, T)>(&self, f: &mut F) -> PollOutcome {
+        let ci = self.desc.consumer();
+        // SAFETY: as in `poll_with`.
+        let (p, op_own, req) = match unsafe { self.desc.peek_plain_at(self.desc.fast(), ci) } {
+            Peek::Req(p, op_own) => (p, op_own, true),
+            Peek::Plain(p, op_own) => (p, op_own, false),
+            _ => return self.poll_one_cold(f),
+        };
+        // SAFETY: as in `poll_with`.
+        if unsafe { self.consume_plain(p, op_own, req, ci.wrapping_add(1), f) } {
+            return PollOutcome { completions: 1, unknown: 0 };
+        }
+        PollOutcome { completions: 0, unknown: 1 }
+    }
+
+    /// [`CqShared::poll_one`] with nothing owned, a session or another format.
+    #[cold]
+    #[inline(never)]
+    fn poll_one_cold<F: FnMut(Completion, T)>(&self, f: &mut F) -> PollOutcome {
+        self.poll_with(1, f)
     }
 
     /// Dispatch the owned plain CQE `p` (its `op_own`; `req`: a requester

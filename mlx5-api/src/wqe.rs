@@ -133,20 +133,20 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
         let d = &sq.desc;
         // Everything the post reads from the descriptor, before the Acquire
         // load of the consumer (after it, each would be loaded again).
-        let (buf, wqe_cnt, start, open) = (d.buf, d.wqe_cnt, d.producer(), sq.open.get());
+        let (buf, start, open) = (d.buf, d.producer(), sq.open.get());
         let used = start.wrapping_sub(d.consumer());
         if used >= open {
             return Err(entry);
         }
-        // Open, `open` is wqe_cnt.
+        // Open, `open` is wqe_cnt (and `slot` masks with wqe_cnt - 1).
         let free = open - used;
-        let slot = start & (wqe_cnt - 1);
-        let slot2 = start.wrapping_add(1) & (wqe_cnt - 1);
+        let slot = d.slot(start);
+        let slot2 = d.slot(start.wrapping_add(1));
         Ok(WqeBuilder {
             sq,
             entry,
             buf,
-            mask: (wqe_cnt * WQEBB_BYTES) as usize - 1,
+            mask: d.byte_mask(),
             wqe: buf.wrapping_add(slot as usize * WQEBB_BYTES as usize),
             wqe2: buf.wrapping_add(slot2 as usize * WQEBB_BYTES as usize),
             slot,

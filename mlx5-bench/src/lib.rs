@@ -15,10 +15,11 @@
 //! callback adds up the entries and counts errors, as the C loop does.
 //!
 //! Further post kinds (ring-only backend, counted in their own phase):
+//! `post_vary` (the RDMA_WRITE with its addresses changing per WQE),
 //! `post_inline` (a 32-byte inline SEND), `post_ud` (a UD SEND with its
 //! address vector), `post_dc` (a DCI RDMA_WRITE with its AV), `post_bf` (the
 //! RDMA_WRITE rung by BlueFlame), `recv` (a 1-SGE receive). Further polls:
-//! `poll_zip` (compression on: sessions of up to 64 completions),
+//! `poll1` (the CQEs of `poll`, one `poll(1)` call each), `poll_zip` (compression on: sessions of up to 64 completions),
 //! `poll_resp` (responder CQEs of n SENDs) and `poll_err` (n flush error
 //! CQEs).
 
@@ -167,12 +168,36 @@ fn recv_phase(qp: &mlx5::RcQp<RingOnly<Unlogged>, u64>, n: u64) {
     }
 }
 
-fn post(n: u32) {
+/// `post_vary`: the RDMA_WRITE of `post`, its remote and local addresses
+/// changing from one WQE to the next, as real traffic has them (nothing
+/// constant for the compiler to fold into the loop).
+#[inline(never)]
+fn post_vary_phase(qp: &mlx5::RcQp<RingOnly<Unlogged>, u64>, n: u64) {
+    for i in 0..n {
+        let off = i << 6;
+        qp.wqe_builder(i)
+            .unwrap()
+            .ctrl_rdma_write(WqeFlags::SIGNALED)
+            .unwrap()
+            .rdma(0x5555_0000_1000 + off, 0x5678)
+            .unwrap()
+            .sge(Sge::new(0x7f12_3456_0000 + off, 64, 0x1234))
+            .unwrap()
+            .finish()
+            .unwrap();
+    }
+}
+
+fn post(n: u32, vary: bool) {
     let (ctx, pd) = ring_only();
     let cq = ctx.create_mono_cq(64, |_, _: u64| {}).unwrap();
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &cfg(n)).unwrap();
     qp.activate(&ConnectParams::to(RemoteQpInfo::ib(2, 2))).unwrap();
-    post_phase(&qp, black_box(n as u64));
+    if vary {
+        post_vary_phase(&qp, black_box(n as u64));
+    } else {
+        post_phase(&qp, black_box(n as u64));
+    }
     assert_eq!(qp.sq_pi(), n);
 }
 
@@ -185,7 +210,21 @@ fn poll_phase<F: FnMut(mlx5::Completion, u64)>(cq: &mut mlx5::MonoCq<mlx5::sim::
     got
 }
 
-fn poll(n: u32, compressed: bool) {
+/// `poll1`: the CQEs of `poll`, one `poll(1)` call each, as a ping-pong or
+/// a latency loop polls.
+#[inline(never)]
+fn poll1_phase<F: FnMut(mlx5::Completion, u64)>(
+    cq: &mut mlx5::MonoCq<mlx5::sim::Sim, u64, F>,
+    n: u32,
+) -> u32 {
+    let mut got = 0;
+    while got < n {
+        got += cq.poll(1).completions;
+    }
+    got
+}
+
+fn poll(n: u32, compressed: bool, one: bool) {
     let (_fabric, da, db) = two_hosts(ExecMode::Deterministic);
     let (ca, cb) = (da.open().unwrap(), db.open().unwrap());
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
@@ -225,7 +264,7 @@ fn poll(n: u32, compressed: bool) {
     }
     qa.ring_sq_doorbell();
     let t0 = std::time::Instant::now();
-    let got = poll_phase(&mut cqa, black_box(n));
+    let got = if one { poll1_phase(&mut cqa, black_box(n)) } else { poll_phase(&mut cqa, black_box(n)) };
     if std::env::var_os("HOT_PATH_TIME").is_some() {
         // (Timing on request only: callgrind counts instructions.)
         eprintln!("{:.2} ns per CQE", t0.elapsed().as_nanos() as f64 / f64::from(n));
@@ -277,14 +316,16 @@ fn poll_other(kind: &str, n: u32) {
 }
 
 /// Every kind [`run`] knows, and the function whose instructions are counted.
-pub const KINDS: [(&str, &str); 10] = [
+pub const KINDS: [(&str, &str); 12] = [
     ("post", "post_phase"),
+    ("post_vary", "post_vary_phase"),
     ("post_inline", "post_inline_phase"),
     ("post_ud", "post_ud_phase"),
     ("post_dc", "post_dc_phase"),
     ("post_bf", "post_bf_phase"),
     ("recv", "recv_phase"),
     ("poll", "poll_phase"),
+    ("poll1", "poll1_phase"),
     ("poll_zip", "poll_phase"),
     ("poll_resp", "poll_phase"),
     ("poll_err", "poll_phase"),
@@ -294,11 +335,13 @@ pub const KINDS: [(&str, &str); 10] = [
 /// function, check the result. Panics on an unknown kind.
 pub fn run(what: &str, n: u32) {
     match what {
-        "post" => post(n),
-        "poll" => poll(n, false),
+        "post" => post(n, false),
+        "post_vary" => post(n, true),
+        "poll" => poll(n, false, false),
+        "poll1" => poll(n, false, true),
         // The same, with CQE compression on: the simulator writes the burst
         // as sessions of up to 64 completions.
-        "poll_zip" => poll(n, true),
+        "poll_zip" => poll(n, true, false),
         "poll_resp" | "poll_err" => poll_other(what, n),
         "post_inline" | "post_ud" | "post_dc" | "post_bf" | "recv" => post_kind(what, n),
         _ => panic!("unknown kind {what}"),

@@ -430,6 +430,16 @@ typedef struct {
    Derived by `new`: `cqe_cnt - 1`.
    */
   uint32_t mask;
+  /*
+   Where the plain fast path ([`CqDesc::peek_plain`]) looks: `proper0`
+   and `mask`, or while a compressed session is open a CQE proper whose
+   `op_own` is `PARKED`'s at every index (base `PARKED - 63`, mask 0),
+   so that the fast path needs no session test of its own: it finds
+   nothing it takes and goes to the path that expands sessions. Read
+   and written by the polling thread only (as `scratch`).
+   */
+  uint8_t *fast0;
+  uint32_t fast_mask;
 } mlx5r_cq;
 
 /*
@@ -647,6 +657,11 @@ typedef struct {
    Largest message (UD: the path MTU; otherwise 2^31).
    */
   uint32_t max_msg;
+  /*
+   Derived by `new`: `wqe_cnt - 1`, the slot mask (in what was the
+   struct's padding), so that the post masks with one instruction.
+   */
+  uint32_t mask;
 } mlx5r_sq;
 
 /*

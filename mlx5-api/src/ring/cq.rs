@@ -48,6 +48,11 @@ pub enum Peek {
     Other,
 }
 
+/// Where [`CqDesc::peek_plain_at`] looks: the base of the CQE propers (see
+/// [`CqDesc::fast`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fast(*mut u8);
+
 /// Largest CQ in entries (the doorbell record's consumer index has 24
 /// bits; ConnectX's `log_max_cq_sz` is 22).
 pub const MAX_CQES: u32 = 1 << 22;
@@ -90,7 +95,19 @@ pub struct CqDesc {
     proper0: *mut u8,
     /// Derived by `new`: `cqe_cnt - 1`.
     mask: u32,
+    /// Where the plain fast path ([`CqDesc::peek_plain`]) looks: `proper0`
+    /// and `mask`, or while a compressed session is open a CQE proper whose
+    /// `op_own` is `PARKED`'s at every index (base `PARKED - 63`, mask 0),
+    /// so that the fast path needs no session test of its own: it finds
+    /// nothing it takes and goes to the path that expands sessions. Read
+    /// and written by the polling thread only (as `scratch`).
+    fast0: UnsafeCell<*mut u8>,
+    fast_mask: AtomicU32,
 }
+
+/// The `op_own` the fast path reads while a session is open: opcode
+/// INVALID, owner 0 (never a plain CQE software owns, whatever the lap).
+static PARKED: AtomicU8 = AtomicU8::new(cqe_opcode::INVALID << 4);
 
 // SAFETY: atomic counters; the ring and the scratch buffer are used through
 // `unsafe` methods (one polling thread).
@@ -118,6 +135,7 @@ impl CqDesc {
         check_pow2(DescArg::Count, cqe_cnt, 1, MAX_CQES)?;
         check_pow2(DescArg::CqeSize, cqe_size, 64, 128)?;
         check_range(DescArg::Number, cqn, 0, 0xff_ffff)?;
+        let proper0 = buf.wrapping_add((cqe_size - 64) as usize);
         Ok(CqDesc {
             buf,
             dbrec,
@@ -132,8 +150,10 @@ impl CqDesc {
             zip_t: AtomicU32::new(0),
             zip_ctr: AtomicU32::new(0),
             scratch: UnsafeCell::new([0; 64]),
-            proper0: buf.wrapping_add((cqe_size - 64) as usize),
+            proper0,
             mask: cqe_cnt - 1,
+            fast0: UnsafeCell::new(proper0),
+            fast_mask: AtomicU32::new(cqe_cnt - 1),
         })
     }
 
@@ -226,32 +246,43 @@ impl CqDesc {
     /// the lap expects, opcode not INVALID, format 0). The owner bit is
     /// flipped into bit 0, so that bits 0, 2 and 3 are clear in those
     /// cases; the requester's opcode is 0; adding 0x10 carries the INVALID
-    /// opcode (0xF) into bit 8, which no other opcode reaches.
+    /// opcode (0xF) into bit 8, which no other opcode reaches. While a
+    /// compressed session is open it takes nothing ([`Peek::Other`]: the
+    /// session is [`CqDesc::next`]'s), at the cost of no test of its own.
     ///
     /// # Safety
-    /// As [`CqDesc::peek`].
+    /// As [`CqDesc::peek`], except that a session may be open.
     #[inline(always)]
     pub unsafe fn peek_plain(&self, ci: u32) -> Peek {
         // SAFETY: forwarded.
-        unsafe { self.peek_plain_at(self.proper0, ci) }
+        unsafe { self.peek_plain_at(self.fast(), ci) }
     }
 
-    /// The CQE proper of slot 0, for [`CqDesc::peek_plain_at`].
-    #[cfg(feature = "std")]
-    #[inline(always)]
-    pub(crate) fn proper0(&self) -> *mut u8 {
-        self.proper0
-    }
-
-    /// [`CqDesc::peek_plain`] given [`CqDesc::proper0`] (which a poll loop
-    /// may keep in a register).
+    /// Where the fast path looks for CQE propers, for
+    /// [`CqDesc::peek_plain_at`] (a poll loop may keep it in a register
+    /// until it leaves for the general path, the only one that opens a
+    /// session; the mask that goes with it is read where it is used, which
+    /// costs no instruction and keeps a register free).
     ///
     /// # Safety
-    /// As [`CqDesc::peek_plain`]; `proper0` is this CQ's.
+    /// Called by the polling thread (the one that opens and closes sessions).
     #[inline(always)]
-    pub(crate) unsafe fn peek_plain_at(&self, proper0: *mut u8, ci: u32) -> Peek {
+    pub(crate) unsafe fn fast(&self) -> Fast {
+        // SAFETY: only the polling thread reads or writes `fast0` (caller
+        // contract, and `open_session` / `close_session`'s).
+        Fast(unsafe { *self.fast0.get() })
+    }
+
+    /// [`CqDesc::peek_plain`] given [`CqDesc::fast`].
+    ///
+    /// # Safety
+    /// As [`CqDesc::peek_plain`], except that a session may be open (the
+    /// CQE is then not taken); `fast` is what [`CqDesc::fast`] gave since
+    /// the last session opened or closed.
+    #[inline(always)]
+    pub(crate) unsafe fn peek_plain_at(&self, fast: Fast, ci: u32) -> Peek {
         // SAFETY: forwarded; the owner bit of `ci`'s lap.
-        unsafe { self.peek_plain_own(proper0, ci, self.lap(ci).0) }
+        unsafe { self.peek_plain_own(fast, ci, self.lap(ci).0) }
     }
 
     /// [`CqDesc::peek_plain_at`] given the owner bit software owns in
@@ -261,11 +292,15 @@ impl CqDesc {
     /// # Safety
     /// As [`CqDesc::peek_plain_at`]; `own` is the owner bit of `ci`'s lap.
     #[inline(always)]
-    pub(crate) unsafe fn peek_plain_own(&self, proper0: *mut u8, ci: u32, own: u8) -> Peek {
+    pub(crate) unsafe fn peek_plain_own(&self, fast: Fast, ci: u32, own: u8) -> Peek {
         debug_assert_eq!(own, self.lap(ci).0);
-        let cqe = self.proper_from(proper0, ci);
-        // SAFETY: op_own is byte 63 of the CQE; the device stores it last.
-        let op_own = unsafe { AtomicU8::from_ptr(cqe.add(63)) }.load(Ordering::Acquire);
+        let (Fast(base), mask) = (fast, self.fast_mask.load(Ordering::Relaxed));
+        // (Wrapping: parked, `base` lies before PARKED, outside any object;
+        // base + 63 is PARKED again.)
+        let cqe = base.wrapping_add(((ci & mask).wrapping_mul(self.cqe_size)) as usize);
+        // SAFETY: op_own is byte 63 of the CQE (or PARKED itself); the
+        // device stores it last.
+        let op_own = unsafe { AtomicU8::from_ptr(cqe.wrapping_add(63)) }.load(Ordering::Acquire);
         let x = op_own ^ own;
         if x & 0xfd == 0 {
             udma_from_device_barrier();
@@ -279,12 +314,16 @@ impl CqDesc {
         unsafe { self.peek_other(ci) }
     }
 
-    /// What [`CqDesc::peek_plain`] did not take: nothing owned yet, or an
-    /// owned CQE of another format (looked at again: it may have arrived
-    /// since, and is then handed to the general path as it is).
+    /// What [`CqDesc::peek_plain`] did not take: an open session, nothing
+    /// owned yet, or an owned CQE of another format (looked at again: it
+    /// may have arrived since, and is then handed to the general path as
+    /// it is).
     #[cold]
     #[inline(never)]
     unsafe fn peek_other(&self, ci: u32) -> Peek {
+        if self.in_session() {
+            return Peek::Other;
+        }
         // SAFETY: forwarded.
         match unsafe { self.peek(ci) } {
             None => Peek::Empty,
@@ -329,6 +368,9 @@ impl CqDesc {
         self.zip_ctr.store(u32::from(ctr), Ordering::Relaxed);
         // Never more completions than the ring holds.
         self.zip_n.store(n.min(self.cqe_cnt), Ordering::Relaxed);
+        // SAFETY: the polling thread (this method's contract, via `next`).
+        unsafe { *self.fast0.get() = PARKED.as_ptr().wrapping_sub(63) };
+        self.fast_mask.store(0, Ordering::Relaxed);
         self.zip_i.store(0, Ordering::Relaxed);
         self.zip_t.store(ci, Ordering::Relaxed);
         // SAFETY: forwarded.
@@ -418,6 +460,9 @@ impl CqDesc {
                 .store(0xf0, Ordering::Relaxed);
         }
         self.zip_n.store(0, Ordering::Relaxed);
+        // SAFETY: as in `open_session`.
+        unsafe { *self.fast0.get() = self.proper0 };
+        self.fast_mask.store(self.mask, Ordering::Relaxed);
         // The slot resets reach memory before the device sees the new index.
         udma_to_device_barrier();
     }

@@ -124,9 +124,11 @@ pub const fn ctrl_qpn_word(qpn: u32) -> u64 {
 /// rest, so that the post computes no QPN field.
 #[inline(always)]
 fn ctrl_head(qpn_word: u64, pi: u32, opcode: u8, opmod: u8, ds: u32) -> u64 {
-    let w = (((opmod as u32) << 24) | ((pi & 0xffff) << 8) | opcode as u32).to_be_bytes();
-    let head = u64::from_ne_bytes([w[0], w[1], w[2], w[3], 0, 0, 0, 0]);
-    head | u64::from_ne_bytes([0, 0, 0, 0, 0, 0, 0, (ds & 0x3f) as u8]) | qpn_word
+    // The WQE index alone is swapped; opmod, opcode and DS go in as bytes,
+    // so that a post with constant ones or-s in one constant.
+    let w = ((pi & 0xffff) << 8).to_be_bytes();
+    let index = u64::from_ne_bytes([w[0], w[1], w[2], w[3], 0, 0, 0, 0]);
+    index | u64::from_ne_bytes([opmod, 0, 0, opcode, 0, 0, 0, (ds & 0x3f) as u8]) | qpn_word
 }
 
 /// Remote address segment (spec §3.1).

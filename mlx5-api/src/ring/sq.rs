@@ -72,6 +72,9 @@ pub struct SqDesc {
     pub max_ds: u32,
     /// Largest message (UD: the path MTU; otherwise 2^31).
     pub max_msg: u32,
+    /// Derived by `new`: `wqe_cnt - 1`, the slot mask (in what was the
+    /// struct's padding), so that the post masks with one instruction.
+    mask: u32,
 }
 
 /// What [`SqDesc::retire`] found.
@@ -129,6 +132,7 @@ impl SqDesc {
             max_inline,
             max_ds,
             max_msg,
+            mask: wqe_cnt - 1,
         })
     }
 
@@ -152,6 +156,7 @@ impl SqDesc {
             max_inline: 0,
             max_ds: 0,
             max_msg: 0,
+            mask: u32::MAX,
         }
     }
 
@@ -199,7 +204,7 @@ impl SqDesc {
     /// `counter`.
     #[inline(always)]
     pub fn slot(&self, counter: u32) -> u32 {
-        counter & self.wqe_cnt.wrapping_sub(1)
+        counter & self.mask
     }
 
     /// Ring size in bytes minus one (`usize::MAX` for an empty queue's null
