@@ -96,13 +96,17 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(InvalidArgument),
     /// The backend (simulator or hardware) refused a control-path request:
-    /// [`BackendError`] says what it refused, with its errno where it has one.
+    /// [`BackendError`] says what it refused, with its errno where it has one
+    /// (match it with `Error::Backend { reason, .. } if matches!(*reason, ..)`).
+    /// Boxed: its largest kinds hold two strings, and every `Result` of the
+    /// post path carries an `Error`; at 72 bytes the builder's results no
+    /// longer stayed in registers (an inline SEND cost 8 instructions more).
     #[error("{op} failed: {reason}")]
     Backend {
         /// The operation (the verbs call or step).
         op: &'static str,
         /// Why it failed.
-        reason: BackendError,
+        reason: Box<BackendError>,
     },
     /// An object of one context used with another (each `open()` is its own
     /// context; the kernel keeps objects per context and refuses the mix).
@@ -499,4 +503,21 @@ pub enum BackendError {
         /// The backend's words.
         detail: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `Result` of the post path carries an `Error`, so its size is
+    /// part of the hot path: at 72 bytes (an unboxed `BackendError`) the
+    /// WQE builder's results stopped fitting in registers and a 32-byte
+    /// inline SEND cost 74 instructions instead of 66 (benches/callgrind.sh).
+    /// A new variant that makes `Error` larger should box its payload.
+    #[test]
+    fn error_stays_small() {
+        let size = core::mem::size_of::<Error>();
+        eprintln!("Error: {size} bytes");
+        assert!(size <= 48, "Error is {size} bytes");
+    }
 }

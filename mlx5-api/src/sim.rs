@@ -76,7 +76,7 @@ pub fn two_hosts(mode: ExecMode) -> (Fabric, Device<Sim>, Device<Sim>) {
 fn sim_err(op: &'static str) -> impl FnOnce(model::SimError) -> Error {
     move |e| Error::Backend {
         op,
-        reason: BackendError::Refused { errno: sim_errno(&e), detail: e.to_string() },
+        reason: Box::new(BackendError::Refused { errno: sim_errno(&e), detail: e.to_string() }),
     }
 }
 

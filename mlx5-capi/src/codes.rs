@@ -105,15 +105,18 @@ pub(crate) fn error_code(e: &Error) -> i32 {
         Error::Timeout => MLX5R_ERR_TIMEOUT,
         Error::DeviceFatal => MLX5R_ERR_DEVICE_FATAL,
         Error::BadQueue { .. } => MLX5R_ERR_BAD_QUEUE,
-        Error::Backend {
-            reason:
+        Error::Backend { reason, .. }
+            if matches!(
+                **reason,
                 B::NoDevice { .. }
-                | B::NotMlx5 { .. }
-                | B::DeviceNotFound { .. }
-                | B::LibraryNotFound { .. }
-                | B::SymbolMissing { .. },
-            ..
-        } => MLX5R_ERR_NO_DEVICE,
+                    | B::NotMlx5 { .. }
+                    | B::DeviceNotFound { .. }
+                    | B::LibraryNotFound { .. }
+                    | B::SymbolMissing { .. }
+            ) =>
+        {
+            MLX5R_ERR_NO_DEVICE
+        }
         _ => MLX5R_ERR_BACKEND,
     }
 }
@@ -186,10 +189,10 @@ mod tests {
                 }),
                 -20,
             ),
-            (Error::Backend { op: "x", reason: BackendError::NoDctNumber }, -21),
+            (Error::Backend { op: "x", reason: Box::new(BackendError::NoDctNumber) }, -21),
             (Error::Verbs { op: "x", errno: 22, msg: String::new() }, -21),
-            (Error::Backend { op: "x", reason: BackendError::NoDevice { errno: None } }, -22),
-            (Error::Backend { op: "x", reason: BackendError::NotMlx5 { name: "y".into() } }, -22),
+            (Error::Backend { op: "x", reason: Box::new(BackendError::NoDevice { errno: None }) }, -22),
+            (Error::Backend { op: "x", reason: Box::new(BackendError::NotMlx5 { name: "y".into() }) }, -22),
             (Error::ForeignObject { what: "PD", owner: 1, used_with: 2 }, -23),
             (Error::QpState { qpn: 1, state: st, needed: QpState::Rts }, -24),
             (Error::InvalidTransition { from: st, to: QpState::Rts }, -24),

@@ -162,26 +162,29 @@ impl From<HwError> for mlx5_api::Error {
         match e {
             HwError::Verbs { op, errno } => mlx5_api::Error::Verbs { op, errno, msg: strerror(errno) },
             HwError::Unsupported { op, what } => {
-                mlx5_api::Error::Backend { op, reason: B::Other { detail: what } }
+                mlx5_api::Error::Backend { op, reason: Box::new(B::Other { detail: what }) }
             }
             HwError::NoErrno { op, reason } => {
-                mlx5_api::Error::Backend { op, reason: B::Other { detail: reason } }
+                mlx5_api::Error::Backend { op, reason: Box::new(B::Other { detail: reason }) }
             }
-            HwError::LibraryNotFound { file, reason } => {
-                mlx5_api::Error::Backend { op: "load rdma-core", reason: B::LibraryNotFound { file, reason } }
-            }
-            HwError::SymbolMissing { file, symbol } => {
-                mlx5_api::Error::Backend { op: "load rdma-core", reason: B::SymbolMissing { file, symbol } }
-            }
+            HwError::LibraryNotFound { file, reason } => mlx5_api::Error::Backend {
+                op: "load rdma-core",
+                reason: Box::new(B::LibraryNotFound { file, reason }),
+            },
+            HwError::SymbolMissing { file, symbol } => mlx5_api::Error::Backend {
+                op: "load rdma-core",
+                reason: Box::new(B::SymbolMissing { file, symbol }),
+            },
             HwError::NoDevice { errno } => {
-                mlx5_api::Error::Backend { op: "open device", reason: B::NoDevice { errno } }
+                mlx5_api::Error::Backend { op: "open device", reason: Box::new(B::NoDevice { errno }) }
             }
             HwError::NotMlx5 { name } => {
-                mlx5_api::Error::Backend { op: "open device", reason: B::NotMlx5 { name } }
+                mlx5_api::Error::Backend { op: "open device", reason: Box::new(B::NotMlx5 { name }) }
             }
-            HwError::DeviceNotFound { name, available } => {
-                mlx5_api::Error::Backend { op: "open device", reason: B::DeviceNotFound { name, available } }
-            }
+            HwError::DeviceNotFound { name, available } => mlx5_api::Error::Backend {
+                op: "open device",
+                reason: Box::new(B::DeviceNotFound { name, available }),
+            },
         }
     }
 }
@@ -235,7 +238,10 @@ mod tests {
         let e: mlx5_api::Error = HwError::NoDevice { errno: Some(libc::ENOSYS) }.into();
         assert_eq!(
             e,
-            mlx5_api::Error::Backend { op: "open device", reason: B::NoDevice { errno: Some(libc::ENOSYS) } }
+            mlx5_api::Error::Backend {
+                op: "open device",
+                reason: Box::new(B::NoDevice { errno: Some(libc::ENOSYS) })
+            }
         );
         let e: mlx5_api::Error =
             HwError::LibraryNotFound { file: "libibverbs.so.1".into(), reason: "nope".into() }.into();
@@ -243,14 +249,17 @@ mod tests {
             e,
             mlx5_api::Error::Backend {
                 op: "load rdma-core",
-                reason: B::LibraryNotFound { file: "libibverbs.so.1".into(), reason: "nope".into() }
+                reason: Box::new(B::LibraryNotFound {
+                    file: "libibverbs.so.1".into(),
+                    reason: "nope".into()
+                })
             }
         );
         assert!(e.to_string().contains("libibverbs.so.1") && e.to_string().contains("nope"), "{e}");
         let e: mlx5_api::Error =
             HwError::DeviceNotFound { name: "mlx5_9".into(), available: vec!["mlx5_0".into()] }.into();
         assert!(
-            matches!(&e, mlx5_api::Error::Backend { reason: B::DeviceNotFound { name, .. }, .. } if name == "mlx5_9"),
+            matches!(&e, mlx5_api::Error::Backend { reason, .. } if matches!(&**reason, B::DeviceNotFound { name, .. } if name == "mlx5_9")),
             "{e:?}"
         );
         let e: mlx5_api::Error =

@@ -653,7 +653,7 @@ impl CtxInner {
         let d = self.port_details(port)?;
         let link = d.link_layer.to_api().ok_or(Error::Backend {
             op: "ibv_query_port",
-            reason: mlx5_api::BackendError::UnknownPortAttr { port, what: "link layer" },
+            reason: Box::new(mlx5_api::BackendError::UnknownPortAttr { port, what: "link layer" }),
         })?;
         Ok(LocalPath {
             port,
@@ -1022,11 +1022,11 @@ impl Backend for Hw {
         let d = ctx.inner.port_details(port)?;
         let link_layer = d.link_layer.to_api().ok_or(Error::Backend {
             op: "ibv_query_port",
-            reason: mlx5_api::BackendError::UnknownPortAttr { port, what: "link layer" },
+            reason: Box::new(mlx5_api::BackendError::UnknownPortAttr { port, what: "link layer" }),
         })?;
         let active_mtu = d.active_mtu.ok_or(Error::Backend {
             op: "ibv_query_port",
-            reason: mlx5_api::BackendError::UnknownPortAttr { port, what: "active MTU" },
+            reason: Box::new(mlx5_api::BackendError::UnknownPortAttr { port, what: "active MTU" }),
         })?;
         Ok(PortInfo {
             port_num: port,
@@ -1349,7 +1349,10 @@ impl Backend for Hw {
         // libmlx5 writes the DCT number into ibv_qp.qp_num when INIT→RTR
         // creates the hardware DCT: read it live.
         match qp.qp_num() {
-            0 => Err(Error::Backend { op: "dct_number", reason: mlx5_api::BackendError::NoDctNumber }),
+            0 => Err(Error::Backend {
+                op: "dct_number",
+                reason: Box::new(mlx5_api::BackendError::NoDctNumber),
+            }),
             n => Ok(n),
         }
     }
