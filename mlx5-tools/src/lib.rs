@@ -88,6 +88,10 @@ fn link_name(l: LinkLayer) -> &'static str {
 
 /// The test block, both connection lines and the table header.
 fn print_header(c: &Config, device: &str, link: &str, mtu: u32, local: &report::Dest, remote: &report::Dest) {
+    if c.duration.is_some() && c.test == Test::Bw && !c.opts.no_peak {
+        // perftest's force_dependecies says so before the test block.
+        println!(" WARNING: BW peak won't be measured in this run.");
+    }
     println!("{}", report::test_block(c, device, link, mtu));
     println!("{}", report::dest_lines("local", local, c.verb));
     println!("{}", report::dest_lines("remote", remote, c.verb));
@@ -126,7 +130,8 @@ impl Out {
                 (report::lat_row(size, iters, &s), report::lat_json(size, iters, &s))
             }
             (Test::Bw, Some(done)) => {
-                let s = stats::bandwidth(size, posted, done, c.cq_mod as usize).ok_or("no completions")?;
+                let s = stats::bandwidth(size, posted, done, c.cq_mod as usize, !c.no_peak)
+                    .ok_or("no completions")?;
                 let g = c.opts.report_gbits;
                 (report::bw_row(size, iters, &s, g), report::bw_json(size, iters, &s, g))
             }

@@ -139,6 +139,10 @@ pub struct Opts {
     /// Report bandwidth in Gb/s instead of MiB/s.
     #[arg(long = "report_gbits")]
     pub report_gbits: bool,
+    /// Cancel the peak-bandwidth calculation (bandwidth tests; the peak is
+    /// then 0, as it always is with -D).
+    #[arg(short = 'N', long = "noPeak")]
+    pub no_peak: bool,
     /// Write the results as JSON (to `--out_json_file`).
     #[arg(long = "out_json")]
     pub out_json: bool,
@@ -194,6 +198,8 @@ pub struct Config {
     pub cq_mod: u32,
     /// Inline threshold (`-I`).
     pub inline_size: u32,
+    /// No peak bandwidth: `-N`, or `-D` (perftest's `noPeak`).
+    pub no_peak: bool,
     /// The parsed command line.
     pub opts: Opts,
 }
@@ -232,6 +238,9 @@ impl Config {
         }
         if opts.duration == Some(0) {
             return Err("-D 0: the duration is at least one second".into());
+        }
+        if opts.no_peak && lat {
+            return Err("-N: NoPeak only valid for BW tests".into());
         }
         let conn = opts.connection;
         if conn == Connection::Ud && verb != Verb::Send {
@@ -281,6 +290,7 @@ impl Config {
             connection: conn,
             cq_mod,
             inline_size,
+            no_peak: opts.no_peak || opts.duration.is_some(),
             opts,
         })
     }

@@ -88,6 +88,69 @@ fn duration_mode_reports_average_and_rate() {
     assert!(out.contains(" #bytes        #iterations       t_avg[usec]    tps average"), "{out}");
 }
 
+/// Run with a watchdog: the program is killed, and the test fails, if it
+/// has not finished after `limit` (a hang guard, far above the run's own
+/// length, not a timing assertion).
+fn run_within(bin: &str, args: &[&str], limit: std::time::Duration) -> (bool, String, String) {
+    use std::io::Read;
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the tool");
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        let (mut o, mut e) = (String::new(), String::new());
+        out.read_to_string(&mut o).unwrap();
+        err.read_to_string(&mut e).unwrap();
+        (o, e)
+    });
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > limit {
+            child.kill().unwrap();
+            panic!("{bin} {args:?} still running after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let (o, e) = reader.join().unwrap();
+    (status.success(), o, e)
+}
+
+/// The statistics are linear: a `-D` run (millions of WQEs; perftest's
+/// every-pair peak ran `mlx5_atomic_bw -D 2` for 581 s before it was
+/// killed) and 1024 QPs finish, with perftest's -D behaviour: the warning,
+/// then a peak of 0.00. `-N` gives 0.00 too; latency tests refuse it.
+#[test]
+fn duration_and_many_qps_finish_and_report_as_perftest() {
+    let limit = std::time::Duration::from_secs(120);
+    for bin in [env!("CARGO_BIN_EXE_mlx5_atomic_bw"), env!("CARGO_BIN_EXE_mlx5_write_bw")] {
+        let (ok, out, err) = run_within(bin, &["-D", "1"], limit);
+        assert!(ok, "{bin}: {err}");
+        assert!(out.starts_with(" WARNING: BW peak won't be measured in this run.\n"), "{out}");
+        let row = out.lines().find(|l| l.contains("0.00 ")).expect("a row with a 0.00 peak");
+        let f: Vec<f64> = row.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        assert!(f[1] > 1000.0 && f[2] == 0.0 && f[3] > 0.0, "{row}");
+    }
+    let bin = env!("CARGO_BIN_EXE_mlx5_write_bw");
+    let (ok, out, err) = run_within(bin, &["-q", "1024", "-s", "64", "-n", "1000"], limit);
+    assert!(ok, "{err}");
+    let row = out.lines().find(|l| l.trim_start().starts_with("64 ")).expect("a row");
+    let f: Vec<f64> = row.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    assert!(f[2] >= f[3] && f[3] > 0.0, "peak ≥ average > 0: {row}");
+    let (ok, out, err) = run_within(bin, &["-N", "-n", "200"], limit);
+    assert!(ok, "{err}");
+    assert!(!out.contains("WARNING"), "{out}");
+    let row = out.lines().find(|l| l.contains(" 200 ")).expect("a row");
+    assert_eq!(row.split_whitespace().nth(2), Some("0.00"), "{row}");
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-N"]);
+    assert!(!ok && err.contains("NoPeak only valid for BW tests"), "{err}");
+}
+
 #[test]
 fn bad_arguments_are_one_line_and_status_1() {
     for args in [&["-s", "abc"][..], &["--nope"], &["-q", "2"], &["-s", "0"], &["somehost"], &["-c", "XRC"]] {
