@@ -334,7 +334,9 @@ fn main() {
         &BOTH
     };
     for &(mode, name) in modes.iter().filter(|_| !a.busy_only && !a.bandwidth_only) {
-        let base = if a.only.is_some() { 1.0 } else { one(mode) };
+        // With --only, one configuration and no one-QP run to compare with
+        // (that would add a measurement to a run made for profiling): no ratio.
+        let base = if a.only.is_some() { f64::NAN } else { one(mode) };
         let configs: Vec<(usize, usize, u32)> = match &a.only {
             Some(o) => {
                 let mut f = o.split(':');
@@ -426,7 +428,10 @@ fn main() {
     if a.json {
         let r: Vec<String> = rows
             .iter()
-            .map(|(m, h, q, d, ns, x)| format!("{{\"mode\": \"{m}\", \"hosts\": {h}, \"qps\": {q}, \"sq_depth\": {d}, \"ns_per_msg\": {ns:.1}, \"msg_per_s\": {:.0}, \"vs_1qp\": {x:.2}}}", 1e9 / ns))
+            .map(|(m, h, q, d, ns, x)| {
+                let x = if x.is_nan() { "null".to_string() } else { format!("{x:.2}") };
+                format!("{{\"mode\": \"{m}\", \"hosts\": {h}, \"qps\": {q}, \"sq_depth\": {d}, \"ns_per_msg\": {ns:.1}, \"msg_per_s\": {:.0}, \"vs_1qp\": {x}}}", 1e9 / ns)
+            })
             .collect();
         let b: Vec<String> = bw
             .iter()
@@ -460,7 +465,8 @@ fn main() {
             "mode", "hosts", "QPs", "SQ", "ns/msg", "msg/s", "vs 1 QP"
         );
         for (m, h, q, d, ns, x) in &rows {
-            println!("{m:<14} {h:>5} {q:>5} {d:>5} {ns:>10.1} {:>12.0} {x:>8.2}", 1e9 / ns);
+            let x = if x.is_nan() { "-".to_string() } else { format!("{x:.2}") };
+            println!("{m:<14} {h:>5} {q:>5} {d:>5} {ns:>10.1} {:>12.0} {x:>8}", 1e9 / ns);
         }
     }
     if !lat.is_empty() {
