@@ -15,7 +15,10 @@ use mlx5_hw::{Hw, HwContext};
 
 /// `ibv_devinfo`'s options.
 #[derive(Debug, Parser)]
-#[command(about = "Print the attributes of mlx5 devices, simulated ones included (ibv_devinfo's options)")]
+#[command(
+    version,
+    about = "Print the attributes of mlx5 devices, simulated ones included (ibv_devinfo's options)"
+)]
 pub struct DevinfoOpts {
     /// Use this device (default: all).
     #[arg(short = 'd', long = "ib-dev")]

@@ -390,7 +390,7 @@ impl<B: Backend> End<B> {
                 fin!(p(b.sge(Sge::new(la + h, size as u32, lk)))?)
             }
             Verb::Atomic => {
-                let b = match c.opts.atomic_type {
+                let b = match c.atomic_type {
                     AtomicType::FetchAndAdd => p(ctrl!(ctrl_atomic_fa(flags, 1)))?,
                     AtomicType::CmpAndSwap => p(ctrl!(ctrl_atomic_cs(flags, entry + 1, entry)))?,
                 };

@@ -25,16 +25,22 @@ use clap::Parser;
 use mlx5_api::{Backend, Device, LinkLayer};
 
 use engine::{End, Remote, RunResult};
-use opts::{Config, Opts, Test, Verb};
+use opts::{Config, Test, Verb};
 
 /// Entry point of one program: parse, run, report. A bad argument or a
 /// failed run is one line on stderr and exit status 1.
 pub fn main(verb: Verb, test: Test) -> ExitCode {
     let prog = prog_name();
-    let opts = match parse::<Opts>(&prog) {
+    let opts = match finish_parse(&prog, opts::parse_for(verb, test, &prog, std::env::args_os())) {
         Ok(o) => o,
         Err(code) => return code,
     };
+    if opts.duration.is_some() && opts.iters.is_some() {
+        eprintln!("{prog}: -n is ignored with -D: the run lasts -D seconds (as in perftest)");
+    }
+    if !opts.out_json && std::env::args_os().any(|a| a.to_string_lossy().starts_with("--out_json_file")) {
+        eprintln!("{prog}: --out_json_file writes nothing without --out_json (as in perftest)");
+    }
     let r = Config::new(verb, test, opts).and_then(|c| match c.opts.backend {
         opts::Backend::Sim => run_sim(&c),
         opts::Backend::Hw => run_hw(&c),
@@ -57,7 +63,13 @@ pub(crate) fn prog_name() -> String {
 /// Parse the command line; `--help` / `--version` print and succeed, a bad
 /// argument is one line on stderr and exit status 1.
 pub(crate) fn parse<P: Parser>(prog: &str) -> Result<P, ExitCode> {
-    match P::try_parse() {
+    let m = P::command().name(prog.to_string()).bin_name(prog.to_string()).try_get_matches();
+    finish_parse(prog, m.and_then(|m| P::from_arg_matches(&m)))
+}
+
+/// What [`parse`] does with clap's answer.
+pub(crate) fn finish_parse<P>(prog: &str, r: Result<P, clap::Error>) -> Result<P, ExitCode> {
+    match r {
         Ok(o) => Ok(o),
         Err(e)
             if matches!(
@@ -69,11 +81,7 @@ pub(crate) fn parse<P: Parser>(prog: &str) -> Result<P, ExitCode> {
             Err(ExitCode::SUCCESS)
         }
         Err(e) => {
-            let msg = e.to_string();
-            eprintln!(
-                "{prog}: {}",
-                msg.lines().next().unwrap_or("bad arguments").trim_start_matches("error: ")
-            );
+            eprintln!("{prog}: {}", opts::one_line(&e));
             Err(ExitCode::FAILURE)
         }
     }
@@ -341,6 +349,7 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::opts::Opts;
 
     /// The two-machine path (`--backend hw`: TCP exchange, one side per
     /// process) run on two simulated NICs in threads: server and client

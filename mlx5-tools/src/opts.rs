@@ -1,7 +1,7 @@
 //! perftest's options (`ib_write_lat --help`), parsed with clap. A wrong
 //! argument is a one-line error and exit status 1, never a panic.
 
-use clap::{Parser, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 /// The operation a program measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,71 +91,68 @@ impl AtomicType {
     }
 }
 
-/// The options, with perftest's names and meanings.
+/// The options, with perftest's names, meanings and help lines (the
+/// `(SYMMETRIC)` ones must match on both sides). Each program offers those
+/// of its test ([`command`]).
 #[derive(Parser, Debug, Clone)]
 #[command(version, about = "perftest-compatible test for the mlx5 library (simulator by default)")]
 pub struct Opts {
-    /// Server host to connect to (client side); none: be the server.
-    /// Only with `--backend hw`: on the simulator both sides run here.
+    /// Server host to connect to (client side); none: be the server. Only
+    /// with --backend hw: on the simulator both sides run in this process.
     pub server: Option<String>,
-    /// Run sizes from 2 up to 2^23 bytes.
+    /// Run sizes from 2 till 2^23 (SYMMETRIC)
     #[arg(short = 'a', long = "all")]
     pub all: bool,
-    /// Message size in bytes (latency default 2, bandwidth 65536).
+    /// Size of message to exchange (default 2 for latency, 65536 for bandwidth) (SYMMETRIC)
     #[arg(short = 's', long = "size")]
     pub size: Option<u64>,
-    /// Iterations per size (latency default 1000, bandwidth 5000).
+    /// Number of exchanges (at least 5, default 1000 for latency, 5000 for bandwidth) (SYMMETRIC)
     #[arg(short = 'n', long = "iters")]
     pub iters: Option<u64>,
-    /// Run for this many seconds instead of a number of iterations.
+    /// Run test for a customized period of seconds. (SYMMETRIC)
     #[arg(short = 'D', long = "duration")]
-    /// `-D`: run for this many seconds instead.
     pub duration: Option<u64>,
-    /// Number of QPs (bandwidth tests; latency tests use one).
+    /// Num of qp's (default 1) (SYMMETRIC)
     #[arg(short = 'q', long = "qp", default_value_t = 1)]
-    /// QPs (`-q`).
     pub qps: u32,
-    /// Outstanding send WQEs per QP (latency default 1, bandwidth 128).
+    /// Size of tx queue (default 1 for latency, 128 for bandwidth)
     #[arg(short = 't', long = "tx-depth")]
     pub tx_depth: Option<u32>,
-    /// Receive queue depth (SEND tests; default 512, on UD the iterations
-    /// up to 8192).
+    /// Rx queue size (default 512; on UD the iterations, up to 8192)
     #[arg(short = 'r', long = "rx-depth")]
     pub rx_depth: Option<u32>,
-    /// Completion moderation: one signaled WQE every this many (bandwidth).
+    /// Generate Cqe only after <--cq-mod> completion (1 to 1024, default 100)
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
-    /// Signal every Nth send (`-Q`).
     pub cq_mod: u32,
-    /// Largest message sent inline (latency defaults as perftest's: WRITE 220,
-    /// SEND 236 (UD 188), DC 150; 0 for bandwidth, READ and atomics).
+    /// Max size of message to be sent in inline (latency defaults as
+    /// perftest's: WRITE 220, SEND 236 (UD 188), DC 150; bandwidth 0)
     #[arg(short = 'I', long = "inline_size")]
     pub inline_size: Option<u32>,
-    /// Connection type.
+    /// Connection type RC/UD/DC (default RC; UD for SEND only) (SYMMETRIC)
     #[arg(short = 'c', long = "connection", value_enum, default_value_t = Connection::Rc)]
     pub connection: Connection,
-    /// Atomic operation (atomic tests).
-    #[arg(short = 'A', long = "atomic_type", value_enum, default_value_t = AtomicType::FetchAndAdd)]
-    pub atomic_type: AtomicType,
-    /// Report bandwidth in Gb/s instead of MiB/s.
+    /// type of atomic operation from {CMP_AND_SWAP,FETCH_AND_ADD} (default FETCH_AND_ADD) (SYMMETRIC)
+    #[arg(short = 'A', long = "atomic_type", value_enum)]
+    pub atomic_type: Option<AtomicType>,
+    /// Report the bandwidth in Gb/s instead of MiB/s
     #[arg(long = "report_gbits")]
     pub report_gbits: bool,
-    /// Cancel the peak-bandwidth calculation (bandwidth tests; the peak is
-    /// then 0, as it always is with -D).
+    /// Cancel peak-bw calculation (the peak is then 0.00, as it always is with -D)
     #[arg(short = 'N', long = "noPeak")]
     pub no_peak: bool,
-    /// Write the results as JSON (to `--out_json_file`).
+    /// Save the report in a json file
     #[arg(long = "out_json")]
     pub out_json: bool,
-    /// The JSON report's file.
+    /// Name of the report json file (with --out_json)
     #[arg(long = "out_json_file", default_value = "perftest_out.json")]
     pub out_json_file: String,
-    /// Device name (hardware: e.g. mlx5_0).
+    /// Use IB device <dev> (default first device found)
     #[arg(short = 'd', long = "ib-dev")]
     pub ib_dev: Option<String>,
-    /// Device port.
+    /// Use port <port> of IB device (default 1)
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub ib_port: u8,
-    /// TCP port of the connection exchange.
+    /// Listen on/connect to port <port> (default 18515) (SYMMETRIC)
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
     /// Backend.
@@ -168,9 +165,66 @@ pub struct Opts {
     /// Ethernet frames, InfiniBand as ERF records).
     #[arg(long = "pcap")]
     pub pcap: Option<String>,
-    /// Accepted for perftest compatibility (CPU frequency warnings do not apply).
+    /// Do not show a warning even if cpufreq_ondemand module is loaded, and cpu-freq is not on max.
     #[arg(short = 'F', long = "CPU-freq")]
     pub cpu_freq: bool,
+}
+
+/// The options `verb`'s `test` offers, as perftest's `usage` lists them
+/// for it: the others are hidden from its help (and refused, with
+/// perftest's words, where perftest refuses them). Named `prog` in usage,
+/// errors and `-V`.
+pub fn command(verb: Verb, test: Test, prog: &str) -> clap::Command {
+    let bw = test == Test::Bw;
+    let atomic = verb == Verb::Atomic;
+    let offered = |id: &str| match id {
+        "atomic_type" => atomic,
+        "all" | "size" => !atomic,
+        "qps" | "cq_mod" | "tx_depth" | "no_peak" => bw,
+        "rx_depth" => verb == Verb::Send,
+        "inline_size" => matches!(verb, Verb::Write | Verb::Send),
+        _ => true,
+    };
+    let what = match test {
+        Test::Lat => "Latency",
+        Test::Bw => "BW",
+    };
+    let mut cmd = Opts::command().name(prog.to_string()).bin_name(prog.to_string()).about(format!(
+        "perftest's {} {what} test for the mlx5 library (simulator by default; --backend hw for a ConnectX)",
+        verb.perftest_name()
+    ));
+    let ids: Vec<String> = cmd.get_arguments().map(|a| a.get_id().to_string()).collect();
+    for id in ids.iter().filter(|id| !offered(id)) {
+        cmd = cmd.mut_arg(id, |a| a.hide(true));
+    }
+    cmd
+}
+
+/// Parse `args` (the program name first) for `verb`'s `test`.
+pub fn parse_for<I, T>(verb: Verb, test: Test, prog: &str, args: I) -> Result<Opts, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let m = command(verb, test, prog).try_get_matches_from(args)?;
+    Opts::from_arg_matches(&m)
+}
+
+/// A parser error as one line: clap's message, the accepted values and its
+/// tip, without the usage block.
+pub fn one_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let parts: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .map(|l| l.trim_start_matches("error: "))
+        .collect();
+    let mut line = parts.join("; ");
+    if line.is_empty() {
+        line = "bad arguments".into();
+    }
+    line + " (--help lists the options)"
 }
 
 /// What a run does, resolved from the options and the program.
@@ -200,6 +254,8 @@ pub struct Config {
     pub inline_size: u32,
     /// No peak bandwidth: `-N`, or `-D` (perftest's `noPeak`).
     pub no_peak: bool,
+    /// The atomic (`-A`; atomic tests only, FETCH_AND_ADD by default).
+    pub atomic_type: AtomicType,
     /// The parsed command line.
     pub opts: Opts,
 }
@@ -241,6 +297,12 @@ impl Config {
         }
         if opts.no_peak && lat {
             return Err("-N: NoPeak only valid for BW tests".into());
+        }
+        if opts.atomic_type.is_some() && verb != Verb::Atomic {
+            return Err("-A: You are not running the atomic_lat/bw test! To change the atomic action type, you must run one of the atomic tests".into());
+        }
+        if !(1..=1024).contains(&opts.cq_mod) {
+            return Err(format!("-Q {}: CQ moderation should be between 1 and 1024", opts.cq_mod));
         }
         let conn = opts.connection;
         if conn == Connection::Ud && verb != Verb::Send {
@@ -291,6 +353,7 @@ impl Config {
             cq_mod,
             inline_size,
             no_peak: opts.no_peak || opts.duration.is_some(),
+            atomic_type: opts.atomic_type.unwrap_or(AtomicType::FetchAndAdd),
             opts,
         })
     }
@@ -320,6 +383,42 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Opts, clap::Error> {
         Opts::try_parse_from(std::iter::once("mlx5_write_lat").chain(args.iter().copied()))
+    }
+
+    fn help(verb: Verb, test: Test) -> String {
+        command(verb, test, "prog").render_help().to_string()
+    }
+
+    /// Each program's help lists the options its test takes, as perftest's
+    /// usage does; the name is the program's.
+    #[test]
+    fn help_is_each_programs_own() {
+        let atomic = help(Verb::Atomic, Test::Bw);
+        assert!(atomic.contains("--atomic_type") && !atomic.contains("--all") && !atomic.contains("--size"));
+        let write_lat = help(Verb::Write, Test::Lat);
+        for hidden in ["--atomic_type", "--noPeak", "--cq-mod", "--qp ", "--rx-depth", "--tx-depth"] {
+            assert!(!write_lat.contains(hidden), "{hidden} in {write_lat}");
+        }
+        assert!(write_lat.contains("--inline_size") && write_lat.contains("Run sizes from 2 till 2^23"));
+        let send_bw = help(Verb::Send, Test::Bw);
+        for shown in ["--rx-depth", "--noPeak", "--cq-mod", "--qp ", "--tx-depth", "--inline_size"] {
+            assert!(send_bw.contains(shown), "{shown} in {send_bw}");
+        }
+        assert!(!help(Verb::Read, Test::Lat).contains("--inline_size"));
+        let v = command(Verb::Write, Test::Lat, "mlx5_write_lat").render_version();
+        assert!(v.starts_with("mlx5_write_lat "), "{v}");
+    }
+
+    /// A parser error is one line with everything clap says: the bad
+    /// value, the accepted ones and the tip.
+    #[test]
+    fn parser_errors_are_complete_on_one_line() {
+        let e = parse_for(Verb::Write, Test::Lat, "p", ["p", "-c", "XRC"]).unwrap_err();
+        let l = one_line(&e);
+        assert!(!l.contains('\n') && l.contains("'XRC'") && l.contains("RC, UD, DC"), "{l}");
+        let e = parse_for(Verb::Write, Test::Lat, "p", ["p", "--sise", "8"]).unwrap_err();
+        let l = one_line(&e);
+        assert!(l.contains("--sise") && l.contains("--size"), "the tip: {l}");
     }
 
     #[test]
@@ -359,7 +458,7 @@ mod tests {
         let o = parse(&["-A", "CMP_AND_SWAP", "--backend", "hw", "server1"]).unwrap();
         assert_eq!(
             (o.atomic_type, o.backend, o.server.as_deref()),
-            (AtomicType::CmpAndSwap, Backend::Hw, Some("server1"))
+            (Some(AtomicType::CmpAndSwap), Backend::Hw, Some("server1"))
         );
     }
 
@@ -373,6 +472,15 @@ mod tests {
         assert!(Config::new(Verb::Write, Test::Bw, parse(&["-s", "0"]).unwrap()).is_err());
         assert!(Config::new(Verb::Read, Test::Lat, parse(&["-I", "64"]).unwrap()).is_err());
         assert!(Config::new(Verb::Write, Test::Lat, parse(&["somehost"]).unwrap()).is_err());
+        // What perftest refuses: -A outside the atomic tests, -Q outside 1..=1024, -N on latency.
+        let e = Config::new(Verb::Write, Test::Lat, parse(&["-A", "CMP_AND_SWAP"]).unwrap()).unwrap_err();
+        assert!(e.contains("not running the atomic_lat/bw test"), "{e}");
+        let e = Config::new(Verb::Write, Test::Bw, parse(&["-Q", "0"]).unwrap()).unwrap_err();
+        assert!(e.contains("between 1 and 1024"), "{e}");
+        assert!(Config::new(Verb::Write, Test::Bw, parse(&["-Q", "1025"]).unwrap()).is_err());
+        assert!(Config::new(Verb::Write, Test::Lat, parse(&["-N"]).unwrap()).is_err());
+        let c = Config::new(Verb::Atomic, Test::Lat, parse(&["-A", "CMP_AND_SWAP"]).unwrap()).unwrap();
+        assert_eq!(c.atomic_type, AtomicType::CmpAndSwap);
     }
 
     #[test]

@@ -50,7 +50,7 @@ fn on_off(b: bool) -> &'static str {
 pub fn test_block(c: &Config, device: &str, link: &str, mtu: u32) -> String {
     let mut s = format!("{RESULT_LINE}\n                    {} ", c.verb.perftest_name());
     if c.verb == Verb::Atomic {
-        s += &format!("{} ", c.opts.atomic_type.perftest_name());
+        s += &format!("{} ", c.atomic_type.perftest_name());
     }
     s += if c.test == Test::Bw { "BW Test\n" } else { "Latency Test\n" };
     s += &format!(" Dual-port       : OFF\t\tDevice         : {device}\n");
@@ -145,7 +145,7 @@ pub fn bw_row(size: u64, iters: u64, s: &BwStats, gbits: bool) -> String {
 pub fn json(c: &Config, device: &str, link: &str, mtu: u32, results: &str) -> String {
     let mut t = format!("\"test\": \"{}_", c.verb.perftest_name());
     if c.verb == Verb::Atomic {
-        t += &format!("{}_", c.opts.atomic_type.perftest_name());
+        t += &format!("{}_", c.atomic_type.perftest_name());
     }
     t += if c.test == Test::Bw { "BW_Test\"" } else { "Latency_Test\"" };
     let mut info = vec![

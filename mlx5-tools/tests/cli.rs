@@ -161,7 +161,11 @@ fn bad_arguments_are_one_line_and_status_1() {
         assert!(err.starts_with("mlx5_write_lat: ") && !err.contains("panicked"), "{err}");
     }
     let (ok, out, _) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["--help"]);
-    assert!(ok && out.contains("--tx-depth") && out.contains("--out_json_file"));
+    assert!(
+        ok && out.contains("--inline_size")
+            && out.contains("--out_json_file")
+            && !out.contains("--atomic_type")
+    );
 }
 
 #[test]
@@ -256,4 +260,32 @@ fn pcap_option_writes_the_wire() {
     assert!(err.contains("packets captured to"), "{err}");
     let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["--backend", "hw", "--pcap", p]);
     assert!(!ok && err.contains("ibdump"), "{err}");
+}
+
+/// `-V` names the program (ibv_devinfo's `-V` too); what perftest refuses
+/// is refused in its words; what perftest ignores is said on stderr.
+#[test]
+fn version_refusals_and_ignored_options() {
+    for (bin, name) in [
+        (env!("CARGO_BIN_EXE_mlx5_write_lat"), "mlx5_write_lat "),
+        (env!("CARGO_BIN_EXE_mlx5_atomic_bw"), "mlx5_atomic_bw "),
+        (env!("CARGO_BIN_EXE_mlx5_devinfo"), "mlx5_devinfo "),
+    ] {
+        let (ok, out, err) = run(bin, &["-V"]);
+        assert!(ok && out.starts_with(name), "{out}{err}");
+    }
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-A", "CMP_AND_SWAP"]);
+    assert!(!ok && err.contains("You are not running the atomic_lat/bw test!"), "{err}");
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_bw"), &["-Q", "0"]);
+    assert!(!ok && err.contains("CQ moderation should be between 1 and 1024"), "{err}");
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-c", "XRC"]);
+    assert!(!ok && err.contains("[possible values: RC, UD, DC]") && err.lines().count() == 1, "{err}");
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_send_lat"), &["-D", "1", "-n", "100"]);
+    assert!(ok && err.contains("-n is ignored with -D"), "{err}");
+    let dir = std::env::temp_dir().join(format!("mlx5-tools-json-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("never.json");
+    let (ok, _, err) =
+        run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-n", "20", "--out_json_file", f.to_str().unwrap()]);
+    assert!(ok && err.contains("writes nothing without --out_json") && !f.exists(), "{err}");
 }
