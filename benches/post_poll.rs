@@ -5,9 +5,9 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use mlx5::model::ExecMode;
 use mlx5::ring_only::{RingOnly, RingOnlyDevice};
 use mlx5::sim::two_hosts;
+use mlx5::sim::ExecMode;
 use mlx5::{AccessFlags, ConnectParams, Device, QpConfig, RemoteQpInfo, Sge, WqeFlags};
 
 fn post_and_poll_on_sim(c: &mut Criterion) {

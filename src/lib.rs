@@ -8,15 +8,14 @@
 //!
 //! This facade re-exports the front-end (`mlx5-api`: devices, contexts,
 //! protection domains, memory regions, CQs, RC/UD/DC QPs, SRQs, the
-//! type-state WQE builder and the ring core), the device model
-//! (`mlx5::model`, the `mlx5-sim` crate) and the hardware backend
-//! (`mlx5::hw`, feature `hw`).
+//! type-state WQE builder and the ring core), the simulator (`mlx5::sim`:
+//! the `mlx5-sim` crate's software NIC and the backend over it, feature
+//! `sim`) and the hardware backend (`mlx5::hw`, feature `hw`).
 //!
 //! ```
 //! # #[cfg(feature = "sim")]
 //! # fn main() -> Result<(), mlx5::Error> {
-//! use mlx5::model::ExecMode;
-//! use mlx5::sim::two_hosts;
+//! use mlx5::sim::{two_hosts, ExecMode};
 //! use mlx5::{AccessFlags, ConnectParams, QpConfig, WqeFlags};
 //!
 //! let (_fabric, dev_a, dev_b) = two_hosts(ExecMode::Deterministic);
@@ -49,9 +48,22 @@ pub use mlx5_api::*;
 /// The hardware backend (feature `hw`).
 #[cfg(feature = "hw")]
 pub use mlx5_hw as hw;
-/// The software NIC (device model) behind the `sim` backend (feature `sim`).
+/// The simulator (feature `sim`): the `mlx5-sim` crate's software NIC
+/// (`Fabric`, `Nic`, `ExecMode`, `HostConfig`, ...) and the backend that
+/// puts the front-end on it (`Sim`, `two_hosts`, `devices`), under one
+/// name, as the hardware's is `mlx5::hw`.
 #[cfg(feature = "sim")]
-pub use mlx5_sim as model;
+pub mod sim {
+    pub use mlx5_api::sim::*;
+    pub use mlx5_sim::*;
+}
+/// The software NIC under its old name: everything here is in
+/// [`sim`](crate::sim) (kept for one release).
+#[cfg(feature = "sim")]
+#[deprecated(since = "0.1.0", note = "the simulator is `mlx5::sim` (device model and backend in one)")]
+pub mod model {
+    pub use mlx5_sim::*;
+}
 
 /// The README's code blocks, run as doctests (the crate's front page is the
 /// short overview above).

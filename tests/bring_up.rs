@@ -7,8 +7,8 @@
 mod common;
 
 use common::*;
-use mlx5::model::ExecMode;
 use mlx5::sim::two_hosts;
+use mlx5::sim::ExecMode;
 use mlx5::{
     AccessFlags, Arg, ConnectParams, Error, Gid, InvalidArgument, LinkLayer, QpConfig, QpKind, QpState,
     RemoteQpInfo, Sge, Status, Syndrome, WcOpcode, WqeFlags,
@@ -30,7 +30,7 @@ fn write(side: &Side, peer: &Side, entry: u64, len: u32) {
 
 /// Two RC QPs with the given start PSNs, connected to each other with
 /// `b` told that `a` starts at `a_told` (the out-of-band message may lie).
-fn pair_psns(a_psn: u32, b_psn: u32, a_told: u32) -> (Side, Side, mlx5::model::Fabric) {
+fn pair_psns(a_psn: u32, b_psn: u32, a_told: u32) -> (Side, Side, mlx5::sim::Fabric) {
     let (fabric, da, db) = two_hosts(ExecMode::Deterministic);
     let a = Side::new(&da, &QpConfig { psn: a_psn, ..small_cfg() }, AccessFlags::ALL);
     let b = Side::new(&db, &QpConfig { psn: b_psn, ..small_cfg() }, AccessFlags::ALL);

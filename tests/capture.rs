@@ -6,8 +6,8 @@
 
 mod common;
 use common::*;
-use mlx5::model::{ExecMode, Fabric};
 use mlx5::sim::Sim;
+use mlx5::sim::{ExecMode, Fabric};
 use mlx5::{ConnectParams, QpConfig, RcQp, Sge, Status, UdQp, WqeFlags};
 
 /// What the run posted, for comparing with the capture.

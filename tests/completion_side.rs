@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use mlx5::model::ExecMode;
+use mlx5::sim::ExecMode;
 use mlx5::sim::{two_hosts, Sim};
 use mlx5::{
     AccessFlags, CompletionQueue, ConnectParams, Context, CqConfig, CqeSize, Error, MemoryRegion,
@@ -45,7 +45,7 @@ fn pair_with(
     mode: ExecMode,
     cq: impl Fn() -> CqConfig<'static, Sim>,
     scatter: bool,
-) -> (mlx5::model::Fabric, Side, Side) {
+) -> (mlx5::sim::Fabric, Side, Side) {
     let (fabric, da, db) = two_hosts(mode);
     let mk = |d: &mlx5::Device<Sim>| {
         let ctx = d.open().unwrap();

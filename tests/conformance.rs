@@ -7,11 +7,11 @@
 
 #[macro_use]
 mod scenarios;
-use mlx5::model::ExecMode;
+use mlx5::sim::ExecMode;
 use mlx5::sim::{devices, FabricConfig, HostConfig, Sim};
 
 fn sim_bed(roce: bool, mode: ExecMode) -> scenarios::Bed<Sim> {
-    let fabric = mlx5::model::Fabric::new(FabricConfig { mode, ..FabricConfig::default() });
+    let fabric = mlx5::sim::Fabric::new(FabricConfig { mode, ..FabricConfig::default() });
     for i in 0..2u8 {
         let name = format!("sim{i}");
         fabric.add_host(if roce {

@@ -5,7 +5,7 @@
 
 mod common;
 use common::*;
-use mlx5::model::ExecMode;
+use mlx5::sim::ExecMode;
 use mlx5::sim::Sim;
 use mlx5::{
     AccessFlags, ConnectParams, Dci, Dct, Error, QpConfig, QpState, Sge, Status, Syndrome, WcOpcode, WqeFlags,

@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use mlx5::model::ExecMode;
+use mlx5::sim::ExecMode;
 use mlx5::{ConnectParams, QpConfig, Sge, Status, WcOpcode, WqeFlags};
 
 const KEY: u64 = 0xdc;

@@ -5,8 +5,8 @@
 
 mod common;
 use common::*;
-use mlx5::model::ExecMode;
 use mlx5::sim::two_hosts;
+use mlx5::sim::ExecMode;
 use mlx5::sim::Sim;
 use mlx5::{AccessFlags, ConnectParams, Error, QpConfig, QpState, RcQp, Sge, Status, WqeFlags};
 use proptest::prelude::*;

@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use mlx5::model::ExecMode;
+use mlx5::sim::ExecMode;
 use mlx5::{AccessFlags, ConnectParams, Error, QpState, Sge, Status, Syndrome, WcOpcode, WqeFlags};
 
 fn syn(s: Status) -> Option<Syndrome> {

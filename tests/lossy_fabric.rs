@@ -5,8 +5,8 @@
 
 mod common;
 use common::*;
-use mlx5::model::{ExecMode, Fabric, LinkFaults, NicStats};
 use mlx5::sim::Sim;
+use mlx5::sim::{ExecMode, Fabric, LinkFaults, NicStats};
 use mlx5::{ConnectParams, QpConfig, QpState, RcQp, Sge, Status, Syndrome, WcOpcode, WqeFlags};
 
 fn stats(f: &Fabric, host: usize) -> NicStats {

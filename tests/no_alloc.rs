@@ -9,8 +9,8 @@ use std::cell::Cell;
 
 mod common;
 use common::*;
-use mlx5::model::ExecMode;
 use mlx5::ring_only::{RingOnly, RingOnlyDevice};
+use mlx5::sim::ExecMode;
 use mlx5::{AccessFlags, ConnectParams, Device, QpConfig, RemoteQpInfo, Sge, WqeFlags};
 
 struct Counting;

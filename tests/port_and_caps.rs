@@ -4,9 +4,9 @@
 
 mod common;
 use common::*;
-use mlx5::model::{ExecMode, NicCaps};
 use mlx5::sim::HostConfig;
 use mlx5::sim::Sim;
+use mlx5::sim::{ExecMode, NicCaps};
 use mlx5::{
     AddressVector, ConnectParams, Error, QpConfig, QpState, RcQp, RemoteQpInfo, Sge, Status, Syndrome,
     WqeFlags,
@@ -54,7 +54,7 @@ fn one_op(n: &mut [Node], qp: &RcQp<Sim, u64>, read: bool) -> Status {
 }
 
 /// A fabric of two InfiniBand virtual functions whose ports require a GRH.
-fn vfs() -> (mlx5::model::Fabric, Vec<Node>) {
+fn vfs() -> (mlx5::sim::Fabric, Vec<Node>) {
     let hosts = (1..=2u16).map(|i| HostConfig::infiniband(&format!("vf{i}"), i).requiring_grh()).collect();
     cluster_of(hosts, ExecMode::Deterministic)
 }

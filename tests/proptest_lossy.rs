@@ -15,8 +15,8 @@
 
 mod common;
 use common::*;
-use mlx5::model::{ExecMode, LinkFaults};
 use mlx5::sim::Sim;
+use mlx5::sim::{ExecMode, LinkFaults};
 use mlx5::{ConnectParams, Dci, QpConfig, QpState, RcQp, Sge, Status, Syndrome, UdQp, WqeFlags};
 use proptest::prelude::*;
 

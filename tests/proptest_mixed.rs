@@ -15,7 +15,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::*;
-use mlx5::model::ExecMode;
+use mlx5::sim::ExecMode;
 use mlx5::sim::Sim;
 use mlx5::{ConnectParams, Dci, Dct, QpConfig, RcQp, Sge, Status, UdQp, WcOpcode, WqeFlags};
 use proptest::prelude::*;

@@ -7,7 +7,7 @@
 
 mod common;
 use common::*;
-use mlx5::model::ExecMode;
+use mlx5::sim::ExecMode;
 use mlx5::{AccessFlags, ConnectParams, QpConfig, Sge, Status, WcOpcode, WqeFlags};
 use proptest::prelude::*;
 

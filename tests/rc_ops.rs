@@ -259,7 +259,7 @@ fn multi_wqebb_wqes_wrap_the_ring_many_times() {
 /// (RESET), on an empty queue, on a full one and at every slot of the ring.
 #[test]
 fn prefetch_post_changes_nothing_in_any_state() {
-    let (_fabric, da, _db) = mlx5::sim::two_hosts(mlx5::model::ExecMode::Deterministic);
+    let (_fabric, da, _db) = mlx5::sim::two_hosts(mlx5::sim::ExecMode::Deterministic);
     let idle = Side::new(&da, &small_cfg(), mlx5::AccessFlags::ALL);
     idle.qp.prefetch_post();
     assert_eq!((idle.qp.state(), idle.qp.sq_pi()), (mlx5::QpState::Reset, 0));

@@ -3,17 +3,17 @@
 //! through the ring core and retires wr-ids; the simulator's NICs run in
 //! watch mode and notice the work from memory alone.
 
-use mlx5::model::{ExecMode, FabricConfig, HostConfig};
 use mlx5::ring::post::send_flags;
 use mlx5::ring::seg::opcode;
 use mlx5::ring::{send_wqe, HostMmio, SendWr, Sge};
 use mlx5::sim::{devices, Sim};
+use mlx5::sim::{ExecMode, FabricConfig, HostConfig};
 use mlx5::{AccessFlags, ConnectParams, Context, ProtectionDomain, QpConfig};
 
 /// Two hosts whose NICs watch memory, a context and a PD on each.
 fn watch_pair(
-) -> (mlx5::model::Fabric, Context<Sim>, Context<Sim>, ProtectionDomain<Sim>, ProtectionDomain<Sim>) {
-    let fabric = mlx5::model::Fabric::new(FabricConfig { mode: ExecMode::Watch, ..FabricConfig::default() });
+) -> (mlx5::sim::Fabric, Context<Sim>, Context<Sim>, ProtectionDomain<Sim>, ProtectionDomain<Sim>) {
+    let fabric = mlx5::sim::Fabric::new(FabricConfig { mode: ExecMode::Watch, ..FabricConfig::default() });
     fabric.add_host(HostConfig::infiniband("a", 1));
     fabric.add_host(HostConfig::infiniband("b", 2));
     let d = devices(&fabric);

@@ -13,8 +13,8 @@
 //! 8-byte result SGE and are one WQEBB, so they never straddle the ring end;
 //! a NOP is one DS.
 
-use mlx5::model::{dissect::dissect_send_wqe, QpType};
 use mlx5::ring_only::{RingOnly, RingOnlyDevice};
+use mlx5::sim::{dissect::dissect_send_wqe, QpType};
 use mlx5::{CompletionQueue, ConnectParams, Context, Device, QpConfig, RcQp, RemoteQpInfo, Sge, WqeFlags};
 
 const LKEY: u32 = 0x1234;

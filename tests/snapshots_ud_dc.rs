@@ -10,12 +10,12 @@
 //! (no terminator), with the next-WQE-index list intact (re-linking after
 //! completions is exercised on the simulator in tests/srq.rs).
 
-use mlx5::model::{
+use mlx5::ring_only::{RingOnly, RingOnlyDevice};
+use mlx5::sim::{
     dissect::dissect_send_wqe,
     wire::{RecvDataSeg, SrqNextSeg},
     QpType,
 };
-use mlx5::ring_only::{RingOnly, RingOnlyDevice};
 use mlx5::{
     AddressVector, CompletionQueue, ConnectParams, Context, Device, IbGrh, QpConfig, RoceAv, Sge, WqeFlags,
 };

@@ -5,7 +5,7 @@
 
 mod common;
 use common::*;
-use mlx5::model::ExecMode;
+use mlx5::sim::ExecMode;
 use mlx5::sim::Sim;
 use mlx5::{ConnectParams, Error, QpConfig, QpState, RcQp, Sge, Status, Syndrome, WcOpcode, WqeFlags};
 

@@ -5,7 +5,7 @@
 
 mod common;
 use common::*;
-use mlx5::model::ExecMode;
+use mlx5::sim::ExecMode;
 use mlx5::{AccessFlags, ConnectParams, Status, WqeFlags};
 
 /// A signaled WRITE of `len` bytes from host a's MR at `from` to host b's at `to`,

@@ -924,6 +924,14 @@ macro_rules! cq_common {
         pub fn check(&self) -> Result<()> {
             self.shared.check()
         }
+        /// Give the backend the pass a poll that finds nothing gives it,
+        /// without consuming a CQE: the simulator's deterministic mode runs
+        /// its NICs once (threaded mode helps a NIC thread that waits for a
+        /// core); on hardware and in watch mode, nothing. For executors that
+        /// poll through [`Self::desc`] (the C ABI's `mlx5r_cq_poll`).
+        pub fn progress(&self) {
+            B::cq_idle(&self.shared.raw);
+        }
     };
 }
 

@@ -25,9 +25,9 @@
 
 use std::hint::black_box;
 
-use mlx5::model::ExecMode;
 use mlx5::ring_only::{RingOnly, RingOnlyDevice, Unlogged};
 use mlx5::sim::two_hosts;
+use mlx5::sim::ExecMode;
 use mlx5::{AccessFlags, ConnectParams, Device, QpConfig, RemoteQpInfo, Sge, WqeFlags};
 
 type Cfg = QpConfig;

@@ -198,6 +198,27 @@
 #define MLX5R_SIM_WATCH 2
 
 /*
+ `mlx5r_mr_reg` access: the local side may write (receives, READ
+ results; `IBV_ACCESS_LOCAL_WRITE`).
+ */
+#define MLX5R_ACCESS_LOCAL_WRITE 1
+
+/*
+ `mlx5r_mr_reg` access: peers may RDMA WRITE into it.
+ */
+#define MLX5R_ACCESS_REMOTE_WRITE 2
+
+/*
+ `mlx5r_mr_reg` access: peers may RDMA READ from it.
+ */
+#define MLX5R_ACCESS_REMOTE_READ 4
+
+/*
+ `mlx5r_mr_reg` access: peers may run atomics on it.
+ */
+#define MLX5R_ACCESS_REMOTE_ATOMIC 8
+
+/*
  `mlx5r_cqe_poll`: nothing yet.
  */
 #define MLX5R_CQE_EMPTY 0
@@ -364,6 +385,80 @@ typedef struct {
    */
   uint32_t element;
 } mlx5r_async_event;
+
+/*
+ A decoded CQE (spec §5.1, §5.4).
+ */
+typedef struct {
+  /*
+   0 success, 1 error.
+   */
+  uint8_t status;
+  /*
+   CQE opcode (`op_own[7:4]`): 0 REQ, 1..4 RESP_*, 13 REQ_ERR, 14 RESP_ERR.
+   */
+  uint8_t opcode;
+  /*
+   Requester: the mlx5 opcode of the completed send WQE.
+   */
+  uint8_t wqe_opcode;
+  /*
+   Error CQEs: the syndrome (0x05 flush, 0x13 remote access, ...).
+   */
+  uint8_t syndrome;
+  /*
+   Error CQEs: the vendor syndrome.
+   */
+  uint8_t vendor_err;
+  /*
+   `op_own[3:2]` (0 for every CQE this library decodes).
+   */
+  uint8_t format;
+  /*
+   The sender asked for a solicited event.
+   */
+  uint8_t solicited;
+  /*
+   Reserved, 0.
+   */
+  uint8_t reserved;
+  /*
+   Send WQE index, receive counter or SRQ WQE index.
+   */
+  uint16_t wqe_counter;
+  /*
+   Receives: the source LID.
+   */
+  uint16_t slid;
+  /*
+   The local QPN (DCT number for a DCT).
+   */
+  uint32_t qpn;
+  /*
+   Bytes transferred (0 in error CQEs).
+   */
+  uint32_t byte_cnt;
+  /*
+   Immediate (host value), or the invalidated rkey.
+   */
+  uint32_t imm;
+  /*
+   Receives: source QPN (`flags_rqpn[23:0]`).
+   */
+  uint32_t src_qpn;
+  /*
+   Receives: the whole `flags_rqpn` word.
+   */
+  uint32_t flags_rqpn;
+  /*
+   `srqn_uidx[23:0]`.
+   */
+  uint32_t user_index;
+  /*
+   Completion timestamp.
+   */
+  uint64_t timestamp;
+} mlx5r_cqe;
 
 /*
  A completion queue. The fields after `scratch` are derived from the
@@ -881,80 +976,6 @@ typedef struct {
   uint64_t dc_key;
 } mlx5r_send_wr;
 
-/*
- A decoded CQE (spec §5.1, §5.4).
- */
-typedef struct {
-  /*
-   0 success, 1 error.
-   */
-  uint8_t status;
-  /*
-   CQE opcode (`op_own[7:4]`): 0 REQ, 1..4 RESP_*, 13 REQ_ERR, 14 RESP_ERR.
-   */
-  uint8_t opcode;
-  /*
-   Requester: the mlx5 opcode of the completed send WQE.
-   */
-  uint8_t wqe_opcode;
-  /*
-   Error CQEs: the syndrome (0x05 flush, 0x13 remote access, ...).
-   */
-  uint8_t syndrome;
-  /*
-   Error CQEs: the vendor syndrome.
-   */
-  uint8_t vendor_err;
-  /*
-   `op_own[3:2]` (0 for every CQE this library decodes).
-   */
-  uint8_t format;
-  /*
-   The sender asked for a solicited event.
-   */
-  uint8_t solicited;
-  /*
-   Reserved, 0.
-   */
-  uint8_t reserved;
-  /*
-   Send WQE index, receive counter or SRQ WQE index.
-   */
-  uint16_t wqe_counter;
-  /*
-   Receives: the source LID.
-   */
-  uint16_t slid;
-  /*
-   The local QPN (DCT number for a DCT).
-   */
-  uint32_t qpn;
-  /*
-   Bytes transferred (0 in error CQEs).
-   */
-  uint32_t byte_cnt;
-  /*
-   Immediate (host value), or the invalidated rkey.
-   */
-  uint32_t imm;
-  /*
-   Receives: source QPN (`flags_rqpn[23:0]`).
-   */
-  uint32_t src_qpn;
-  /*
-   Receives: the whole `flags_rqpn` word.
-   */
-  uint32_t flags_rqpn;
-  /*
-   `srqn_uidx[23:0]`.
-   */
-  uint32_t user_index;
-  /*
-   Completion timestamp.
-   */
-  uint64_t timestamp;
-} mlx5r_cqe;
-
 
 
 #ifdef __cplusplus
@@ -1119,8 +1140,8 @@ int32_t mlx5r_pd_alloc(mlx5r_context *ctx, mlx5r_pd **out);
 void mlx5r_pd_free(mlx5r_pd *pd);
 
 /*
- Register `[addr, addr + len)` with `access` (`ibv_access_flags` bits:
- 1 local write, 2 remote write, 4 remote read, 8 remote atomic).
+ Register `[addr, addr + len)` with `access`, an or of the
+ `MLX5R_ACCESS_*` bits (`ibv_access_flags`' values).
 
  # Safety
  `pd` is live; the memory stays valid until `mlx5r_mr_free`; `out` is writable.
@@ -1150,6 +1171,19 @@ void mlx5r_mr_free(mlx5r_mr *mr);
  `ctx` is live; `out` is writable.
  */
 int32_t mlx5r_cq_create(mlx5r_context *ctx, uint32_t cqe, mlx5r_cq_obj **out);
+
+/*
+ Poll one CQE of `cq` as `mlx5r_cqe_poll` does, and when there is none,
+ give the backend a pass and look once more: in the simulator's
+ deterministic mode the NICs run in the caller's thread, and this call is
+ what runs them (`mlx5r_cqe_poll` on the bare descriptor cannot reach
+ them: poll with this call, or call `mlx5r_sim_progress`). Watch mode and
+ hardware need no pass; the call costs them one more look.
+
+ # Safety
+ `cq` is live; one thread polls it; `out` is writable.
+ */
+int32_t mlx5r_cq_poll(mlx5r_cq_obj *cq, mlx5r_cqe *out);
 
 /*
  The CQ's ring-core descriptor (for `mlx5r_cqe_poll`), valid until the
@@ -1362,7 +1396,9 @@ int32_t mlx5r_srq_recv_wqe(const mlx5r_srq *srq,
  are expanded: each mini-CQE comes back as a CQE of its own.
  Ownership is checked, then the read barrier, then the fields (for
  128-byte CQEs the second half of the slot); the consumer index is
- published after the read.
+ published after the read. It reads memory only: in the simulator's
+ deterministic mode nothing executes WQEs until `mlx5r_sim_progress`
+ runs the NICs; `mlx5r_cq_poll` (on the CQ object) does that itself.
 
  # Safety
  `cq` describes live memory; one thread polls it.

@@ -356,8 +356,18 @@ pub unsafe extern "C" fn mlx5r_pd_free(pd: *mut PdObj) {
     unsafe { free(pd) }
 }
 
-/// Register `[addr, addr + len)` with `access` (`ibv_access_flags` bits:
-/// 1 local write, 2 remote write, 4 remote read, 8 remote atomic).
+/// `mlx5r_mr_reg` access: the local side may write (receives, READ
+/// results; `IBV_ACCESS_LOCAL_WRITE`).
+pub const MLX5R_ACCESS_LOCAL_WRITE: u32 = 1;
+/// `mlx5r_mr_reg` access: peers may RDMA WRITE into it.
+pub const MLX5R_ACCESS_REMOTE_WRITE: u32 = 2;
+/// `mlx5r_mr_reg` access: peers may RDMA READ from it.
+pub const MLX5R_ACCESS_REMOTE_READ: u32 = 4;
+/// `mlx5r_mr_reg` access: peers may run atomics on it.
+pub const MLX5R_ACCESS_REMOTE_ATOMIC: u32 = 8;
+
+/// Register `[addr, addr + len)` with `access`, an or of the
+/// `MLX5R_ACCESS_*` bits (`ibv_access_flags`' values).
 ///
 /// # Safety
 /// `pd` is live; the memory stays valid until `mlx5r_mr_free`; `out` is writable.
@@ -436,6 +446,34 @@ pub unsafe extern "C" fn mlx5r_cq_create(ctx: *mut CtxObj, cqe: u32, out: *mut *
         Ok(q) => unsafe { put(out, CqObj(q)) },
         Err(e) => err(&e),
     }
+}
+
+/// Poll one CQE of `cq` as `mlx5r_cqe_poll` does, and when there is none,
+/// give the backend a pass and look once more: in the simulator's
+/// deterministic mode the NICs run in the caller's thread, and this call is
+/// what runs them (`mlx5r_cqe_poll` on the bare descriptor cannot reach
+/// them: poll with this call, or call `mlx5r_sim_progress`). Watch mode and
+/// hardware need no pass; the call costs them one more look.
+///
+/// # Safety
+/// `cq` is live; one thread polls it; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_cq_poll(cq: *mut CqObj, out: *mut crate::ring_ops::mlx5r_cqe) -> i32 {
+    check_null!(cq, out);
+    // SAFETY: caller contract.
+    let desc = unsafe { mlx5r_cq_desc(cq) };
+    // SAFETY: the live CQ's descriptor; one thread polls; `out` writable.
+    let r = unsafe { crate::ring_ops::mlx5r_cqe_poll(desc, out) };
+    if r != crate::ring_ops::MLX5R_CQE_EMPTY {
+        return r;
+    }
+    // SAFETY: caller contract (live).
+    match unsafe { &(*cq).0 } {
+        Back::Sim(q) => q.progress(),
+        Back::Hw(q) => q.progress(),
+    }
+    // SAFETY: as above.
+    unsafe { crate::ring_ops::mlx5r_cqe_poll(desc, out) }
 }
 
 /// The CQ's ring-core descriptor (for `mlx5r_cqe_poll`), valid until the

@@ -235,7 +235,9 @@ unsafe fn sge_slice<'a>(sges: *const Sge, n: u32) -> Option<&'a [Sge]> {
 /// are expanded: each mini-CQE comes back as a CQE of its own.
 /// Ownership is checked, then the read barrier, then the fields (for
 /// 128-byte CQEs the second half of the slot); the consumer index is
-/// published after the read.
+/// published after the read. It reads memory only: in the simulator's
+/// deterministic mode nothing executes WQEs until `mlx5r_sim_progress`
+/// runs the NICs; `mlx5r_cq_poll` (on the CQ object) does that itself.
 ///
 /// # Safety
 /// `cq` describes live memory; one thread polls it.

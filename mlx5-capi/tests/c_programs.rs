@@ -24,10 +24,33 @@ fn lib_dir() -> PathBuf {
     deps.parent().map(Path::to_path_buf).unwrap_or(deps)
 }
 
+/// The soname the build gives the library (see build.rs): a program linked
+/// with -lmlx5_capi needs it at run time. `install.sh` makes it a link to
+/// the versioned file; here, next to the library the test built.
+fn soname_link(lib: &Path) {
+    let name = match (env!("CARGO_PKG_VERSION_MAJOR"), env!("CARGO_PKG_VERSION_MINOR")) {
+        ("0", minor) => format!("libmlx5_capi.so.0.{minor}"),
+        (major, _) => format!("libmlx5_capi.so.{major}"),
+    };
+    let link = lib.join(name);
+    if !link.exists() {
+        let _ = std::os::unix::fs::symlink("libmlx5_capi.so", &link);
+    }
+}
+
 fn build_and_run(name: &str) {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
+    let stdout = build_and_run_file(name, &source);
+    assert!(stdout.contains(": ok") || stdout.contains("ok\n"), "{name}: {stdout}");
+}
+
+/// Compile `source` with the test harness's flags (-Wall -Wextra -Werror),
+/// link it with -lmlx5_capi, run it; its stdout.
+fn build_and_run_file(name: &str, source: &Path) -> String {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let lib = lib_dir();
     assert!(lib.join("libmlx5_capi.so").exists(), "libmlx5_capi.so not built in {}", lib.display());
+    soname_link(&lib);
     let target = env!("MLX5R_TARGET");
     let compiler = cc::Build::new()
         .target(target)
@@ -42,7 +65,9 @@ fn build_and_run(name: &str) {
         .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"])
         .arg("-I")
         .arg(dir.join("include"))
-        .arg(dir.join("tests/c").join(format!("{name}.c")))
+        .arg("-I")
+        .arg(dir.join("tests/c"))
+        .arg(source)
         .arg("-o")
         .arg(&out)
         .arg(format!("-L{}", lib.display()))
@@ -58,7 +83,21 @@ fn build_and_run(name: &str) {
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{name} failed ({}):\n{stdout}{stderr}", run.status);
-    assert!(stdout.contains(": ok") || stdout.contains("ok\n"), "{name}: {stdout}");
+    stdout.into_owned()
+}
+
+/// The complete program of mlx5-capi/README.md, exactly as it is there
+/// (CI also builds it with the README's own commands: .ci/run).
+#[test]
+fn readme_c_program() {
+    let readme =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let start = readme.find("```c\n").expect("a C block in the README") + 5;
+    let end = start + readme[start..].find("```").expect("the block's end");
+    let source = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("readme_example.c");
+    std::fs::write(&source, &readme[start..end]).unwrap();
+    let stdout = build_and_run_file("readme_example", &source);
+    assert_eq!(stdout, "wr_id 42 completed: \"hello, simulated ConnectX\"\n");
 }
 
 #[test]

@@ -2,8 +2,8 @@
 //! PD, one CQ for sends and receives, an RC QP and a registered buffer.
 #![allow(dead_code)]
 
-use mlx5::model::{ExecMode, Fabric};
 use mlx5::sim::{two_hosts, Sim};
+use mlx5::sim::{ExecMode, Fabric};
 use mlx5::{
     AccessFlags, Completion, CompletionQueue, ConnectParams, Context, Device, MemoryRegion, ProtectionDomain,
     QpConfig, RcQp,
