@@ -4,9 +4,9 @@
 //! the reason, where the header is not installed.
 
 fn main() {
-    // The shared library's soname names its ABI: `libmlx5_capi.so.MAJOR`,
+    // The shared library's soname names its ABI: `libmlx5r.so.MAJOR`,
     // or `.so.0.MINOR` before 1.0 (a 0.x minor version may break it).
-    // Programs linked with -lmlx5_capi then need that name at run time,
+    // Programs linked with -lmlx5r then need that name at run time,
     // which `install.sh` provides as a link to the versioned file.
     if std::env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os == "linux") {
         println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{}", soname());
@@ -21,13 +21,13 @@ fn main() {
     }
 }
 
-/// `libmlx5_capi.so.MAJOR` (`.so.0.MINOR` before 1.0).
+/// `libmlx5r.so.MAJOR` (`.so.0.MINOR` before 1.0).
 fn soname() -> String {
     let major = std::env::var("CARGO_PKG_VERSION_MAJOR").unwrap_or_default();
     let minor = std::env::var("CARGO_PKG_VERSION_MINOR").unwrap_or_default();
     if major == "0" {
-        format!("libmlx5_capi.so.0.{minor}")
+        format!("libmlx5r.so.0.{minor}")
     } else {
-        format!("libmlx5_capi.so.{major}")
+        format!("libmlx5r.so.{major}")
     }
 }

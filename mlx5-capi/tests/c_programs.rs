@@ -18,23 +18,23 @@ use std::process::Command;
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let deps = exe.parent().expect("target/<profile>/deps").to_path_buf();
-    if deps.join("libmlx5_capi.so").exists() {
+    if deps.join("libmlx5r.so").exists() {
         return deps;
     }
     deps.parent().map(Path::to_path_buf).unwrap_or(deps)
 }
 
 /// The soname the build gives the library (see build.rs): a program linked
-/// with -lmlx5_capi needs it at run time. `install.sh` makes it a link to
+/// with -lmlx5r needs it at run time. `install.sh` makes it a link to
 /// the versioned file; here, next to the library the test built.
 fn soname_link(lib: &Path) {
     let name = match (env!("CARGO_PKG_VERSION_MAJOR"), env!("CARGO_PKG_VERSION_MINOR")) {
-        ("0", minor) => format!("libmlx5_capi.so.0.{minor}"),
-        (major, _) => format!("libmlx5_capi.so.{major}"),
+        ("0", minor) => format!("libmlx5r.so.0.{minor}"),
+        (major, _) => format!("libmlx5r.so.{major}"),
     };
     let link = lib.join(name);
     if !link.exists() {
-        let _ = std::os::unix::fs::symlink("libmlx5_capi.so", &link);
+        let _ = std::os::unix::fs::symlink("libmlx5r.so", &link);
     }
 }
 
@@ -45,11 +45,11 @@ fn build_and_run(name: &str) {
 }
 
 /// Compile `source` with the test harness's flags (-Wall -Wextra -Werror),
-/// link it with -lmlx5_capi, run it; its stdout.
+/// link it with -lmlx5r, run it; its stdout.
 fn build_and_run_file(name: &str, source: &Path) -> String {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let lib = lib_dir();
-    assert!(lib.join("libmlx5_capi.so").exists(), "libmlx5_capi.so not built in {}", lib.display());
+    assert!(lib.join("libmlx5r.so").exists(), "libmlx5r.so not built in {}", lib.display());
     soname_link(&lib);
     let target = env!("MLX5R_TARGET");
     let compiler = cc::Build::new()
@@ -71,7 +71,7 @@ fn build_and_run_file(name: &str, source: &Path) -> String {
         .arg("-o")
         .arg(&out)
         .arg(format!("-L{}", lib.display()))
-        .arg("-lmlx5_capi")
+        .arg("-lmlx5r")
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .status()
         .expect("run the C compiler");

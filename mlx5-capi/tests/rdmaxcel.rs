@@ -7,7 +7,7 @@
 use std::ptr;
 
 use mlx5_api::ring::{AddressVector, CqDesc, SendWr, Sge, SqDesc};
-use mlx5_capi::*;
+use mlx5r::*;
 
 struct Rig {
     f: *mut FabricObj,
