@@ -58,7 +58,7 @@ pub mod sim {
     pub use mlx5_sim::*;
 }
 /// The software NIC under its old name: everything here is in
-/// [`sim`](crate::sim) (kept for one release).
+/// [`sim`] (kept for one release).
 #[cfg(feature = "sim")]
 #[deprecated(since = "0.1.0", note = "the simulator is `mlx5::sim` (device model and backend in one)")]
 pub mod model {

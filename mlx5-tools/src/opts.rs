@@ -146,14 +146,24 @@ pub struct Opts {
     /// Name of the report json file (with --out_json)
     #[arg(long = "out_json_file", default_value = "perftest_out.json")]
     pub out_json_file: String,
-    /// Use IB device <dev> (default first device found)
-    #[arg(short = 'd', long = "ib-dev")]
+    /// Use IB device `<dev>` (default first device found)
+    #[arg(short = 'd', long = "ib-dev", help = "Use IB device <dev> (default first device found)")]
     pub ib_dev: Option<String>,
-    /// Use port <port> of IB device (default 1)
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    /// Use port `<port>` of IB device (default 1)
+    #[arg(
+        short = 'i',
+        long = "ib-port",
+        default_value_t = 1,
+        help = "Use port <port> of IB device (default 1)"
+    )]
     pub ib_port: u8,
-    /// Listen on/connect to port <port> (default 18515) (SYMMETRIC)
-    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    /// Listen on/connect to port `<port>` (default 18515) (SYMMETRIC)
+    #[arg(
+        short = 'p',
+        long = "port",
+        default_value_t = 18515,
+        help = "Listen on/connect to port <port> (default 18515) (SYMMETRIC)"
+    )]
     pub port: u16,
     /// Backend.
     #[arg(long = "backend", value_enum, default_value_t = Backend::Sim)]
