@@ -174,6 +174,8 @@ pub enum QpTransition {
         min_rnr_timer: u8,
         /// Outstanding READs / atomics as responder.
         max_dest_rd_atomic: u8,
+        /// The path's service level (RC).
+        sl: u8,
     },
     /// RTR→RTS: send parameters.
     Rts {

@@ -139,6 +139,9 @@ pub struct ConnectParams {
     /// UD only: the Q_Key incoming datagrams must carry. Default
     /// [`DEFAULT_QKEY`].
     pub qkey: u32,
+    /// RC: the path's service level (InfiniBand; RoCE: the priority,
+    /// `sl & 7`), 0 to 15. Default 0.
+    pub sl: u8,
 }
 
 impl ConnectParams {
@@ -161,6 +164,7 @@ impl Default for ConnectParams {
             max_rd_atomic: 16,
             max_dest_rd_atomic: 16,
             qkey: DEFAULT_QKEY,
+            sl: 0,
         }
     }
 }

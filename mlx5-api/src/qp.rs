@@ -136,6 +136,7 @@ impl<B: Backend, T> QpShared<B, T> {
             path_mtu: p.path_mtu,
             min_rnr_timer: p.min_rnr_timer,
             max_dest_rd_atomic: p.max_dest_rd_atomic.min(self.pd.ctx.caps.max_rd_atomic),
+            sl: p.sl,
         };
         self.transition(QpState::Rtr, &t)
     }

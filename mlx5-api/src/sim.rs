@@ -430,21 +430,23 @@ impl Backend for Sim {
                 qkey: *qkey,
                 ..Default::default()
             },
-            QpTransition::Rtr { remote, path_mtu, min_rnr_timer, max_dest_rd_atomic } => model::QpModify {
-                state: Some(model::QpState::Rtr),
-                path: remote.as_ref().map(|r| model::RcPath {
-                    dest_qpn: r.qpn,
-                    dlid: r.lid,
-                    dgid: r.gid.map(|g| g.0),
-                    dmac: r.mac,
-                    sl: 0,
-                }),
-                path_mtu: (*path_mtu != 0).then_some(*path_mtu),
-                min_rnr_timer: Some(*min_rnr_timer),
-                rq_psn: remote.as_ref().map(|r| r.psn),
-                max_dest_rd_atomic: Some(*max_dest_rd_atomic),
-                ..Default::default()
-            },
+            QpTransition::Rtr { remote, path_mtu, min_rnr_timer, max_dest_rd_atomic, sl } => {
+                model::QpModify {
+                    state: Some(model::QpState::Rtr),
+                    path: remote.as_ref().map(|r| model::RcPath {
+                        dest_qpn: r.qpn,
+                        dlid: r.lid,
+                        dgid: r.gid.map(|g| g.0),
+                        dmac: r.mac,
+                        sl: *sl,
+                    }),
+                    path_mtu: (*path_mtu != 0).then_some(*path_mtu),
+                    min_rnr_timer: Some(*min_rnr_timer),
+                    rq_psn: remote.as_ref().map(|r| r.psn),
+                    max_dest_rd_atomic: Some(*max_dest_rd_atomic),
+                    ..Default::default()
+                }
+            }
             QpTransition::Rts { timeout, retry_cnt, rnr_retry, sq_psn, max_rd_atomic } => model::QpModify {
                 state: Some(model::QpState::Rts),
                 timeout: Some(*timeout),

@@ -138,7 +138,7 @@ pub fn modify_attr(
                 _ => {}
             }
         }
-        QpTransition::Rtr { remote, path_mtu: mtu, min_rnr_timer, max_dest_rd_atomic } => {
+        QpTransition::Rtr { remote, path_mtu: mtu, min_rnr_timer, max_dest_rd_atomic, sl } => {
             a.qp_state = IBV_QPS_RTR;
             match kind {
                 QpKind::Rc => {
@@ -150,6 +150,7 @@ pub fn modify_attr(
                     a.min_rnr_timer = *min_rnr_timer;
                     a.ah_attr.port_num = path.port;
                     a.ah_attr.dlid = r.lid;
+                    a.ah_attr.sl = *sl & 0xf;
                     match (path.link, r.gid) {
                         (_, Some(dgid)) => {
                             a.ah_attr.is_global = 1;
@@ -264,7 +265,7 @@ mod tests {
         }
     }
     fn rtr(remote: Option<RemoteQpInfo>) -> QpTransition {
-        QpTransition::Rtr { remote, path_mtu: 1024, min_rnr_timer: 12, max_dest_rd_atomic: 16 }
+        QpTransition::Rtr { remote, path_mtu: 1024, min_rnr_timer: 12, max_dest_rd_atomic: 16, sl: 0 }
     }
     fn rts() -> QpTransition {
         QpTransition::Rts { timeout: 14, retry_cnt: 7, rnr_retry: 7, sq_psn: 0x12_3456, max_rd_atomic: 8 }
@@ -383,6 +384,20 @@ mod tests {
         assert_eq!((a.ah_attr.is_global, a.ah_attr.dlid), (1, 2));
     }
 
+    /// `ConnectParams::sl` reaches the RC path's address (`ah_attr.sl`).
+    #[test]
+    fn rtr_carries_the_service_level() {
+        let t = QpTransition::Rtr {
+            remote: Some(RemoteQpInfo::ib(0x10, 7)),
+            path_mtu: 1024,
+            min_rnr_timer: 12,
+            max_dest_rd_atomic: 16,
+            sl: 5,
+        };
+        let (a, _mask) = modify_attr(QpKind::Rc, IBV_QPS_INIT, &t, &IB).unwrap();
+        assert_eq!((a.ah_attr.sl, a.ah_attr.dlid, a.dest_qp_num), (5, 7, 0x10));
+    }
+
     #[test]
     fn rtr_rejects_bad_mtus_and_missing_remotes() {
         for mtu in [0, 1500, 9000] {
@@ -391,6 +406,7 @@ mod tests {
                 path_mtu: mtu,
                 min_rnr_timer: 0,
                 max_dest_rd_atomic: 0,
+                sl: 0,
             };
             for kind in [QpKind::Rc, QpKind::Dci, QpKind::Dct] {
                 assert!(matches!(modify_attr(kind, IBV_QPS_INIT, &t, &IB), Err(Error::InvalidArgument(_))));
@@ -462,6 +478,7 @@ mod tests {
             path_mtu: 1024,
             min_rnr_timer: 12,
             max_dest_rd_atomic: 16,
+            sl: 0,
         };
         assert!(modify_attr(QpKind::Rc, IBV_QPS_INIT, &lid_only, &vf).is_err());
         assert!(modify_attr(QpKind::Rc, IBV_QPS_INIT, &lid_only, &IB).is_ok());

@@ -142,10 +142,21 @@ fn start_psn(i: u32) -> u32 {
     (x >> 40) as u32 & 0xff_ffff
 }
 
-/// The connection attributes of the test: the port's MTU as path MTU
-/// (perftest's default), DC's key, RC's peer.
-fn params(port: &PortInfo, peer: Option<RemoteQpInfo>) -> ConnectParams {
-    ConnectParams { remote: peer, path_mtu: port.active_mtu.min(4096), ..ConnectParams::default() }
+/// The connection attributes of the test: the MTU (`-m`, else the port's,
+/// perftest's default), the ACK timeout (`-u`), the READ/atomic depth
+/// (`-o`), the service level (`-S`), RC's peer.
+fn params(c: &Config, port: &PortInfo, peer: Option<RemoteQpInfo>) -> ConnectParams {
+    let d = ConnectParams::default();
+    let outs = c.out_reads.map_or(d.max_rd_atomic, |o| o.min(255) as u8);
+    ConnectParams {
+        remote: peer,
+        path_mtu: c.path_mtu(port.active_mtu),
+        timeout: c.opts.qp_timeout.unwrap_or(d.timeout),
+        max_rd_atomic: outs,
+        max_dest_rd_atomic: outs,
+        sl: c.opts.sl.unwrap_or(0),
+        ..d
+    }
 }
 
 impl<B: Backend> End<B> {
@@ -154,6 +165,14 @@ impl<B: Backend> End<B> {
     pub fn new(dev: &Device<B>, c: &Config) -> RunResult<Self> {
         let ctx = dev.open().map_err(e("open device"))?;
         let port = ctx.query_port(c.opts.ib_port).map_err(e("query port"))?;
+        if let Some(g) = c.opts.gid_index {
+            if port.link_layer != mlx5_api::LinkLayer::Ethernet || g != port.sgid_index {
+                return Err(format!(
+                    "-x {g}: this library sends from the port's RoCE v2 GID (index {} here); another index is not supported yet",
+                    port.sgid_index
+                ));
+            }
+        }
         let pd = ctx.alloc_pd().map_err(e("alloc PD"))?;
         let want = (c.tx_depth * c.qps + c.rx_depth * c.qps + 64).next_power_of_two();
         let cqe = want.min(ctx.caps().max_cqe.max(64));
@@ -175,7 +194,7 @@ impl<B: Backend> End<B> {
             }
             _ => None,
         };
-        let up = params(&port, None);
+        let up = params(c, &port, None);
         let mut qps = Vec::new();
         for i in 0..c.qps {
             let cfg = QpConfig { psn: start_psn(i), ..cfg.clone() };
@@ -211,18 +230,23 @@ impl<B: Backend> End<B> {
 
     /// RC: bring every QP up towards its peer. UD and DC: remember where
     /// each QP sends.
-    pub fn connect(&mut self, peers: &[RemoteQpInfo]) -> RunResult<()> {
+    pub fn connect(&mut self, c: &Config, peers: &[RemoteQpInfo]) -> RunResult<()> {
         if peers.len() != self.qps.len() {
             return Err(format!("the peer has {} QPs, this side {}", peers.len(), self.qps.len()));
         }
         self.peers.clear();
         for (q, p) in self.qps.iter().zip(peers) {
             match q {
-                TestQp::Rc(q) => q.activate(&params(&self.port, Some(p.clone()))).map_err(e("connect"))?,
+                TestQp::Rc(q) => q.activate(&params(c, &self.port, Some(p.clone()))).map_err(e("connect"))?,
                 TestQp::Ud(_) | TestQp::Dc { .. } => {
                     // The device's own address handle: on RoCE the kernel resolves
-                    // the next hop's MAC (a router's across subnets).
-                    let av = self._pd.create_av(self.port.port_num, p).map_err(e("peer address"))?;
+                    // the next hop's MAC (a router's across subnets). With -S,
+                    // the address built here, with that service level.
+                    let av = match c.opts.sl {
+                        Some(sl) if sl != 0 => AddressVector::to_peer(&self.port, p, sl),
+                        _ => self._pd.create_av(self.port.port_num, p),
+                    }
+                    .map_err(e("peer address"))?;
                     self.peers.push(Peer { av, qpn: p.qpn });
                 }
             }
@@ -235,17 +259,27 @@ impl<B: Backend> End<B> {
         sender!(&self.qps[0], q => q.max_message())
     }
 
-    /// The connection line of QP 0 (perftest shows the first QP).
+    /// The connection line of QP 0.
     pub fn dest(&self) -> RunResult<crate::report::Dest> {
-        let i = self.qps[0].info()?;
-        Ok(crate::report::Dest {
-            lid: i.lid,
-            qpn: i.qpn,
-            psn: i.psn,
-            rkey: self.mr.rkey(),
-            vaddr: self.mr.addr(),
-            gid: self.port.gid.0,
-        })
+        Ok(self.dests()?.swap_remove(0))
+    }
+
+    /// The connection line of every QP (perftest prints one per QP).
+    pub fn dests(&self) -> RunResult<Vec<crate::report::Dest>> {
+        self.qps
+            .iter()
+            .map(|q| {
+                let i = q.info()?;
+                Ok(crate::report::Dest {
+                    lid: i.lid,
+                    qpn: i.qpn,
+                    psn: i.psn,
+                    rkey: self.mr.rkey(),
+                    vaddr: self.mr.addr(),
+                    gid: self.port.gid.0,
+                })
+            })
+            .collect()
     }
 
     /// Poll, and return the QP index of each receive that completed (its

@@ -95,14 +95,31 @@ fn link_name(l: LinkLayer) -> &'static str {
 }
 
 /// The test block, both connection lines and the table header.
-fn print_header(c: &Config, device: &str, link: &str, mtu: u32, local: &report::Dest, remote: &report::Dest) {
+/// perftest prints every QP's line, the local ones first
+/// (`ctx_print_pingpong_data` in a loop over the QPs, then over the peer's).
+fn print_header(
+    c: &Config,
+    device: &str,
+    link: &str,
+    mtu: u32,
+    local: &[report::Dest],
+    remote: &[report::Dest],
+) {
+    if c.opts.mtu.is_some_and(|m| m > mtu) {
+        println!("Requested mtu is higher than active mtu \nChanging to active mtu - {mtu}");
+    }
     if c.duration.is_some() && c.test == Test::Bw && !c.opts.no_peak {
         // perftest's force_dependecies says so before the test block.
         println!(" WARNING: BW peak won't be measured in this run.");
     }
     println!("{}", report::test_block(c, device, link, mtu));
-    println!("{}", report::dest_lines("local", local, c.verb));
-    println!("{}", report::dest_lines("remote", remote, c.verb));
+    let outs = c.out_reads.unwrap_or(16);
+    for d in local {
+        println!("{}", report::dest_lines("local", d, c.verb, outs));
+    }
+    for d in remote {
+        println!("{}", report::dest_lines("remote", d, c.verb, outs));
+    }
     println!("{}", report::RESULT_LINE);
     if c.is_client() {
         println!("{}", report::table_header(c));
@@ -190,12 +207,12 @@ fn run_sim(c: &Config) -> RunResult<()> {
     let (da, db) = (&devs[d], &devs[1 - d]);
     let mut a = End::new(da, c)?;
     let mut b = End::new(db, c)?;
-    a.connect(&b.infos()?)?;
-    b.connect(&a.infos()?)?;
+    a.connect(c, &b.infos()?)?;
+    b.connect(c, &a.infos()?)?;
     let c = &c.fit_message(a.max_message());
     let (ra, rb) = (a.remote(), b.remote());
-    let (link, mtu) = (link_name(a.port.link_layer), a.port.active_mtu);
-    print_header(c, &dev, link, mtu, &a.dest()?, &b.dest()?);
+    let (link, mtu) = (link_name(a.port.link_layer), c.path_mtu(a.port.active_mtu));
+    print_header(c, &dev, link, mtu, &a.dests()?, &b.dests()?);
     let mut out = Out { json: None };
     for &size in &c.sizes {
         match c.test {
@@ -264,19 +281,22 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
         peers.push(p);
         peer_mem = m;
     }
-    me.connect(&peers)?;
+    me.connect(c, &peers)?;
     let c = &c.fit_message(me.max_message());
     let name = dev.name();
-    let (link, mtu) = (link_name(me.port.link_layer), me.port.active_mtu);
-    let pd = report::Dest {
-        lid: peers[0].lid,
-        qpn: peers[0].qpn,
-        psn: peers[0].psn,
-        rkey: peer_mem.rkey,
-        vaddr: peer_mem.addr,
-        gid: peers[0].gid.unwrap_or_default().0,
-    };
-    print_header(c, &name, link, mtu, &me.dest()?, &pd);
+    let (link, mtu) = (link_name(me.port.link_layer), c.path_mtu(me.port.active_mtu));
+    let remote: Vec<report::Dest> = peers
+        .iter()
+        .map(|p| report::Dest {
+            lid: p.lid,
+            qpn: p.qpn,
+            psn: p.psn,
+            rkey: peer_mem.rkey,
+            vaddr: peer_mem.addr,
+            gid: p.gid.unwrap_or_default().0,
+        })
+        .collect();
+    print_header(c, &name, link, mtu, &me.dests()?, &remote);
     let client = c.is_client();
     let mut out = Out { json: None };
     for &size in &c.sizes {

@@ -178,6 +178,65 @@ pub struct Opts {
     /// Do not show a warning even if cpufreq_ondemand module is loaded, and cpu-freq is not on max.
     #[arg(short = 'F', long = "CPU-freq")]
     pub cpu_freq: bool,
+    /// MTU size : 256 - 4096 (default port mtu) (SYMMETRIC)
+    #[arg(short = 'm', long = "mtu")]
+    pub mtu: Option<u32>,
+    /// QP timeout, timeout value is 4 usec * 2 ^(timeout), default 14
+    #[arg(short = 'u', long = "qp-timeout")]
+    pub qp_timeout: Option<u8>,
+    /// num of outstanding read/atom (default 16)
+    #[arg(short = 'o', long = "outs")]
+    pub outs: Option<u32>,
+    /// SL (default 0)
+    #[arg(short = 'S', long = "sl")]
+    pub sl: Option<u8>,
+    /// Test uses GID with GID index
+    #[arg(short = 'x', long = "gid-index")]
+    pub gid_index: Option<u8>,
+    /// Measure bidirectional bandwidth (default unidirectional) (SYMMETRIC)
+    #[arg(short = 'b', long = "bidirectional")]
+    pub bidirectional: bool,
+    /// Sleep on CQ events (default poll)
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
+    /// Post list of send WQEs of `<list size>` size (instead of single post)
+    #[arg(short = 'l', long = "post_list")]
+    pub post_list: Option<u32>,
+    /// report times in cpu cycle units (default microseconds)
+    #[arg(short = 'C', long = "report-cycles")]
+    pub report_cycles: bool,
+    /// Print out all results (default print summary only)
+    #[arg(short = 'H', long = "report-histogram")]
+    pub report_histogram: bool,
+    /// (implies -H) print out unsorted results (default sorted)
+    #[arg(short = 'U', long = "report-unsorted")]
+    pub report_unsorted: bool,
+    /// Use a Shared Receive Queue. --rx-depth controls max-wr size of the SRQ
+    #[arg(long = "use-srq")]
+    pub use_srq: bool,
+    /// Run test forever, print results every `<duration>` seconds
+    #[arg(long = "run_infinitely")]
+    pub run_infinitely: bool,
+    /// Connect QPs with rdma_cm and run test on those QPs
+    #[arg(short = 'R', long = "rdma_cm")]
+    pub rdma_cm: bool,
+}
+
+/// The perftest flags this tool takes but cannot honour yet, each with the
+/// line that says so (perftest's meaning, and what to run instead).
+fn not_yet(o: &Opts) -> Option<&'static str> {
+    [
+        (o.rdma_cm, "-R: rdma_cm is not supported: QPs connect over the TCP exchange (perftest's default); run without -R"),
+        (o.bidirectional, "-b: bidirectional bandwidth is not supported yet; run one test each way"),
+        (o.events, "-e: sleeping on CQ events is not supported by these tools yet (the library has completion channels); run without -e"),
+        (o.post_list.is_some(), "-l: post lists are not supported by these tools yet; run without -l"),
+        (o.report_cycles, "-C: cycle units are not supported: these tools time with the monotonic clock in nanoseconds"),
+        (o.report_histogram || o.report_unsorted, "-H/-U: the per-iteration histogram is not supported yet; --out_json has the summary"),
+        (o.use_srq, "--use-srq: a shared receive queue for RC/UD SEND tests is not supported yet (DC always uses one)"),
+        (o.run_infinitely, "--run_infinitely: not supported yet; use -D with a long duration"),
+    ]
+    .into_iter()
+    .find_map(|(given, why)| given.then_some(why))
 }
 
 /// The options `verb`'s `test` offers, as perftest's `usage` lists them
@@ -190,7 +249,11 @@ pub fn command(verb: Verb, test: Test, prog: &str) -> clap::Command {
     let offered = |id: &str| match id {
         "atomic_type" => atomic,
         "all" | "size" => !atomic,
-        "qps" | "cq_mod" | "tx_depth" | "no_peak" => bw,
+        "qps" | "cq_mod" | "tx_depth" | "no_peak" | "bidirectional" | "post_list" | "run_infinitely" => bw,
+        "report_cycles" | "report_histogram" | "report_unsorted" => !bw,
+        "outs" => matches!(verb, Verb::Read | Verb::Atomic),
+        "events" => verb != Verb::Write,
+        "use_srq" => verb == Verb::Send,
         "rx_depth" => verb == Verb::Send,
         "inline_size" => matches!(verb, Verb::Write | Verb::Send),
         _ => true,
@@ -266,6 +329,8 @@ pub struct Config {
     pub no_peak: bool,
     /// The atomic (`-A`; atomic tests only, FETCH_AND_ADD by default).
     pub atomic_type: AtomicType,
+    /// `-o`: outstanding READs / atomics (READ and atomic tests).
+    pub out_reads: Option<u32>,
     /// The parsed command line.
     pub opts: Opts,
 }
@@ -313,6 +378,26 @@ impl Config {
         }
         if !(1..=1024).contains(&opts.cq_mod) {
             return Err(format!("-Q {}: CQ moderation should be between 1 and 1024", opts.cq_mod));
+        }
+        if let Some(why) = not_yet(&opts) {
+            return Err(why.into());
+        }
+        if opts.outs.is_some() && !matches!(verb, Verb::Read | Verb::Atomic) {
+            return Err("-o: Setting Outstanding reads only available on READ verb".into());
+        }
+        if opts.outs == Some(0) {
+            return Err("-o 0: at least one outstanding read".into());
+        }
+        if opts.sl.is_some_and(|sl| sl > 15) {
+            return Err(format!("-S {}: Only 15 Service levels", opts.sl.unwrap_or(0)));
+        }
+        if let Some(m) = opts.mtu {
+            if ![256, 512, 1024, 2048, 4096].contains(&m) {
+                return Err(format!("-m {m}: Invalid MTU, choose from {{256,512,1024,2048,4096}}"));
+            }
+        }
+        if opts.gid_index.is_some() && opts.backend == Backend::Sim {
+            return Err("-x: the GID index selects a RoCE source address; the simulated ports are InfiniBand without a GRH".into());
         }
         let conn = opts.connection;
         if conn == Connection::Ud && verb != Verb::Send {
@@ -364,6 +449,7 @@ impl Config {
             inline_size,
             no_peak: opts.no_peak || opts.duration.is_some(),
             atomic_type: opts.atomic_type.unwrap_or(AtomicType::FetchAndAdd),
+            out_reads: opts.outs,
             opts,
         })
     }
@@ -378,6 +464,12 @@ impl Config {
                 if c.opts.all { c.sizes.into_iter().filter(|&s| s <= max).collect() } else { vec![max] };
         }
         c
+    }
+
+    /// The path MTU: `-m`, at most the port's (perftest: "Requested mtu
+    /// is higher than active mtu", then the active one), else the port's.
+    pub fn path_mtu(&self, active: u32) -> u32 {
+        self.opts.mtu.map_or(active, |m| m.min(active)).min(4096)
     }
 
     /// The machine that drives the test: the client (on the simulator,

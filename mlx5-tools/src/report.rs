@@ -60,16 +60,23 @@ pub fn test_block(c: &Config, device: &str, link: &str, mtu: u32) -> String {
         c.connection.perftest_name(),
         on_off(c.connection == Connection::Dc)
     );
+    // Current perftest's two lines: no PCIe relaxed ordering or lock-free
+    // mode here; WQEs are written by this library, not ibv_wr_*.
+    s += " PCIe relax order: Unsupported\t\tLock-free      : OFF\n";
+    s += " ibv_wr* API     : OFF\t\tUsing Enhanced Reorder      : OFF\n";
     s += &format!(" TX depth        : {}\n", c.tx_depth);
-    if c.test == Test::Bw {
-        s += &format!(" CQ Moderation   : {}\n", c.cq_mod);
-    }
     if c.verb == Verb::Send {
         s += &format!(" RX depth        : {}\n", c.rx_depth);
     }
+    if c.test == Test::Bw {
+        s += &format!(" CQ Moderation   : {}\n CQE Poll Batch  : Dynamic\n", c.cq_mod);
+    }
     s += &format!(" Mtu             : {mtu}[B]\n Link type       : {link}\n");
+    if let Some(g) = c.opts.gid_index {
+        s += &format!(" GID index       : {g}\n");
+    }
     if matches!(c.verb, Verb::Read | Verb::Atomic) {
-        s += " Outstand reads  : 16\n";
+        s += &format!(" Outstand reads  : {}\n", c.out_reads.unwrap_or(16));
     } else {
         s += &format!(" Max inline data : {}[B]\n", c.inline_size);
     }
@@ -80,11 +87,11 @@ pub fn test_block(c: &Config, device: &str, link: &str, mtu: u32) -> String {
 
 /// `BASIC_ADDR_FMT` (+ `READ_FMT` / `RDMA_FMT` as the verb has them) and
 /// `PERF_GID_FMT` (perftest prints the GID bytes in decimal, `%02d`).
-pub fn dest_lines(side: &str, d: &Dest, verb: Verb) -> String {
+pub fn dest_lines(side: &str, d: &Dest, verb: Verb, out_reads: u32) -> String {
     // C's `%#04x` counts the "0x" in the width, as Rust's `{:#04x}` does.
     let mut s = format!(" {side} address: LID {:#04x} QPN {:#06x} PSN {:#06x}", d.lid, d.qpn, d.psn);
     if verb == Verb::Read {
-        s += &format!(" OUT {:#04x}", 16);
+        s += &format!(" OUT {:#04x}", out_reads);
     }
     if matches!(verb, Verb::Read | Verb::Write) {
         s += &format!(" RKey {:#08x} VAddr {:#016x}", d.rkey, d.vaddr);
@@ -254,7 +261,7 @@ mod tests {
     fn connection_lines_follow_basic_addr_fmt() {
         let d =
             Dest { lid: 1, qpn: 0x108, psn: 0x5c4b82, rkey: 0x1fecbc, vaddr: 0x7f00_0000_1000, gid: [0; 16] };
-        let l = dest_lines("local", &d, Verb::Write);
+        let l = dest_lines("local", &d, Verb::Write, 16);
         // What perftest's printf formats give for these values.
         assert!(
             l.starts_with(

@@ -289,3 +289,53 @@ fn version_refusals_and_ignored_options() {
         run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-n", "20", "--out_json_file", f.to_str().unwrap()]);
     assert!(ok && err.contains("writes nothing without --out_json") && !f.exists(), "{err}");
 }
+
+/// perftest's connection flags take effect (-m the path MTU, -o the READ
+/// depth, -S, -u accepted); the flags these tools do not honour yet are
+/// each refused in one line that names them, never "unexpected argument".
+#[test]
+fn perftests_flags_are_taken_or_refused_by_name() {
+    let (ok, out, err) = run(
+        env!("CARGO_BIN_EXE_mlx5_read_lat"),
+        &["-n", "20", "-m", "512", "-o", "4", "-S", "3", "-u", "10"],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(" Mtu             : 512[B]")
+            && out.contains(" Outstand reads  : 4")
+            && out.contains(" OUT 0x04"),
+        "{out}"
+    );
+    let (ok, out, err) = run(env!("CARGO_BIN_EXE_mlx5_write_bw"), &["-n", "20", "-q", "3"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.matches(" local address:").count(), 3, "one line per QP: {out}");
+    assert_eq!(out.matches(" remote address:").count(), 3, "{out}");
+    for (bin, flag) in [
+        (env!("CARGO_BIN_EXE_mlx5_write_bw"), "-b"),
+        (env!("CARGO_BIN_EXE_mlx5_send_lat"), "-e"),
+        (env!("CARGO_BIN_EXE_mlx5_write_bw"), "-l"),
+        (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-C"),
+        (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-H"),
+        (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-U"),
+        (env!("CARGO_BIN_EXE_mlx5_send_bw"), "--use-srq"),
+        (env!("CARGO_BIN_EXE_mlx5_write_bw"), "--run_infinitely"),
+        (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-R"),
+        (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-x"),
+    ] {
+        let mut args = vec![flag];
+        if matches!(flag, "-l" | "-x") {
+            args.push("2");
+        }
+        let (ok, out, err) = run(bin, &args);
+        assert!(!ok && out.is_empty(), "{flag} accepted");
+        assert_eq!(err.trim_end().lines().count(), 1, "{flag}: {err}");
+        assert!(
+            err.contains(flag.split('/').next().unwrap()) && !err.contains("unexpected argument"),
+            "{err}"
+        );
+    }
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-o", "2"]);
+    assert!(!ok && err.contains("only available on READ verb"), "{err}");
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-S", "16"]);
+    assert!(!ok && err.contains("Only 15 Service levels"), "{err}");
+}
