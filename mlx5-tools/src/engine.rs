@@ -629,7 +629,14 @@ pub fn bw_stream<B: Backend>(
         }
         for qi in 0..qn {
             let mut any = false;
+            let list = u64::from(c.post_list);
             while (pending[qi].len() as u32) < c.tx_depth && count[qi] < per_qp {
+                if list > 1
+                    && count[qi].is_multiple_of(list)
+                    && pending[qi].len() as u64 + list > u64::from(c.tx_depth)
+                {
+                    break; // -l: a list starts only with room for all of it
+                }
                 let idx = posted.len() as u64;
                 // The last WQE of a QP is signaled so that everything completes;
                 // a stream cut by the duration ends with a signaled one.
@@ -641,11 +648,19 @@ pub fn bw_stream<B: Backend>(
                 pending[qi].push_back(idx);
                 count[qi] += 1;
                 any = true;
+                if list > 1 && count[qi].is_multiple_of(list) {
+                    // -l: one doorbell per list of post_list WQEs.
+                    a.ring(qi);
+                    any = false;
+                }
                 if stopping {
                     count[qi] = per_qp; // no more on this QP
                     break;
                 }
-                if qn > 1 && (pending[qi].len() as u64).is_multiple_of(u64::from(c.cq_mod)) {
+                if qn > 1
+                    && (pending[qi].len() as u64).is_multiple_of(u64::from(c.cq_mod))
+                    && count[qi].is_multiple_of(list)
+                {
                     break; // give the other QPs a turn
                 }
             }

@@ -108,6 +108,10 @@ fn print_header(
     if c.opts.mtu.is_some_and(|m| m > mtu) {
         println!("Requested mtu is higher than active mtu \nChanging to active mtu - {mtu}");
     }
+    if c.post_list > 1 && c.opts.cq_mod.is_none() {
+        println!("{}", report::RESULT_LINE);
+        println!("Post List requested - CQ moderation will be the size of the post list");
+    }
     if c.duration.is_some() && c.test == Test::Bw && !c.opts.no_peak {
         // perftest's force_dependecies says so before the test block.
         println!(" WARNING: BW peak won't be measured in this run.");
@@ -152,6 +156,20 @@ impl Out {
             (Test::Lat, _) => {
                 let factor = if matches!(c.verb, Verb::Read | Verb::Atomic) { 1 } else { 2 };
                 let s = stats::latency(posted, factor).ok_or("too few iterations for statistics")?;
+                if c.opts.report_unsorted || c.opts.report_histogram {
+                    // perftest's -U (every sample, in order) and -H (sorted,
+                    // the tail dropped), then the table's header again.
+                    let mut d = stats::samples(posted, factor);
+                    if c.opts.report_unsorted {
+                        print!("{}", report::histogram(&d));
+                    }
+                    d.sort_by(f64::total_cmp);
+                    d.truncate(d.len().saturating_sub(stats::LAT_MEASURE_TAIL));
+                    if c.opts.report_histogram {
+                        print!("{}", report::histogram(&d));
+                    }
+                    println!("{}\n{}", report::RESULT_LINE, report::table_header(c));
+                }
                 (report::lat_row(size, iters, &s), report::lat_json(size, iters, &s))
             }
             (Test::Bw, Some(done)) => {

@@ -122,8 +122,8 @@ pub struct Opts {
     #[arg(short = 'r', long = "rx-depth")]
     pub rx_depth: Option<u32>,
     /// Generate Cqe only after <--cq-mod> completion (1 to 1024, default 100)
-    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
-    pub cq_mod: u32,
+    #[arg(short = 'Q', long = "cq-mod")]
+    pub cq_mod: Option<u32>,
     /// Max size of message to be sent in inline (latency defaults as
     /// perftest's: WRITE 220, SEND 236 (UD 188), DC 150; bandwidth 0)
     #[arg(short = 'I', long = "inline_size")]
@@ -229,9 +229,7 @@ fn not_yet(o: &Opts) -> Option<&'static str> {
         (o.rdma_cm, "-R: rdma_cm is not supported: QPs connect over the TCP exchange (perftest's default); run without -R"),
         (o.bidirectional, "-b: bidirectional bandwidth is not supported yet; run one test each way"),
         (o.events, "-e: sleeping on CQ events is not supported by these tools yet (the library has completion channels); run without -e"),
-        (o.post_list.is_some(), "-l: post lists are not supported by these tools yet; run without -l"),
         (o.report_cycles, "-C: cycle units are not supported: these tools time with the monotonic clock in nanoseconds"),
-        (o.report_histogram || o.report_unsorted, "-H/-U: the per-iteration histogram is not supported yet; --out_json has the summary"),
         (o.use_srq, "--use-srq: a shared receive queue for RC/UD SEND tests is not supported yet (DC always uses one)"),
         (o.run_infinitely, "--run_infinitely: not supported yet; use -D with a long duration"),
     ]
@@ -331,6 +329,8 @@ pub struct Config {
     pub atomic_type: AtomicType,
     /// `-o`: outstanding READs / atomics (READ and atomic tests).
     pub out_reads: Option<u32>,
+    /// `-l`: WQEs per doorbell (1: as many as the round posts).
+    pub post_list: u32,
     /// The parsed command line.
     pub opts: Opts,
 }
@@ -376,8 +376,8 @@ impl Config {
         if opts.atomic_type.is_some() && verb != Verb::Atomic {
             return Err("-A: You are not running the atomic_lat/bw test! To change the atomic action type, you must run one of the atomic tests".into());
         }
-        if !(1..=1024).contains(&opts.cq_mod) {
-            return Err(format!("-Q {}: CQ moderation should be between 1 and 1024", opts.cq_mod));
+        if let Some(q) = opts.cq_mod.filter(|q| !(1..=1024).contains(q)) {
+            return Err(format!("-Q {q}: CQ moderation should be between 1 and 1024"));
         }
         if let Some(why) = not_yet(&opts) {
             return Err(why.into());
@@ -434,7 +434,34 @@ impl Config {
         if opts.backend == Backend::Sim && opts.server.is_some() {
             return Err("a server host is for --backend hw; on the simulator both sides run here".into());
         }
-        let cq_mod = opts.cq_mod.clamp(1, tx_depth);
+        // perftest: a post list sets the CQ moderation to its size unless
+        // -Q was given, which must then divide it; iterations are whole lists.
+        let post_list = opts.post_list.unwrap_or(1);
+        if post_list > 1 && lat {
+            return Err("-l: Post list is supported in BW tests only".into());
+        }
+        if post_list == 0 || post_list > tx_depth {
+            return Err(format!("-l {post_list}: a post list of 1 to the TX depth ({tx_depth}) WQEs"));
+        }
+        if post_list > 1 {
+            if opts.duration.is_none() && !iters.is_multiple_of(u64::from(post_list)) {
+                return Err(format!(
+                    "-l {post_list}: Number of iterations must be a multiple of post list size"
+                ));
+            }
+            if opts.cq_mod.is_some_and(|q| !post_list.is_multiple_of(q)) {
+                return Err(format!("-l {post_list}: Post list size must be a multiple of CQ moderation"));
+            }
+        }
+        if (opts.report_histogram || opts.report_unsorted) && !lat {
+            return Err("-H/-U: Available only on Latency tests".into());
+        }
+        let cq_mod = match opts.cq_mod {
+            Some(q) => q,
+            None if post_list > 1 => post_list,
+            None => 100,
+        }
+        .clamp(1, tx_depth);
         Ok(Config {
             verb,
             test,
@@ -450,6 +477,7 @@ impl Config {
             no_peak: opts.no_peak || opts.duration.is_some(),
             atomic_type: opts.atomic_type.unwrap_or(AtomicType::FetchAndAdd),
             out_reads: opts.outs,
+            post_list,
             opts,
         })
     }

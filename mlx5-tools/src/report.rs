@@ -65,6 +65,9 @@ pub fn test_block(c: &Config, device: &str, link: &str, mtu: u32) -> String {
     s += " PCIe relax order: Unsupported\t\tLock-free      : OFF\n";
     s += " ibv_wr* API     : OFF\t\tUsing Enhanced Reorder      : OFF\n";
     s += &format!(" TX depth        : {}\n", c.tx_depth);
+    if c.post_list > 1 {
+        s += &format!(" Post List       : {}\n", c.post_list);
+    }
     if c.verb == Verb::Send {
         s += &format!(" RX depth        : {}\n", c.rx_depth);
     }
@@ -99,6 +102,38 @@ pub fn dest_lines(side: &str, d: &Dest, verb: Verb, out_reads: u32) -> String {
     let g: Vec<String> = d.gid.iter().map(|b| format!("{b:02}")).collect();
     s += &format!("\n GID: {}", g.join(":"));
     s
+}
+
+/// perftest's histogram (`-H`, `-U`): `#, usec`, then `i, sample` per
+/// line, the sample as C's `%g` writes it.
+pub fn histogram(samples: &[f64]) -> String {
+    let mut s = String::from("#, usec\n");
+    for (i, x) in samples.iter().enumerate() {
+        s += &format!("{}, {}\n", i + 1, c_g(*x));
+    }
+    s
+}
+
+/// C's `%g`: six significant digits, trailing zeros dropped, an exponent
+/// below 1e-4 or from 1e6.
+pub fn c_g(x: f64) -> String {
+    if x == 0.0 {
+        return "0".into();
+    }
+    let exp = x.abs().log10().floor() as i32;
+    let trim = |s: String| {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    };
+    if !(-4..6).contains(&exp) {
+        let m = x / 10f64.powi(exp);
+        let m = trim(format!("{m:.5}"));
+        return format!("{m}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs());
+    }
+    trim(format!("{x:.*}", (5 - exp).max(0) as usize))
 }
 
 /// The table header for the test.
@@ -210,6 +245,24 @@ pub fn bw_json(size: u64, iters: u64, s: &BwStats, gbits: bool) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// C's `%g`, as printf gives it for these values.
+    #[test]
+    fn c_g_writes_as_printf_does() {
+        for (x, want) in [
+            (5.8385, "5.8385"),
+            (42.548, "42.548"),
+            (100.0, "100"),
+            (0.1, "0.1"),
+            (1.0 / 3.0, "0.333333"),
+            (123456.7, "123457"),
+            (1234567.0, "1.23457e+06"),
+            (0.00001234, "1.234e-05"),
+            (0.0, "0"),
+        ] {
+            assert_eq!(c_g(x), want, "{x}");
+        }
+    }
+
     use super::*;
     use crate::opts::Opts;
     use clap::Parser;

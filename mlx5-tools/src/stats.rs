@@ -51,6 +51,13 @@ fn median(n: usize, d: &[f64]) -> f64 {
     }
 }
 
+/// The latency samples (µs) of post time stamps (ns), in order: what
+/// perftest's `-U` prints (and `-H`, sorted, less the tail).
+pub fn samples(posted_ns: &[u64], rtt_factor: u32) -> Vec<f64> {
+    let q = 1000.0 * f64::from(rtt_factor);
+    posted_ns.windows(2).map(|w| (w[1] - w[0]) as f64 / q).collect()
+}
+
 /// Latency statistics from post time stamps (ns) of consecutive
 /// iterations; `rtt_factor` 2 for ping-pong tests (one-way = RTT/2), 1 for
 /// READ and atomics. `None` with fewer than `LAT_MEASURE_TAIL + 2` stamps.

@@ -313,17 +313,14 @@ fn perftests_flags_are_taken_or_refused_by_name() {
     for (bin, flag) in [
         (env!("CARGO_BIN_EXE_mlx5_write_bw"), "-b"),
         (env!("CARGO_BIN_EXE_mlx5_send_lat"), "-e"),
-        (env!("CARGO_BIN_EXE_mlx5_write_bw"), "-l"),
         (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-C"),
-        (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-H"),
-        (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-U"),
         (env!("CARGO_BIN_EXE_mlx5_send_bw"), "--use-srq"),
         (env!("CARGO_BIN_EXE_mlx5_write_bw"), "--run_infinitely"),
         (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-R"),
         (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-x"),
     ] {
         let mut args = vec![flag];
-        if matches!(flag, "-l" | "-x") {
+        if flag == "-x" {
             args.push("2");
         }
         let (ok, out, err) = run(bin, &args);
@@ -338,4 +335,24 @@ fn perftests_flags_are_taken_or_refused_by_name() {
     assert!(!ok && err.contains("only available on READ verb"), "{err}");
     let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-S", "16"]);
     assert!(!ok && err.contains("Only 15 Service levels"), "{err}");
+    // -l: lists of 8 WQEs, the CQ moderation their size; iterations whole lists.
+    let (ok, out, err) = run(env!("CARGO_BIN_EXE_mlx5_write_bw"), &["-l", "8", "-n", "64", "-s", "64"]);
+    assert!(ok, "{err}");
+    assert!(out.contains(" Post List       : 8") && out.contains(" CQ Moderation   : 8"), "{out}");
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_bw"), &["-l", "8", "-n", "65"]);
+    assert!(!ok && err.contains("multiple of post list size"), "{err}");
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-l", "2"]);
+    assert!(!ok && err.contains("BW tests only"), "{err}");
+    // -U every sample in order, -H sorted without perftest's 2-sample tail.
+    let (ok, out, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-n", "20", "-U"]);
+    assert!(ok, "{err}");
+    let samples = out.lines().filter(|l| l.split(", ").count() == 2 && !l.starts_with('#')).count();
+    assert!(out.contains("#, usec") && samples == 20, "{samples}: {out}");
+    let (ok, out, _) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-n", "20", "-H"]);
+    let v: Vec<f64> = out
+        .lines()
+        .filter(|l| l.split(", ").count() == 2 && !l.starts_with('#'))
+        .map(|l| l.split(", ").nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert!(ok && v.len() == 18 && v.windows(2).all(|w| w[0] <= w[1]), "{out}");
 }

@@ -9,12 +9,17 @@
 
 use std::process::Command;
 
+const RESULT_FMT_MIB: &str =
+    " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]";
+const REPORT_FMT_BW: &str = " %-7lu    %-10lu       %-7.2lf            %-7.2lf\t\t     %-7.6lf";
+
 /// perftest's formats, in the order perftest prints them. `PRIu64` is
 /// written `lu`, and `RESULT_LINE` without its newline.
 const FORMATS: &[&str] = &[
     "Requested mtu is higher than active mtu ",
     "Changing to active mtu - %d",
     " WARNING: BW peak won't be measured in this run.",
+    "Post List requested - CQ moderation will be the size of the post list",
     "---------------------------------------------------------------------------------------",
     "                    %s Latency Test",
     "                    %s %s Latency Test",
@@ -26,6 +31,7 @@ const FORMATS: &[&str] = &[
     " PCIe relax order: %s\t\tLock-free      : %s",
     " ibv_wr* API     : %s\t\tUsing Enhanced Reorder      : %s",
     " TX depth        : %d",
+    " Post List       : %d",
     " RX depth        : %d",
     " CQ Moderation   : %d",
     " CQE Poll Batch  : Dynamic",
@@ -43,14 +49,17 @@ const FORMATS: &[&str] = &[
     // PERF_GID_FMT
     " %s: %02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d",
     // RESULT_FMT, RESULT_FMT_G, RESULT_FMT_LAT, RESULT_FMT_LAT_DUR
-    " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]",
+    RESULT_FMT_MIB,
     " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]",
     " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99%% percentile[usec]   99.9%% percentile[usec] ",
     " #bytes        #iterations       t_avg[usec]    tps average",
     // REPORT_FMT, REPORT_FMT_LAT, REPORT_FMT_LAT_DUR
-    " %-7lu    %-10lu       %-7.2lf            %-7.2lf\t\t     %-7.6lf",
+    REPORT_FMT_BW,
     " %-7lu %lu          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f",
     " %-7lu       %lu            %-7.2f        %-7.2f",
+    // print_report_lat's -H / -U lines.
+    "#, %s",
+    "%d, %g",
 ];
 
 #[derive(Debug, Clone, Copy)]
@@ -58,6 +67,8 @@ enum Conv {
     Int,
     Hex,
     Float,
+    /// `%g`: a number, with or without a point or an exponent.
+    G,
     Str,
 }
 
@@ -93,6 +104,7 @@ fn tokens(fmt: &str) -> Vec<Tok> {
                 'd' | 'i' | 'u' => break Conv::Int,
                 'x' => break Conv::Hex,
                 'f' => break Conv::Float,
+                'g' => break Conv::G,
                 's' => break Conv::Str,
                 other => panic!("conversion {other} in {fmt:?}"),
             }
@@ -119,6 +131,7 @@ fn fits(c: Conv, left: bool, s: &str) -> bool {
             !h.is_empty() && h.chars().all(|d| d.is_ascii_hexdigit() && !d.is_ascii_uppercase())
         }
         Conv::Float => v.contains('.') && v.parse::<f64>().is_ok(),
+        Conv::G => v.parse::<f64>().is_ok(),
         Conv::Str => true,
     }
 }
@@ -150,25 +163,32 @@ fn check(bin: &str, args: &[&str]) {
     }
     // The test block, the address lines, the table header and its rows, in
     // perftest's order (the block's lines in the order of FORMATS).
-    let block: Vec<usize> = kinds.iter().copied().filter(|&k| (8..=23).contains(&k)).collect();
+    let at = |f: &str| FORMATS.iter().position(|x| *x == f).unwrap();
+    let (dual, data_ex) = (at(" Dual-port       : %s\t\tDevice         : %s"), at(" Data ex. method : %s"));
+    let addr = at(" %s address: LID %#04x QPN %#06x PSN %#06x");
+    let (first_header, first_row) = (at(RESULT_FMT_MIB), at(REPORT_FMT_BW));
+    let block: Vec<usize> = kinds.iter().copied().filter(|k| (dual..=data_ex).contains(k)).collect();
     assert!(block.windows(2).all(|w| w[0] < w[1]), "{bin} {args:?}: test block out of order\n{out}");
-    let first_addr = kinds.iter().position(|&k| (24..=26).contains(&k)).expect("address lines");
-    let header = kinds.iter().position(|&k| (28..=31).contains(&k)).expect("a table header");
-    let last_row = kinds.iter().rposition(|&k| k >= 32).expect("a result row");
-    assert!(
-        kinds.iter().position(|&k| k == 23).unwrap() < first_addr && first_addr < header && header < last_row
-    );
+    let first_addr = kinds.iter().position(|k| (addr..addr + 3).contains(k)).expect("address lines");
+    let header = kinds.iter().position(|k| (first_header..first_row).contains(k)).expect("a table header");
+    let last_row = kinds.iter().rposition(|k| (first_row..first_row + 3).contains(k)).expect("a result row");
+    let end_of_block = kinds.iter().position(|&k| k == data_ex).expect("the test block");
+    assert!(end_of_block < first_addr && first_addr < header && header < last_row, "{bin} {args:?}\n{out}");
 }
 
 #[test]
 fn the_matcher_takes_perftests_lines_and_only_them() {
     let lat = " 2       20          4.06           5.18         4.17     \t       4.17        \t0.08   \t\t5.18    \t\t5.18   ";
-    assert_eq!(format_of(lat), Some(33));
-    assert_eq!(format_of(" local address: LID 0x01 QPN 0x1000 PSN 0x68e465"), Some(24));
+    let at = |f: &str| FORMATS.iter().position(|x| *x == f);
+    let lat_fmt = " %-7lu %lu          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f";
+    assert_eq!(format_of(lat), at(lat_fmt));
     assert_eq!(
-        format_of(" local address: LID 0x01 QPN 0x1000 PSN 0x68e465 RKey 0x010000 VAddr 0x00563d7bd4b000"),
-        Some(25)
+        format_of(" local address: LID 0x01 QPN 0x1000 PSN 0x68e465"),
+        at(" %s address: LID %#04x QPN %#06x PSN %#06x")
     );
+    let rdma = " local address: LID 0x01 QPN 0x1000 PSN 0x68e465 RKey 0x010000 VAddr 0x00563d7bd4b000";
+    assert!(format_of(rdma).is_some());
+    assert_eq!(format_of("3, 5.8385"), at("%d, %g"));
     // One space too few, a tab for spaces, an upper-case hex digit: not perftest's.
     assert_eq!(format_of(" Mtu            : 1024[B]"), None);
     assert_eq!(format_of(" Dual-port       : OFF\tDevice         : sim0"), None);
@@ -194,4 +214,6 @@ fn every_program_prints_perftests_lines() {
     check(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-a", "-n", "10"]);
     check(env!("CARGO_BIN_EXE_mlx5_send_lat"), &["-D", "1"]);
     check(env!("CARGO_BIN_EXE_mlx5_write_bw"), &["-D", "1", "-s", "64"]);
+    check(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-n", "20", "-H", "-U"]);
+    check(env!("CARGO_BIN_EXE_mlx5_write_bw"), &["-n", "64", "-l", "8", "-s", "64"]);
 }
