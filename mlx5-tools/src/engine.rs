@@ -188,6 +188,12 @@ impl<B: Backend> End<B> {
             ..QpConfig::default()
         };
         let srq = match c.connection {
+            Connection::Rc | Connection::Ud if c.opts.use_srq => {
+                // --use-srq: the receives of every QP from one SRQ of
+                // --rx-depth entries (perftest's meaning).
+                let n = c.rx_depth.min(ctx.caps().max_qp_wr);
+                Some(ctx.create_srq(&pd, n, 1).map_err(e("create SRQ"))?)
+            }
             Connection::Dc => {
                 let n = (c.rx_depth * c.qps).min(ctx.caps().max_qp_wr);
                 Some(ctx.create_srq(&pd, n, 1).map_err(e("create SRQ"))?)
@@ -199,11 +205,14 @@ impl<B: Backend> End<B> {
         for i in 0..c.qps {
             let cfg = QpConfig { psn: start_psn(i), ..cfg.clone() };
             qps.push(match (c.connection, &srq) {
-                (Connection::Rc, _) => {
+                (Connection::Rc, None) => {
                     TestQp::Rc(ctx.create_rc_qp(&pd, &cq, &cq, &cfg).map_err(e("create QP"))?)
                 }
-                (Connection::Ud, _) => {
-                    let q = ctx.create_ud_qp(&pd, &cq, &cq, None, &cfg).map_err(e("create UD QP"))?;
+                (Connection::Rc, Some(srq)) => {
+                    TestQp::Rc(ctx.create_rc_qp_with_srq(&pd, &cq, &cq, srq, &cfg).map_err(e("create QP"))?)
+                }
+                (Connection::Ud, srq) => {
+                    let q = ctx.create_ud_qp(&pd, &cq, &cq, srq.as_ref(), &cfg).map_err(e("create UD QP"))?;
                     q.activate(&up).map_err(e("activate UD QP"))?;
                     TestQp::Ud(q)
                 }
@@ -320,9 +329,9 @@ impl<B: Backend> End<B> {
         let sge = [Sge::new(self.mr.addr() + half(c), recv_len(c) as u32, self.mr.lkey())];
         // The receive's entry is its QP's index: reposted where it completed.
         let r = match (&self.qps[qp], &self.srq) {
-            (TestQp::Rc(q), _) => q.post_recv(qp as u64, &sge),
-            (TestQp::Ud(q), _) => q.post_recv(qp as u64, &sge),
-            (TestQp::Dc { .. }, Some(srq)) => srq.post_recv(qp as u64, &sge),
+            (_, Some(srq)) => srq.post_recv(qp as u64, &sge),
+            (TestQp::Rc(q), None) => q.post_recv(qp as u64, &sge),
+            (TestQp::Ud(q), None) => q.post_recv(qp as u64, &sge),
             (TestQp::Dc { .. }, None) => return Err("DC without an SRQ".into()),
         };
         r.map_err(e("post receive"))

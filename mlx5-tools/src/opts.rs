@@ -230,7 +230,6 @@ fn not_yet(o: &Opts) -> Option<&'static str> {
         (o.bidirectional, "-b: bidirectional bandwidth is not supported yet; run one test each way"),
         (o.events, "-e: sleeping on CQ events is not supported by these tools yet (the library has completion channels); run without -e"),
         (o.report_cycles, "-C: cycle units are not supported: these tools time with the monotonic clock in nanoseconds"),
-        (o.use_srq, "--use-srq: a shared receive queue for RC/UD SEND tests is not supported yet (DC always uses one)"),
         (o.run_infinitely, "--run_infinitely: not supported yet; use -D with a long duration"),
     ]
     .into_iter()
@@ -381,6 +380,9 @@ impl Config {
         }
         if let Some(why) = not_yet(&opts) {
             return Err(why.into());
+        }
+        if opts.use_srq && verb != Verb::Send {
+            return Err("--use-srq: Using SRQ only available in SEND tests".into());
         }
         if opts.outs.is_some() && !matches!(verb, Verb::Read | Verb::Atomic) {
             return Err("-o: Setting Outstanding reads only available on READ verb".into());

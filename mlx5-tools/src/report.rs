@@ -58,7 +58,7 @@ pub fn test_block(c: &Config, device: &str, link: &str, mtu: u32) -> String {
     s += &format!(
         " Connection type : {}\t\tUsing SRQ      : {}\n",
         c.connection.perftest_name(),
-        on_off(c.connection == Connection::Dc)
+        on_off(c.connection == Connection::Dc || c.opts.use_srq)
     );
     // Current perftest's two lines: no PCIe relaxed ordering or lock-free
     // mode here; WQEs are written by this library, not ibv_wr_*.

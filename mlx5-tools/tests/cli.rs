@@ -314,7 +314,6 @@ fn perftests_flags_are_taken_or_refused_by_name() {
         (env!("CARGO_BIN_EXE_mlx5_write_bw"), "-b"),
         (env!("CARGO_BIN_EXE_mlx5_send_lat"), "-e"),
         (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-C"),
-        (env!("CARGO_BIN_EXE_mlx5_send_bw"), "--use-srq"),
         (env!("CARGO_BIN_EXE_mlx5_write_bw"), "--run_infinitely"),
         (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-R"),
         (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-x"),
@@ -343,6 +342,14 @@ fn perftests_flags_are_taken_or_refused_by_name() {
     assert!(!ok && err.contains("multiple of post list size"), "{err}");
     let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-l", "2"]);
     assert!(!ok && err.contains("BW tests only"), "{err}");
+    // --use-srq: SEND's receives from one SRQ (RC and UD); SEND tests only.
+    for conn in ["RC", "UD"] {
+        let (ok, out, err) =
+            run(env!("CARGO_BIN_EXE_mlx5_send_bw"), &["--use-srq", "-c", conn, "-n", "200", "-q", "2"]);
+        assert!(ok && out.contains("Using SRQ      : ON"), "{conn}: {err}{out}");
+    }
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_bw"), &["--use-srq"]);
+    assert!(!ok && err.contains("only available in SEND tests"), "{err}");
     // -U every sample in order, -H sorted without perftest's 2-sample tail.
     let (ok, out, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-n", "20", "-U"]);
     assert!(ok, "{err}");
