@@ -109,10 +109,16 @@ pub struct End<B: Backend> {
     pub mr: MemoryRegion<B>,
     /// The port the QPs use.
     pub port: PortInfo,
+    /// `-e`: what the CQ's callback was given, and its completion channel.
+    events: Events,
+    _channel: Option<mlx5_api::CompChannel<B>>,
     _pd: ProtectionDomain<B>,
     /// The opened device.
     pub ctx: Context<B>,
 }
+
+/// What the CQ's callback was given (`-e`, where the CQ is waited on).
+type Events = std::rc::Rc<std::cell::RefCell<Vec<(mlx5_api::Completion, u64)>>>;
 
 /// Where the peer's memory is (exchanged with the QP information).
 #[derive(Debug, Clone, Copy)]
@@ -176,7 +182,22 @@ impl<B: Backend> End<B> {
         let pd = ctx.alloc_pd().map_err(e("alloc PD"))?;
         let want = (c.tx_depth * c.qps + c.rx_depth * c.qps + 64).next_power_of_two();
         let cqe = want.min(ctx.caps().max_cqe.max(64));
-        let cq = ctx.create_cq(cqe, |_, _: u64| {}).map_err(e("create CQ"))?;
+        // -e: the CQ on a completion channel, and a callback that keeps what
+        // it is given (the wait dispatches through it).
+        let events: Events = Default::default();
+        let (cq, channel) = if c.opts.events {
+            let ch = ctx.create_comp_channel().map_err(e("create completion channel"))?;
+            let seen = events.clone();
+            let cq = ctx
+                .create_cq(
+                    mlx5_api::CqConfig::new(cqe).channel(&ch),
+                    move |wc: mlx5_api::Completion, entry: u64| seen.borrow_mut().push((wc, entry)),
+                )
+                .map_err(e("create CQ"))?;
+            (cq, Some(ch))
+        } else {
+            (ctx.create_cq(cqe, |_, _: u64| {}).map_err(e("create CQ"))?, None)
+        };
         let cfg = QpConfig {
             max_send_wr: c.tx_depth.max(2),
             max_recv_wr: if c.verb == Verb::Send { c.rx_depth } else { 1 },
@@ -229,7 +250,7 @@ impl<B: Backend> End<B> {
         let mr = pd.alloc_mr(2 * half(c) as usize, AccessFlags::ALL).map_err(e("register memory"))?;
         let src: Vec<u8> = (0..half(c)).map(|i| (i * 7 + 1) as u8).collect();
         mr.write(0, &src).map_err(e("fill"))?;
-        Ok(End { qps, peers: Vec::new(), srq, cq, mr, port, _pd: pd, ctx })
+        Ok(End { qps, peers: Vec::new(), srq, cq, events, _channel: channel, mr, port, _pd: pd, ctx })
     }
 
     /// What the peer needs to reach each QP.
@@ -313,13 +334,28 @@ impl<B: Backend> End<B> {
     pub fn poll(&mut self, mut f: impl FnMut(u64, bool)) -> RunResult<u32> {
         let mut bad = None;
         let mut n = 0;
-        self.cq.poll_with(64, |c, entry| {
+        let mut take = |c: mlx5_api::Completion, entry: u64| {
             n += 1;
             if c.status != Status::Success {
                 bad.get_or_insert(format!("completion error: {:?} (opcode {:?})", c.status, c.opcode));
             }
             f(entry, c.opcode.is_recv());
-        });
+        };
+        if self._channel.is_some() {
+            // -e: when the CQ is empty, arm it and sleep on the channel (a
+            // millisecond at most: the caller's loop has other work).
+            if self.cq.poll(64).consumed() == 0 {
+                match self.cq.wait(64, Some(Duration::from_millis(1))) {
+                    Ok(_) | Err(mlx5_api::Error::Timeout) => {}
+                    Err(err) => return Err(format!("waiting for a completion event: {err}")),
+                }
+            }
+            for (c, entry) in self.events.take() {
+                take(c, entry);
+            }
+        } else {
+            self.cq.poll_with(64, take);
+        }
         bad.map_or(Ok(n), Err)
     }
 

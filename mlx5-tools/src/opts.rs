@@ -228,7 +228,6 @@ fn not_yet(o: &Opts) -> Option<&'static str> {
     [
         (o.rdma_cm, "-R: rdma_cm is not supported: QPs connect over the TCP exchange (perftest's default); run without -R"),
         (o.bidirectional, "-b: bidirectional bandwidth is not supported yet; run one test each way"),
-        (o.events, "-e: sleeping on CQ events is not supported by these tools yet (the library has completion channels); run without -e"),
         (o.report_cycles, "-C: cycle units are not supported: these tools time with the monotonic clock in nanoseconds"),
         (o.run_infinitely, "--run_infinitely: not supported yet; use -D with a long duration"),
     ]
@@ -380,6 +379,12 @@ impl Config {
         }
         if let Some(why) = not_yet(&opts) {
             return Err(why.into());
+        }
+        if opts.events && verb == Verb::Write {
+            return Err("-e: Events feature not available on WRITE verb".into());
+        }
+        if opts.events && opts.duration.is_some() {
+            return Err("-e: Duration mode doesn't work with events".into());
         }
         if opts.use_srq && verb != Verb::Send {
             return Err("--use-srq: Using SRQ only available in SEND tests".into());

@@ -53,6 +53,9 @@ pub fn test_block(c: &Config, device: &str, link: &str, mtu: u32) -> String {
         s += &format!("{} ", c.atomic_type.perftest_name());
     }
     s += if c.test == Test::Bw { "BW Test\n" } else { "Latency Test\n" };
+    if c.opts.events {
+        s += &format!(" Test with events. Using {device}_comp0\n");
+    }
     s += &format!(" Dual-port       : OFF\t\tDevice         : {device}\n");
     s += &format!(" Number of qps   : {}\t\tTransport type : IB\n", c.qps);
     s += &format!(

@@ -312,7 +312,6 @@ fn perftests_flags_are_taken_or_refused_by_name() {
     assert_eq!(out.matches(" remote address:").count(), 3, "{out}");
     for (bin, flag) in [
         (env!("CARGO_BIN_EXE_mlx5_write_bw"), "-b"),
-        (env!("CARGO_BIN_EXE_mlx5_send_lat"), "-e"),
         (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-C"),
         (env!("CARGO_BIN_EXE_mlx5_write_bw"), "--run_infinitely"),
         (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-R"),
@@ -342,6 +341,16 @@ fn perftests_flags_are_taken_or_refused_by_name() {
     assert!(!ok && err.contains("multiple of post list size"), "{err}");
     let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-l", "2"]);
     assert!(!ok && err.contains("BW tests only"), "{err}");
+    // -e: the CQ on a completion channel, waited on when empty (threaded:
+    // the NIC thread's completion event wakes the tool); not on WRITE.
+    for args in [&["-e", "-n", "200"][..], &["-e", "--threaded", "-n", "200"]] {
+        let (ok, out, err) = run(env!("CARGO_BIN_EXE_mlx5_send_lat"), args);
+        assert!(ok && out.contains(" Test with events. Using sim0_comp0"), "{args:?}: {err}{out}");
+    }
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_read_bw"), &["-e", "--threaded", "-n", "500"]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_bw"), &["-e"]);
+    assert!(!ok && err.contains("not available on WRITE verb"), "{err}");
     // --use-srq: SEND's receives from one SRQ (RC and UD); SEND tests only.
     for conn in ["RC", "UD"] {
         let (ok, out, err) =

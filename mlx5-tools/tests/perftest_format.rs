@@ -25,6 +25,7 @@ const FORMATS: &[&str] = &[
     "                    %s %s Latency Test",
     "                    %s BW Test",
     "                    %s %s BW Test",
+    " Test with events. Using %s_comp%d",
     " Dual-port       : %s\t\tDevice         : %s",
     " Number of qps   : %d\t\tTransport type : %s",
     " Connection type : %s\t\tUsing SRQ      : %s",
@@ -216,5 +217,6 @@ fn every_program_prints_perftests_lines() {
     check(env!("CARGO_BIN_EXE_mlx5_write_bw"), &["-D", "1", "-s", "64"]);
     check(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-n", "20", "-H", "-U"]);
     check(env!("CARGO_BIN_EXE_mlx5_send_bw"), &["-n", "64", "--use-srq", "-q", "2"]);
+    check(env!("CARGO_BIN_EXE_mlx5_read_lat"), &["-n", "50", "-e"]);
     check(env!("CARGO_BIN_EXE_mlx5_write_bw"), &["-n", "64", "-l", "8", "-s", "64"]);
 }
