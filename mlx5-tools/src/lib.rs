@@ -155,18 +155,30 @@ impl Out {
             }
             (Test::Lat, _) => {
                 let factor = if matches!(c.verb, Verb::Read | Verb::Atomic) { 1 } else { 2 };
-                let s = stats::latency(posted, factor).ok_or("too few iterations for statistics")?;
+                let mut s = stats::latency(posted, factor).ok_or("too few iterations for statistics")?;
+                // -C: cycles of the CPU clock perftest counts in (µs × MHz).
+                let (scale, units) = if c.opts.report_cycles {
+                    (
+                        stats::cpu_mhz()
+                            .ok_or("-C: the CPU's clock rate is unknown (no 'cpu MHz' in /proc/cpuinfo)")?,
+                        "cycles",
+                    )
+                } else {
+                    (1.0, "usec")
+                };
+                s = s.scaled(scale);
                 if c.opts.report_unsorted || c.opts.report_histogram {
                     // perftest's -U (every sample, in order) and -H (sorted,
                     // the tail dropped), then the table's header again.
-                    let mut d = stats::samples(posted, factor);
+                    let mut d: Vec<f64> =
+                        stats::samples(posted, factor).into_iter().map(|x| x * scale).collect();
                     if c.opts.report_unsorted {
-                        print!("{}", report::histogram(&d));
+                        print!("{}", report::histogram(&d, units));
                     }
                     d.sort_by(f64::total_cmp);
                     d.truncate(d.len().saturating_sub(stats::LAT_MEASURE_TAIL));
                     if c.opts.report_histogram {
-                        print!("{}", report::histogram(&d));
+                        print!("{}", report::histogram(&d, units));
                     }
                     println!("{}\n{}", report::RESULT_LINE, report::table_header(c));
                 }
@@ -238,7 +250,7 @@ fn run_sim(c: &Config) -> RunResult<()> {
                 let stamps = engine::lat_local(c, size, &mut a, &mut b, ra, rb)?;
                 out.row(c, size, stamps.len() as u64 - 1, &stamps, None)?;
             }
-            Test::Bw => {
+            Test::Bw => loop {
                 if c.verb == Verb::Send {
                     b.top_up(c, c.rx_depth)?;
                 }
@@ -257,7 +269,11 @@ fn run_sim(c: &Config) -> RunResult<()> {
                 out.row(c, size, iters, &p, Some(&d))?;
                 // Drain what the server still holds for the next size.
                 while b.poll(|_, _| {})? > 0 {}
-            }
+                // --run_infinitely: a row per -D window, until killed.
+                if !c.opts.run_infinitely {
+                    break;
+                }
+            },
         }
     }
     out.finish(c, &dev, link, mtu)?;
@@ -280,6 +296,9 @@ fn run_hw(c: &Config) -> RunResult<()> {
 /// One side per machine (hardware): exchange, connect, then the client
 /// measures and the server answers.
 fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
+    if c.opts.run_infinitely {
+        return Err("--run_infinitely: on the simulator only for now".into());
+    }
     if c.duration.is_some()
         && (c.test == Test::Lat || c.verb == Verb::Send)
         && !matches!(c.verb, Verb::Read | Verb::Atomic)

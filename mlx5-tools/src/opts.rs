@@ -228,8 +228,6 @@ fn not_yet(o: &Opts) -> Option<&'static str> {
     [
         (o.rdma_cm, "-R: rdma_cm is not supported: QPs connect over the TCP exchange (perftest's default); run without -R"),
         (o.bidirectional, "-b: bidirectional bandwidth is not supported yet; run one test each way"),
-        (o.report_cycles, "-C: cycle units are not supported: these tools time with the monotonic clock in nanoseconds"),
-        (o.run_infinitely, "--run_infinitely: not supported yet; use -D with a long duration"),
     ]
     .into_iter()
     .find_map(|(given, why)| given.then_some(why))
@@ -380,6 +378,15 @@ impl Config {
         if let Some(why) = not_yet(&opts) {
             return Err(why.into());
         }
+        if opts.all && opts.duration.is_some() {
+            return Err("-a: Duration mode currently doesn't support running on all sizes.".into());
+        }
+        if opts.run_infinitely && lat {
+            return Err("--run_infinitely: run_infinitely exists only in BW tests for now.".into());
+        }
+        if opts.run_infinitely && opts.events {
+            return Err("--run_infinitely: run_infinitely does not support events feature yet.".into());
+        }
         if opts.events && verb == Verb::Write {
             return Err("-e: Events feature not available on WRITE verb".into());
         }
@@ -474,14 +481,15 @@ impl Config {
             test,
             sizes,
             iters,
-            duration: opts.duration,
+            // --run_infinitely: windows of -D seconds (perftest's default 5).
+            duration: if opts.run_infinitely { Some(opts.duration.unwrap_or(5)) } else { opts.duration },
             qps: opts.qps,
             tx_depth,
             rx_depth,
             connection: conn,
             cq_mod,
             inline_size,
-            no_peak: opts.no_peak || opts.duration.is_some(),
+            no_peak: opts.no_peak || opts.duration.is_some() || opts.run_infinitely,
             atomic_type: opts.atomic_type.unwrap_or(AtomicType::FetchAndAdd),
             out_reads: opts.outs,
             post_list,

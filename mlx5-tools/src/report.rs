@@ -109,8 +109,8 @@ pub fn dest_lines(side: &str, d: &Dest, verb: Verb, out_reads: u32) -> String {
 
 /// perftest's histogram (`-H`, `-U`): `#, usec`, then `i, sample` per
 /// line, the sample as C's `%g` writes it.
-pub fn histogram(samples: &[f64]) -> String {
-    let mut s = String::from("#, usec\n");
+pub fn histogram(samples: &[f64], units: &str) -> String {
+    let mut s = format!("#, {units}\n");
     for (i, x) in samples.iter().enumerate() {
         s += &format!("{}, {}\n", i + 1, c_g(*x));
     }

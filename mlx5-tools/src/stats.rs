@@ -39,6 +39,32 @@ pub struct LatStats {
     pub p99_9: f64,
 }
 
+impl LatStats {
+    /// Every figure multiplied by `k` (`-C`: µs to cycles, `k` the MHz).
+    pub fn scaled(self, k: f64) -> LatStats {
+        LatStats {
+            t_min: self.t_min * k,
+            t_max: self.t_max * k,
+            t_typical: self.t_typical * k,
+            t_avg: self.t_avg * k,
+            t_stdev: self.t_stdev * k,
+            p99: self.p99 * k,
+            p99_9: self.p99_9 * k,
+        }
+    }
+}
+
+/// The CPU clock rate in MHz, as perftest's `get_cpu_mhz` reads it
+/// (`/proc/cpuinfo`'s first `cpu MHz`), for `-C`.
+pub fn cpu_mhz() -> Option<f64> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines()
+        .find(|l| l.starts_with("cpu MHz"))
+        .and_then(|l| l.split(':').nth(1))
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&m: &f64| m > 0.0)
+}
+
 /// perftest's `get_median` on the first `n` sorted values.
 fn median(n: usize, d: &[f64]) -> f64 {
     if n == 0 {

@@ -121,6 +121,25 @@ fn run_within(bin: &str, args: &[&str], limit: std::time::Duration) -> (bool, St
     (status.success(), o, e)
 }
 
+/// Run for `after`, then kill the program (one that runs until killed):
+/// its status and what it printed so far.
+fn run_within_then_kill(bin: &str, args: &[&str], after: std::time::Duration) -> (bool, String, String) {
+    use std::io::Read;
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the tool");
+    std::thread::sleep(after);
+    let _ = child.kill();
+    let status = child.wait().unwrap();
+    let (mut o, mut e) = (String::new(), String::new());
+    child.stdout.take().unwrap().read_to_string(&mut o).unwrap();
+    child.stderr.take().unwrap().read_to_string(&mut e).unwrap();
+    (status.success(), o, e)
+}
+
 /// The statistics are linear: a `-D` run (millions of WQEs; perftest's
 /// every-pair peak ran `mlx5_atomic_bw -D 2` for 581 s before it was
 /// killed) and 1024 QPs finish, with perftest's -D behaviour: the warning,
@@ -312,8 +331,6 @@ fn perftests_flags_are_taken_or_refused_by_name() {
     assert_eq!(out.matches(" remote address:").count(), 3, "{out}");
     for (bin, flag) in [
         (env!("CARGO_BIN_EXE_mlx5_write_bw"), "-b"),
-        (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-C"),
-        (env!("CARGO_BIN_EXE_mlx5_write_bw"), "--run_infinitely"),
         (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-R"),
         (env!("CARGO_BIN_EXE_mlx5_write_lat"), "-x"),
     ] {
@@ -359,6 +376,20 @@ fn perftests_flags_are_taken_or_refused_by_name() {
     }
     let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_bw"), &["--use-srq"]);
     assert!(!ok && err.contains("only available in SEND tests"), "{err}");
+    // -C: cycles (µs × the CPU's MHz), the histogram says so.
+    let (ok, out, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-n", "20", "-C", "-H"]);
+    assert!(ok && out.contains("#, cycles"), "{err}{out}");
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_write_bw"), &["-a", "-D", "1"]);
+    assert!(!ok && err.contains("doesn't support running on all sizes"), "{err}");
+    // --run_infinitely: a row per -D window until killed (here after 3.5 s,
+    // so about three rows), with no peak as under -D.
+    let (_, out, _) = run_within_then_kill(
+        env!("CARGO_BIN_EXE_mlx5_write_bw"),
+        &["--run_infinitely", "-D", "1", "-s", "64"],
+        std::time::Duration::from_millis(3500),
+    );
+    let rows: Vec<&str> = out.lines().filter(|l| l.trim_start().starts_with("64 ")).collect();
+    assert!(rows.len() >= 2 && rows.iter().all(|r| r.split_whitespace().nth(2) == Some("0.00")), "{out}");
     // -U every sample in order, -H sorted without perftest's 2-sample tail.
     let (ok, out, err) = run(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-n", "20", "-U"]);
     assert!(ok, "{err}");
