@@ -642,69 +642,90 @@ pub fn wait_arrival<B: Backend>(c: &Config, size: u64, i: u64, me: &mut End<B>) 
     Ok(())
 }
 
-/// Bandwidth stream from `a` (the client) to the peer: per QP `iters`
-/// WQEs (or until the duration ends), `tx_depth` outstanding per QP, one
-/// signaled WQE every `cq_mod` and the last of each QP signaled, doorbells
-/// batched per burst, QPs served round robin. `serve` runs between bursts
-/// (the in-process server reposting receives). Returns per-WQE (posted,
-/// completed) time stamps in ns, in posting order.
-pub fn bw_stream<B: Backend>(
-    c: &Config,
-    size: u64,
-    a: &mut End<B>,
-    peer: Remote,
-    mut serve: impl FnMut() -> RunResult<()>,
-) -> RunResult<(Vec<u64>, Vec<u64>)> {
-    use std::collections::VecDeque;
-    let qn = c.qps as usize;
-    let t0 = Instant::now();
-    let stop = c.duration.map(|d| t0 + Duration::from_secs(d));
-    let per_qp = if stop.is_some() { u64::MAX } else { c.iters };
-    let cap = (c.iters.min(1 << 22) as usize) * qn;
-    let mut posted: Vec<u64> = Vec::with_capacity(cap);
-    let mut completed: Vec<u64> = Vec::with_capacity(cap);
-    // Per QP: WQEs posted so far, and the global indices still outstanding.
-    let mut count = vec![0u64; qn];
-    let mut pending: Vec<VecDeque<u64>> = vec![VecDeque::new(); qn];
-    let mut stopping = false;
-    let mut idle = Instant::now();
-    loop {
-        if stop.is_some_and(|s| Instant::now() >= s) {
-            stopping = true;
+/// One direction of a bandwidth test: per QP `iters` WQEs (or until the
+/// duration ends), `tx_depth` outstanding per QP, one signaled WQE every
+/// `cq_mod` (and the last of each QP), doorbells batched per burst (or per
+/// `-l` list), QPs served round robin; per-WQE (posted, completed) time
+/// stamps in ns, in posting order.
+#[derive(Debug)]
+pub struct Stream {
+    t0: Instant,
+    stop: Option<Instant>,
+    per_qp: u64,
+    posted: Vec<u64>,
+    completed: Vec<u64>,
+    /// Per QP: WQEs posted so far, and the global indices still outstanding.
+    count: Vec<u64>,
+    pending: Vec<std::collections::VecDeque<u64>>,
+    stopping: bool,
+    idle: Instant,
+}
+
+impl Stream {
+    /// A stream of the run `c` describes, its clock started.
+    pub fn new(c: &Config) -> Stream {
+        let qn = c.qps as usize;
+        let t0 = Instant::now();
+        let stop = c.duration.map(|d| t0 + Duration::from_secs(d));
+        let cap = (c.iters.min(1 << 22) as usize) * qn;
+        Stream {
+            t0,
+            stop,
+            per_qp: if stop.is_some() { u64::MAX } else { c.iters },
+            posted: Vec::with_capacity(cap),
+            completed: Vec::with_capacity(cap),
+            count: vec![0; qn],
+            pending: vec![std::collections::VecDeque::new(); qn],
+            stopping: false,
+            idle: Instant::now(),
         }
+    }
+
+    /// Post what fits on every QP of `a` towards `peer`, and ring.
+    pub fn post_round<B: Backend>(
+        &mut self,
+        c: &Config,
+        size: u64,
+        a: &mut End<B>,
+        peer: Remote,
+    ) -> RunResult<()> {
+        if self.stop.is_some_and(|s| Instant::now() >= s) {
+            self.stopping = true;
+        }
+        let qn = self.count.len();
+        let list = u64::from(c.post_list);
         for qi in 0..qn {
             let mut any = false;
-            let list = u64::from(c.post_list);
-            while (pending[qi].len() as u32) < c.tx_depth && count[qi] < per_qp {
+            while (self.pending[qi].len() as u32) < c.tx_depth && self.count[qi] < self.per_qp {
                 if list > 1
-                    && count[qi].is_multiple_of(list)
-                    && pending[qi].len() as u64 + list > u64::from(c.tx_depth)
+                    && self.count[qi].is_multiple_of(list)
+                    && self.pending[qi].len() as u64 + list > u64::from(c.tx_depth)
                 {
                     break; // -l: a list starts only with room for all of it
                 }
-                let idx = posted.len() as u64;
+                let idx = self.posted.len() as u64;
                 // The last WQE of a QP is signaled so that everything completes;
                 // a stream cut by the duration ends with a signaled one.
-                let last = count[qi] + 1 == per_qp || stopping;
-                let signaled = (count[qi] + 1).is_multiple_of(u64::from(c.cq_mod)) || last;
+                let last = self.count[qi] + 1 == self.per_qp || self.stopping;
+                let signaled = (self.count[qi] + 1).is_multiple_of(u64::from(c.cq_mod)) || last;
                 a.post(c, qi, size, peer, ((qi as u64) << 48) | idx, signaled, true)?;
-                posted.push(t0.elapsed().as_nanos() as u64);
-                completed.push(0);
-                pending[qi].push_back(idx);
-                count[qi] += 1;
+                self.posted.push(self.t0.elapsed().as_nanos() as u64);
+                self.completed.push(0);
+                self.pending[qi].push_back(idx);
+                self.count[qi] += 1;
                 any = true;
-                if list > 1 && count[qi].is_multiple_of(list) {
+                if list > 1 && self.count[qi].is_multiple_of(list) {
                     // -l: one doorbell per list of post_list WQEs.
                     a.ring(qi);
                     any = false;
                 }
-                if stopping {
-                    count[qi] = per_qp; // no more on this QP
+                if self.stopping {
+                    self.count[qi] = self.per_qp; // no more on this QP
                     break;
                 }
                 if qn > 1
-                    && (pending[qi].len() as u64).is_multiple_of(u64::from(c.cq_mod))
-                    && count[qi].is_multiple_of(list)
+                    && (self.pending[qi].len() as u64).is_multiple_of(u64::from(c.cq_mod))
+                    && self.count[qi].is_multiple_of(list)
                 {
                     break; // give the other QPs a turn
                 }
@@ -713,30 +734,132 @@ pub fn bw_stream<B: Backend>(
                 a.ring(qi);
             }
         }
+        Ok(())
+    }
+
+    /// Send completions (their entries): each retires its QP's WQEs up to it.
+    pub fn complete(&mut self, entries: &[u64]) {
+        let now = self.t0.elapsed().as_nanos() as u64;
+        for &entry in entries {
+            let (qi, idx) = ((entry >> 48) as usize, entry & ((1 << 48) - 1));
+            while let Some(&k) = self.pending[qi].front() {
+                if k > idx {
+                    break;
+                }
+                self.completed[k as usize] = now;
+                self.pending[qi].pop_front();
+            }
+            self.idle = Instant::now();
+        }
+    }
+
+    /// Every WQE posted and completed.
+    pub fn finished(&self) -> bool {
+        self.count.iter().all(|&n| n >= self.per_qp) && self.pending.iter().all(|p| p.is_empty())
+    }
+
+    /// The (posted, completed) stamps.
+    pub fn stamps(self) -> (Vec<u64>, Vec<u64>) {
+        (self.posted, self.completed)
+    }
+}
+
+/// Bandwidth stream from `a` (the client) to the peer ([`Stream`]). `serve`
+/// runs between bursts (the in-process server reposting receives).
+pub fn bw_stream<B: Backend>(
+    c: &Config,
+    size: u64,
+    a: &mut End<B>,
+    peer: Remote,
+    mut serve: impl FnMut() -> RunResult<()>,
+) -> RunResult<(Vec<u64>, Vec<u64>)> {
+    let mut s = Stream::new(c);
+    loop {
+        s.post_round(c, size, a, peer)?;
         serve()?;
-        let now = t0.elapsed().as_nanos() as u64;
         let mut done = Vec::new();
         a.poll(|entry, recv| {
             if !recv {
                 done.push(entry);
             }
         })?;
-        for entry in done {
-            let (qi, idx) = ((entry >> 48) as usize, entry & ((1 << 48) - 1));
-            // This QP's WQEs up to `idx` completed with it.
-            while let Some(&k) = pending[qi].front() {
-                if k > idx {
-                    break;
-                }
-                completed[k as usize] = now;
-                pending[qi].pop_front();
-            }
-            idle = Instant::now();
-        }
-        if count.iter().all(|&n| n >= per_qp) && pending.iter().all(VecDeque::is_empty) {
+        s.complete(&done);
+        if s.finished() {
             break;
         }
-        deadline_check(a, idle, "waiting for completions")?;
+        deadline_check(a, s.idle, "waiting for completions")?;
     }
-    Ok((posted, completed))
+    Ok(s.stamps())
+}
+
+/// `-b` across machines: this side's stream to the peer, reposting the
+/// receives the peer's stream consumes meanwhile; on SEND it goes on until
+/// the peer's `iters` SENDs per QP all arrived (the peer may finish later,
+/// and needs receives until then).
+pub fn bw_stream_serving<B: Backend>(
+    c: &Config,
+    size: u64,
+    me: &mut End<B>,
+    peer: Remote,
+) -> RunResult<(Vec<u64>, Vec<u64>)> {
+    let mut s = Stream::new(c);
+    let want = if c.verb == Verb::Send { c.iters * u64::from(c.qps) } else { 0 };
+    let mut got = 0u64;
+    let mut seen = Instant::now();
+    loop {
+        if !s.finished() {
+            s.post_round(c, size, me, peer)?;
+        }
+        let (mut done, mut recvs) = (Vec::new(), Vec::new());
+        me.poll(|entry, recv| if recv { recvs.push(entry as usize) } else { done.push(entry) })?;
+        for (j, q) in recvs.iter().enumerate() {
+            // Keep rx_depth posted until the last ones are covered.
+            if got + (j as u64) + u64::from(c.rx_depth) < want {
+                me.post_recv(c, *q)?;
+            }
+        }
+        if !recvs.is_empty() {
+            seen = Instant::now();
+        }
+        got += recvs.len() as u64;
+        s.complete(&done);
+        if s.finished() && got >= want {
+            break;
+        }
+        deadline_check(me, if s.finished() { seen } else { s.idle }, "waiting for completions")?;
+    }
+    Ok(s.stamps())
+}
+
+/// `-b`: a stream from `a` to `b` and one from `b` to `a` at once, each
+/// side reposting the receives the other's SENDs consumed. The two
+/// directions' stamps, `a`'s first.
+#[allow(clippy::type_complexity)]
+pub fn bw_both<B: Backend>(
+    c: &Config,
+    size: u64,
+    a: &mut End<B>,
+    b: &mut End<B>,
+    (ra, rb): (Remote, Remote),
+) -> RunResult<((Vec<u64>, Vec<u64>), (Vec<u64>, Vec<u64>))> {
+    let (mut sa, mut sb) = (Stream::new(c), Stream::new(c));
+    loop {
+        sa.post_round(c, size, a, rb)?;
+        sb.post_round(c, size, b, ra)?;
+        for (end, s) in [(&mut *a, &mut sa), (&mut *b, &mut sb)] {
+            let (mut done, mut recvs) = (Vec::new(), Vec::new());
+            end.poll(|entry, recv| if recv { recvs.push(entry as usize) } else { done.push(entry) })?;
+            if c.verb == Verb::Send {
+                for q in recvs {
+                    end.post_recv(c, q)?;
+                }
+            }
+            s.complete(&done);
+        }
+        if sa.finished() && sb.finished() {
+            break;
+        }
+        deadline_check(a, sa.idle.max(sb.idle), "waiting for completions")?;
+    }
+    Ok((sa.stamps(), sb.stamps()))
 }

@@ -197,6 +197,19 @@ impl Out {
         Ok(())
     }
 
+    /// `-b`: one row of both directions added up, as perftest adds the
+    /// peer's report to its own.
+    fn bw_sum(&mut self, c: &Config, size: u64, iters: u64, a: &stats::BwStats, b: &stats::BwStats) {
+        let s = stats::BwStats {
+            peak_bps: a.peak_bps + b.peak_bps,
+            avg_bps: a.avg_bps + b.avg_bps,
+            msg_rate: a.msg_rate + b.msg_rate,
+        };
+        let g = c.opts.report_gbits;
+        println!("{}", report::bw_row(size, iters, &s, g));
+        self.json = Some(report::bw_json(size, iters, &s, g));
+    }
+
     fn finish(self, c: &Config, device: &str, link: &str, mtu: u32) -> RunResult<()> {
         println!("{}", report::RESULT_LINE);
         if let (true, Some(j)) = (c.opts.out_json, self.json) {
@@ -250,6 +263,22 @@ fn run_sim(c: &Config) -> RunResult<()> {
                 let stamps = engine::lat_local(c, size, &mut a, &mut b, ra, rb)?;
                 out.row(c, size, stamps.len() as u64 - 1, &stamps, None)?;
             }
+            Test::Bw if c.opts.bidirectional => loop {
+                if c.verb == Verb::Send {
+                    a.top_up(c, c.rx_depth)?;
+                    b.top_up(c, c.rx_depth)?;
+                }
+                let ((pa, da), (pb, db)) = engine::bw_both(c, size, &mut a, &mut b, (ra, rb))?;
+                let stat = |p: &[u64], d: &[u64]| {
+                    stats::bandwidth(size, p, d, c.cq_mod as usize, !c.no_peak).ok_or("no completions")
+                };
+                let (sa, sb) = (stat(&pa, &da)?, stat(&pb, &db)?);
+                out.bw_sum(c, size, pa.len() as u64 / u64::from(c.qps), &sa, &sb);
+                while a.poll(|_, _| {})? > 0 || b.poll(|_, _| {})? > 0 {}
+                if !c.opts.run_infinitely {
+                    break;
+                }
+            },
             Test::Bw => loop {
                 if c.verb == Verb::Send {
                     b.top_up(c, c.rx_depth)?;
@@ -296,9 +325,6 @@ fn run_hw(c: &Config) -> RunResult<()> {
 /// One side per machine (hardware): exchange, connect, then the client
 /// measures and the server answers.
 fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
-    if c.opts.run_infinitely {
-        return Err("--run_infinitely: on the simulator only for now".into());
-    }
     if c.duration.is_some()
         && (c.test == Test::Lat || c.verb == Verb::Send)
         && !matches!(c.verb, Verb::Read | Verb::Atomic)
@@ -363,10 +389,34 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
                     }
                 }
             }
-            (Test::Bw, true) => {
+            (Test::Bw, client) if c.opts.bidirectional => {
+                // -b: both sides stream to each other and repost the
+                // receives the other's SENDs take; the server sends its
+                // figures, the client prints both added up.
+                let (p, d) = engine::bw_stream_serving(c, size, &mut me, peer_mem)?;
+                let mine =
+                    stats::bandwidth(size, &p, &d, c.cq_mod as usize, !c.no_peak).ok_or("no completions")?;
+                if client {
+                    let line = ch.recv()?;
+                    let f: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+                    let [peak_bps, avg_bps, msg_rate] = f[..] else {
+                        return Err(format!("the server's figures: {line:?}"));
+                    };
+                    let theirs = stats::BwStats { peak_bps, avg_bps, msg_rate };
+                    out.bw_sum(c, size, p.len() as u64 / u64::from(c.qps), &mine, &theirs);
+                } else {
+                    ch.send(&format!("{} {} {}\n", mine.peak_bps, mine.avg_bps, mine.msg_rate))?;
+                }
+            }
+            (Test::Bw, true) => loop {
                 let (p, d) = engine::bw_stream(c, size, &mut me, peer_mem, || Ok(()))?;
                 out.row(c, size, p.len() as u64 / u64::from(c.qps), &p, Some(&d))?;
-            }
+                // --run_infinitely: a row per -D window, until killed (the
+                // server waits for a "done" that never comes).
+                if !c.opts.run_infinitely {
+                    break;
+                }
+            },
             (Test::Bw, false) => {
                 if c.verb == Verb::Send {
                     let mut got = 0u64;
@@ -414,21 +464,29 @@ mod tests {
     #[test]
     fn server_and_client_over_tcp_on_every_transport() {
         let runs = [
-            (Verb::Write, Test::Lat, "RC"),
-            (Verb::Send, Test::Bw, "RC"),
-            (Verb::Send, Test::Lat, "UD"),
-            (Verb::Send, Test::Bw, "UD"),
-            (Verb::Read, Test::Lat, "DC"),
-            (Verb::Atomic, Test::Bw, "DC"),
-            (Verb::Send, Test::Bw, "DC"),
-            (Verb::Write, Test::Lat, "DC"),
+            (Verb::Write, Test::Lat, "RC", false),
+            (Verb::Send, Test::Bw, "RC", false),
+            (Verb::Send, Test::Lat, "UD", false),
+            (Verb::Send, Test::Bw, "UD", false),
+            (Verb::Read, Test::Lat, "DC", false),
+            (Verb::Atomic, Test::Bw, "DC", false),
+            (Verb::Send, Test::Bw, "DC", false),
+            (Verb::Write, Test::Lat, "DC", false),
+            // -b: both sides stream, the server's figures go to the client.
+            (Verb::Write, Test::Bw, "RC", true),
+            (Verb::Send, Test::Bw, "RC", true),
+            (Verb::Send, Test::Bw, "UD", true),
+            (Verb::Read, Test::Bw, "DC", true),
         ];
-        for (verb, test, conn) in runs {
+        for (verb, test, conn, both) in runs {
             let fabric = sim_fabric_in(mlx5_sim::ExecMode::Threaded);
             // A free TCP port for this run's exchange.
             let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
             let cfg = |server: Option<&str>| {
                 let mut args = vec!["t", "--backend", "hw", "-c", conn, "-n", "60", "-p"];
+                if both {
+                    args.insert(1, "-b");
+                }
                 let p = port.to_string();
                 args.push(&p);
                 args.extend(server);
@@ -443,7 +501,7 @@ mod tests {
             let devs = mlx5_api::sim::devices(&fabric);
             let client = run_one_side(&cc, &devs[0]);
             let server = server.join().unwrap();
-            assert_eq!((client, server), (Ok(()), Ok(())), "{verb:?} {test:?} {conn}");
+            assert_eq!((client, server), (Ok(()), Ok(())), "{verb:?} {test:?} {conn} -b {both}");
         }
     }
 

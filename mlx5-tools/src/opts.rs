@@ -227,7 +227,6 @@ pub struct Opts {
 fn not_yet(o: &Opts) -> Option<&'static str> {
     [
         (o.rdma_cm, "-R: rdma_cm is not supported: QPs connect over the TCP exchange (perftest's default); run without -R"),
-        (o.bidirectional, "-b: bidirectional bandwidth is not supported yet; run one test each way"),
     ]
     .into_iter()
     .find_map(|(given, why)| given.then_some(why))
@@ -383,6 +382,14 @@ impl Config {
         }
         if opts.run_infinitely && lat {
             return Err("--run_infinitely: run_infinitely exists only in BW tests for now.".into());
+        }
+        if opts.bidirectional && lat {
+            return Err("-b: Bidirectional is only available in BW test".into());
+        }
+        if opts.run_infinitely && opts.bidirectional && verb == Verb::Send {
+            return Err(
+                "--run_infinitely: run_infinitely mode is not supported in SEND Bidirectional BW test".into(),
+            );
         }
         if opts.run_infinitely && opts.events {
             return Err("--run_infinitely: run_infinitely does not support events feature yet.".into());

@@ -219,5 +219,6 @@ fn every_program_prints_perftests_lines() {
     check(env!("CARGO_BIN_EXE_mlx5_send_bw"), &["-n", "64", "--use-srq", "-q", "2"]);
     check(env!("CARGO_BIN_EXE_mlx5_read_lat"), &["-n", "50", "-e"]);
     check(env!("CARGO_BIN_EXE_mlx5_write_lat"), &["-n", "20", "-C", "-U"]);
+    check(env!("CARGO_BIN_EXE_mlx5_send_bw"), &["-n", "100", "-b", "-q", "2"]);
     check(env!("CARGO_BIN_EXE_mlx5_write_bw"), &["-n", "64", "-l", "8", "-s", "64"]);
 }
