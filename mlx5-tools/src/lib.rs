@@ -105,7 +105,10 @@ fn print_header(
     local: &[report::Dest],
     remote: &[report::Dest],
 ) {
-    if c.opts.mtu.is_some_and(|m| m > mtu) {
+    if let Some(w) = c.mtu_warning(mtu) {
+        eprintln!("{w}");
+    }
+    if c.valid_mtu().is_some_and(|m| m > mtu) {
         println!("Requested mtu is higher than active mtu \nChanging to active mtu - {mtu}");
     }
     if c.post_list > 1 && c.opts.cq_mod.is_none() {

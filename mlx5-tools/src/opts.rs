@@ -412,11 +412,7 @@ impl Config {
         if opts.sl.is_some_and(|sl| sl > 15) {
             return Err(format!("-S {}: Only 15 Service levels", opts.sl.unwrap_or(0)));
         }
-        if let Some(m) = opts.mtu {
-            if ![256, 512, 1024, 2048, 4096].contains(&m) {
-                return Err(format!("-m {m}: Invalid MTU, choose from {{256,512,1024,2048,4096}}"));
-            }
-        }
+
         if opts.gid_index.is_some() && opts.backend == Backend::Sim {
             return Err("-x: the GID index selects a RoCE source address; the simulated ports are InfiniBand without a GRH".into());
         }
@@ -519,7 +515,21 @@ impl Config {
     /// The path MTU: `-m`, at most the port's (perftest: "Requested mtu
     /// is higher than active mtu", then the active one), else the port's.
     pub fn path_mtu(&self, active: u32) -> u32 {
-        self.opts.mtu.map_or(active, |m| m.min(active)).min(4096)
+        self.valid_mtu().map_or(active, |m| m.min(active)).min(4096)
+    }
+
+    /// `-m` when it is an MTU (perftest runs with the port's for another
+    /// value, after saying so: [`Config::mtu_warning`]).
+    pub fn valid_mtu(&self) -> Option<u32> {
+        self.opts.mtu.filter(|m| [256, 512, 1024, 2048, 4096].contains(m))
+    }
+
+    /// perftest's lines for an `-m` that is no MTU (its `set_mtu`).
+    pub fn mtu_warning(&self, active: u32) -> Option<String> {
+        let m = self.opts.mtu.filter(|_| self.valid_mtu().is_none())?;
+        Some(format!(
+            " Invalid MTU - {m} \n Please choose mtu from {{256,512,1024,2048,4096}}\n Will run with the port active mtu - {active}"
+        ))
     }
 
     /// The machine that drives the test: the client (on the simulator,
