@@ -1,0 +1,327 @@
+//! The emulated uverbs kernel, preloaded by `mlx5_simrun` into an
+//! unmodified verbs program: it owns `/dev/infiniband/uverbsN` and answers
+//! the uverbs `write()` command ABI as mlx5_ib would (`kern.c`, against the
+//! kernel headers), for the simulated devices `mlx5_simrun` describes in
+//! sysfs.
+//!
+//! The hooks (rdma-core v44 `libibverbs`, read, and the probe in
+//! `shared/design/emulated-kernel.md`, run):
+//! - `socket(AF_NETLINK, _, NETLINK_RDMA)` fails with `EPROTONOSUPPORT`, so
+//!   libibverbs enumerates from sysfs (`SYSFS_PATH`), never a real device;
+//! - `open*` and `stat*` of `/dev/infiniband/uverbsN` go to `/dev/zero`,
+//!   whose device number (1:5) the sysfs tree gives: the character-device
+//!   check passes, and every `ioctl` on it fails with `ENOTTY`, which makes
+//!   libibverbs use the `write()` command ABI;
+//! - `write` on such a descriptor is a command (`kern.c`), `close` ends its
+//!   context.
+//!
+//! Everything else passes through to the next definition (`dlsym(RTLD_NEXT)`).
+//! The C entry points are variadic (`open`, `openat`): they are declared
+//! here with their fixed arity, which the x86-64 and AArch64 Linux calling
+//! conventions pass identically.
+
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+const NETLINK_RDMA: c_int = 20;
+const UVERBS_PREFIX: &[u8] = b"/dev/infiniband/uverbs";
+
+/// Per descriptor below 4096: 0, or the device index + 1 of a command fd.
+static FDS: [AtomicU8; 4096] = [const { AtomicU8::new(0) }; 4096];
+
+/// The device a command fd belongs to.
+fn dev_of(fd: c_int) -> Option<usize> {
+    let i = usize::try_from(fd).ok().filter(|&i| i < FDS.len())?;
+    match FDS[i].load(Ordering::Acquire) {
+        0 => None,
+        d => Some(usize::from(d) - 1),
+    }
+}
+
+/// The device index of `/dev/infiniband/uverbsN`, if `path` is one.
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+unsafe fn uverbs_index(path: *const c_char) -> Option<u8> {
+    if path.is_null() {
+        return None;
+    }
+    // SAFETY: caller contract.
+    let p = unsafe { CStr::from_ptr(path) }.to_bytes();
+    let n = p.strip_prefix(UVERBS_PREFIX)?;
+    std::str::from_utf8(n).ok()?.parse::<u8>().ok().filter(|&i| i < 250)
+}
+
+/// The address of the next definition of `name` (the C library's).
+fn next_symbol(name: &CStr) -> usize {
+    // SAFETY: a NUL-terminated name; RTLD_NEXT finds the definition after
+    // this library's.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+    assert!(p != 0, "no {name:?} to forward to");
+    p
+}
+
+/// The next definition of `name` (the C library's), resolved once, as a
+/// function of type `$ty`. To be used in an `unsafe` block whose SAFETY
+/// comment says the symbol has that C signature.
+macro_rules! real {
+    ($name:literal, $ty:ty) => {{
+        static F: OnceLock<usize> = OnceLock::new();
+        let p = *F
+            .get_or_init(|| next_symbol(CStr::from_bytes_with_nul(concat!($name, "\0").as_bytes()).unwrap()));
+        std::mem::transmute::<usize, $ty>(p)
+    }};
+}
+
+fn set_errno(e: c_int) {
+    // SAFETY: the calling thread's errno.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Open `/dev/zero` for device `i` and remember the descriptor.
+fn open_device(i: u8, flags: c_int) -> c_int {
+    type Open = unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int;
+    // SAFETY: the C library's open has this signature; a NUL-terminated
+    // path; the flags of the caller's open (no O_CREAT).
+    let fd = unsafe { real!("open", Open)(c"/dev/zero".as_ptr(), flags & !libc::O_CREAT, 0) };
+    if fd >= 0 {
+        match usize::try_from(fd).ok().filter(|&f| f < FDS.len()) {
+            Some(f) => FDS[f].store(i + 1, Ordering::Release),
+            None => {
+                type Close = unsafe extern "C" fn(c_int) -> c_int;
+                // SAFETY: the descriptor just opened.
+                unsafe { real!("close", Close)(fd) };
+                set_errno(libc::EMFILE);
+                return -1;
+            }
+        }
+    }
+    fd
+}
+
+/// `open(2)`.
+///
+/// # Safety
+/// As `open(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: caller contract (a C string).
+    if let Some(i) = unsafe { uverbs_index(path) } {
+        return open_device(i, flags);
+    }
+    type Open = unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int;
+    // SAFETY: forwarded.
+    unsafe { real!("open", Open)(path, flags, mode) }
+}
+
+/// `open64(2)`.
+///
+/// # Safety
+/// As `open(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: caller contract (a C string).
+    if let Some(i) = unsafe { uverbs_index(path) } {
+        return open_device(i, flags);
+    }
+    type Open = unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int;
+    // SAFETY: forwarded.
+    unsafe { real!("open64", Open)(path, flags, mode) }
+}
+
+/// `openat(2)`.
+///
+/// # Safety
+/// As `openat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: caller contract (a C string).
+    if let Some(i) = unsafe { uverbs_index(path) } {
+        return open_device(i, flags);
+    }
+    type OpenAt = unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int;
+    // SAFETY: forwarded.
+    unsafe { real!("openat", OpenAt)(dirfd, path, flags, mode) }
+}
+
+/// `openat64(2)`.
+///
+/// # Safety
+/// As `openat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: caller contract (a C string).
+    if let Some(i) = unsafe { uverbs_index(path) } {
+        return open_device(i, flags);
+    }
+    type OpenAt = unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int;
+    // SAFETY: forwarded.
+    unsafe { real!("openat64", OpenAt)(dirfd, path, flags, mode) }
+}
+
+/// The fortified `open` (`_FORTIFY_SOURCE`).
+///
+/// # Safety
+/// As `open(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { open(path, flags, 0) }
+}
+
+/// The fortified `open64`.
+///
+/// # Safety
+/// As `open(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { open64(path, flags, 0) }
+}
+
+/// `stat(2)`: the device node is `/dev/zero`'s.
+///
+/// # Safety
+/// As `stat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_int {
+    // SAFETY: caller contract (a C string).
+    let path = if unsafe { uverbs_index(path) }.is_some() { c"/dev/zero".as_ptr() } else { path };
+    type Stat = unsafe extern "C" fn(*const c_char, *mut libc::stat) -> c_int;
+    // SAFETY: forwarded.
+    unsafe { real!("stat", Stat)(path, buf) }
+}
+
+/// `stat64(2)`.
+///
+/// # Safety
+/// As `stat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn stat64(path: *const c_char, buf: *mut libc::stat64) -> c_int {
+    // SAFETY: caller contract (a C string).
+    let path = if unsafe { uverbs_index(path) }.is_some() { c"/dev/zero".as_ptr() } else { path };
+    type Stat = unsafe extern "C" fn(*const c_char, *mut libc::stat64) -> c_int;
+    // SAFETY: forwarded.
+    unsafe { real!("stat64", Stat)(path, buf) }
+}
+
+/// `socket(2)`: no NETLINK_RDMA, so that only the simulated devices show.
+///
+/// # Safety
+/// As `socket(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
+    if domain == libc::AF_NETLINK && protocol == NETLINK_RDMA {
+        set_errno(libc::EPROTONOSUPPORT);
+        return -1;
+    }
+    type Socket = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
+    // SAFETY: forwarded.
+    unsafe { real!("socket", Socket)(domain, ty, protocol) }
+}
+
+extern "C" {
+    fn mlx5sk_write(fd: c_int, dev: c_int, buf: *const c_void, len: usize) -> c_int;
+    fn mlx5sk_close(fd: c_int);
+}
+
+/// `write(2)`: a command on a command fd.
+///
+/// # Safety
+/// As `write(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: usize) -> isize {
+    if let Some(dev) = dev_of(fd) {
+        // SAFETY: `buf` holds `len` bytes (caller contract).
+        let r = unsafe { mlx5sk_write(fd, dev as c_int, buf, len) };
+        if r < 0 {
+            set_errno(-r);
+            return -1;
+        }
+        return r as isize;
+    }
+    type Write = unsafe extern "C" fn(c_int, *const c_void, usize) -> isize;
+    // SAFETY: forwarded.
+    unsafe { real!("write", Write)(fd, buf, len) }
+}
+
+/// `close(2)`: a command fd's context ends with it.
+///
+/// # Safety
+/// As `close(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if dev_of(fd).is_some() {
+        FDS[fd as usize].store(0, Ordering::Release);
+        // SAFETY: the descriptor is ours.
+        unsafe { mlx5sk_close(fd) };
+    }
+    type Close = unsafe extern "C" fn(c_int) -> c_int;
+    // SAFETY: forwarded.
+    unsafe { real!("close", Close)(fd) }
+}
+
+/// What `kern.c` needs of a device (`struct mlx5sk_dev`).
+#[repr(C)]
+pub struct DevInfo {
+    node_guid: u64,
+    gid: [u8; 16],
+    lid: u32,
+    roce: u32,
+    active_mtu: u32,
+    max_qp_wr: u32,
+    max_sge: u32,
+    max_cqe: u32,
+    max_wqe_sz_sq: u32,
+    bf_size: u32,
+    max_rd_atomic: u32,
+    dc: u32,
+    part_id: u32,
+    fw_ver: u64,
+}
+
+/// The simulated devices, from `mlx5_simrun`'s setup (one InfiniBand device
+/// without it).
+fn devices() -> &'static [mlx5_sim::NicInfo] {
+    static DEVS: OnceLock<Vec<mlx5_sim::NicInfo>> = OnceLock::new();
+    DEVS.get_or_init(|| {
+        let setup = std::env::var(mlx5_simrun::ENV_SETUP)
+            .ok()
+            .and_then(|s| mlx5_simrun::Setup::from_env(&s))
+            .unwrap_or(mlx5_simrun::Setup { devices: 1, roce: false });
+        setup.fabric().nics().iter().map(|n| n.info()).collect()
+    })
+}
+
+/// `kern.c`'s view of device `dev`; non-zero when there is none.
+///
+/// # Safety
+/// `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_dev_info(dev: c_int, out: *mut DevInfo) -> c_int {
+    let Some(d) = usize::try_from(dev).ok().and_then(|i| devices().get(i)) else { return 1 };
+    let (major, minor, sub) = (16u64, 35u64, 1012u64);
+    let info = DevInfo {
+        node_guid: mlx5_simrun::node_guid(dev as u32),
+        gid: d.gid,
+        lid: u32::from(d.lid),
+        roce: u32::from(d.link_layer == mlx5_sim::LinkLayer::Ethernet),
+        active_mtu: d.active_mtu,
+        max_qp_wr: d.caps.max_qp_wr,
+        max_sge: d.caps.max_sge,
+        max_cqe: d.caps.max_cqe,
+        max_wqe_sz_sq: d.caps.max_wqe_sz_sq,
+        bf_size: d.caps.bf_size,
+        max_rd_atomic: u32::from(d.caps.max_rd_atomic),
+        dc: u32::from(d.caps.dc),
+        part_id: mlx5_simrun::PART_ID,
+        // mlx5_ib's fw_ver: major << 32 | minor << 16 | subminor.
+        fw_ver: major << 32 | minor << 16 | sub,
+    };
+    // SAFETY: caller contract.
+    unsafe { out.write(info) };
+    0
+}
