@@ -223,10 +223,22 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_
     unsafe { real!("socket", Socket)(domain, ty, protocol) }
 }
 
+#[cfg(not(no_kernel_headers))]
 extern "C" {
     fn mlx5sk_write(fd: c_int, dev: c_int, buf: *const c_void, len: usize) -> c_int;
     fn mlx5sk_close(fd: c_int);
 }
+
+/// Built without the kernel headers (or cross-compiled): no command is
+/// known, as on a kernel without uverbs.
+#[cfg(no_kernel_headers)]
+unsafe fn mlx5sk_write(_fd: c_int, _dev: c_int, _buf: *const c_void, _len: usize) -> c_int {
+    -libc::ENOSYS
+}
+
+/// See the other `mlx5sk_write`.
+#[cfg(no_kernel_headers)]
+unsafe fn mlx5sk_close(_fd: c_int) {}
 
 /// `write(2)`: a command on a command fd.
 ///
