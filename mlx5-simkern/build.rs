@@ -18,5 +18,10 @@ fn main() {
         println!("cargo:rustc-cfg=no_kernel_headers");
         return;
     }
-    cc::Build::new().file("src/kern.c").opt_level(2).warnings(true).extra_warnings(true).compile("mlx5sk_kern");
+    cc::Build::new()
+        .file("src/kern.c")
+        .opt_level(2)
+        .warnings(true)
+        .extra_warnings(true)
+        .compile("mlx5sk_kern");
 }

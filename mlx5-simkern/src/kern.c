@@ -18,12 +18,14 @@
  *   sizes, provider_* the udata. A successful write returns its length;
  *   a failed one -1 with the kernel's errno.
  */
+#define _GNU_SOURCE /* process_vm_writev */
 #include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <rdma/ib_user_verbs.h>
 #include <rdma/mlx5-abi.h>
@@ -96,12 +98,18 @@ static uint8_t mtu_enum(uint32_t bytes)
 	}
 }
 
-/* Copy `len` bytes of `src` to the user's response, at most `room`. */
-static void put(uint64_t dst, const void *src, size_t len, size_t room)
+/* Copy `len` bytes of `src` to the user's response, at most `room`, as
+ * copy_to_user does: a pointer that is not writable memory is EFAULT, never
+ * a fault of this process (process_vm_writev checks the range). */
+static int put(uint64_t dst, const void *src, size_t len, size_t room)
 {
-	if (!dst || !room)
-		return;
-	memcpy((void *)(uintptr_t)dst, src, len < room ? len : room);
+	size_t n = len < room ? len : room;
+	if (!n)
+		return 0;
+	struct iovec local = { (void *)src, n }, remote = { (void *)(uintptr_t)dst, n };
+	if (process_vm_writev(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)n)
+		return -EFAULT;
+	return 0;
 }
 
 static void fill_query_device(const struct mlx5sk_dev *d, struct ib_uverbs_query_device_resp *r)
@@ -185,7 +193,11 @@ static int get_context(struct ctx *c, const struct mlx5sk_dev *d, const uint8_t 
 	r.drv.eth_min_inline = d->roce ? MLX5_USER_INLINE_MODE_NONE + 1 : 0;
 	r.drv.log_uar_size = 12;
 	r.drv.num_uars_per_page = 1;
-	put(cmd->response, &r, sizeof(r), out_room);
+	if (put(cmd->response, &r, sizeof(r), out_room)) {
+		close(sv[0]);
+		close(sv[1]);
+		return -EFAULT;
+	}
 	c->has_ucontext = 1;
 	c->async_peer = sv[1];
 	return 0;
@@ -216,8 +228,7 @@ static int query_port(const struct mlx5sk_dev *d, const uint8_t *in, size_t in_l
 	r.active_speed = 32; /* EDR */
 	r.phys_state = 5;    /* LinkUp */
 	r.link_layer = d->roce ? 2 : 1; /* IBV_LINK_LAYER_ETHERNET : _INFINIBAND */
-	put(cmd->response, &r, sizeof(r), out_room);
-	return 0;
+	return put(cmd->response, &r, sizeof(r), out_room);
 }
 
 /*
@@ -273,14 +284,16 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 			r.timestamp_mask = (1ULL << 63) - 1;
 			r.hca_core_clock = 156250; /* kHz */
 			r.max_wq_type_rq = 0;
-			put(ex.response, &r, sizeof(r), out_core);
+			if (put(ex.response, &r, sizeof(r), out_core)) {
+				ret = -EFAULT;
+				break;
+			}
 			struct mlx5_ib_query_device_resp m;
 			memset(&m, 0, sizeof(m));
 			m.response_length = out_drv < sizeof(m) ? (uint32_t)out_drv : sizeof(m);
 			m.cqe_comp_caps.max_num = 64;
 			m.cqe_comp_caps.supported_format = MLX5_IB_CQE_RES_FORMAT_HASH | MLX5_IB_CQE_RES_FORMAT_CSUM;
-			put(ex.response + out_core, &m, sizeof(m), out_drv);
-			ret = 0;
+			ret = put(ex.response + out_core, &m, sizeof(m), out_drv);
 			break;
 		}
 		default:
@@ -310,8 +323,7 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 			}
 			struct ib_uverbs_query_device_resp r;
 			fill_query_device(&d, &r);
-			put(q->response, &r, sizeof(r), out_room);
-			ret = 0;
+			ret = put(q->response, &r, sizeof(r), out_room);
 			break;
 		}
 		case IB_USER_VERBS_CMD_QUERY_PORT:
@@ -337,4 +349,16 @@ void mlx5sk_close(int fd)
 		c->fd = -1;
 	}
 	pthread_mutex_unlock(&lock);
+}
+
+/* Contexts alive (for the fuzz test's leak check). */
+int mlx5sk_live(void)
+{
+	int n = 0;
+	pthread_mutex_lock(&lock);
+	if (ctxs_ready)
+		for (int i = 0; i < MAX_CTX; i++)
+			n += ctxs[i].fd != -1;
+	pthread_mutex_unlock(&lock);
+	return n;
 }

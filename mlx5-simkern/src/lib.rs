@@ -337,3 +337,164 @@ pub unsafe extern "C" fn mlx5sk_dev_info(dev: c_int, out: *mut DevInfo) -> c_int
     unsafe { out.write(info) };
     0
 }
+
+#[cfg(all(test, not(no_kernel_headers)))]
+mod fuzz {
+    use super::*;
+
+    extern "C" {
+        fn mlx5sk_live() -> c_int;
+    }
+
+    /// xorshift64*: a fast, reproducible stream for a million commands.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    const GUARD: u8 = 0xa5;
+
+    /// A million random and mutated commands on the emulated write(): no
+    /// crash, a length or one of the kernel's errnos each time, nothing
+    /// written outside the response window the command names, EFAULT for
+    /// a response pointer that is no memory, and no context left once the
+    /// descriptors close.
+    #[test]
+    fn a_million_commands() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        // Room for the largest window a header can name (out_words and
+        // provider_out_words of 65535 8-byte words each).
+        let mut resp = vec![GUARD; (1 << 20) + 8192];
+        let fds = [900, 901, 902, 903];
+        for round in 0..1_000_000u32 {
+            let fd = fds[rng.below(4) as usize];
+            let dev = rng.below(4) as c_int; // devices 1..3 do not exist
+                                             // The response window: inside `resp` (from 64, so that bytes
+                                             // before it are checked too), or a pointer that is no memory.
+            let room_words = rng.below(64) as u16;
+            let at = 64 + rng.below(4096) as usize;
+            let bad = rng.below(16) == 0;
+            let ptr = if bad { 0x10 + rng.below(4096) } else { resp.as_ptr() as u64 + at as u64 };
+            let cmd = match rng.below(4) {
+                // Random bytes.
+                0 => (0..rng.below(160)).map(|_| rng.next() as u8).collect::<Vec<u8>>(),
+                // A well-formed command of each kind, then perhaps a byte flipped.
+                k => {
+                    let which = if k == 1 { 0 } else { rng.below(4) };
+                    let mut c = Vec::new();
+                    let le32 = |c: &mut Vec<u8>, v: u32| c.extend_from_slice(&v.to_ne_bytes());
+                    match which {
+                        0 => {
+                            // GET_CONTEXT with mlx5_ib_alloc_ucontext_req_v2 (DEVX now and then).
+                            le32(&mut c, 0);
+                            c.extend_from_slice(&12u16.to_ne_bytes());
+                            c.extend_from_slice(&room_words.to_ne_bytes());
+                            c.extend_from_slice(&ptr.to_ne_bytes());
+                            le32(&mut c, 16);
+                            le32(&mut c, 4);
+                            le32(&mut c, u32::from(rng.below(8) == 0));
+                            le32(&mut c, 0);
+                            c.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
+                            c.extend_from_slice(&0u64.to_ne_bytes());
+                        }
+                        1 => {
+                            // QUERY_DEVICE
+                            le32(&mut c, 1);
+                            c.extend_from_slice(&4u16.to_ne_bytes());
+                            c.extend_from_slice(&room_words.to_ne_bytes());
+                            c.extend_from_slice(&ptr.to_ne_bytes());
+                        }
+                        2 => {
+                            // QUERY_PORT of port 1 (or another)
+                            le32(&mut c, 2);
+                            c.extend_from_slice(&6u16.to_ne_bytes());
+                            c.extend_from_slice(&room_words.to_ne_bytes());
+                            c.extend_from_slice(&ptr.to_ne_bytes());
+                            c.push(if rng.below(8) == 0 { rng.next() as u8 } else { 1 });
+                            c.extend_from_slice(&[0; 7]);
+                        }
+                        _ => {
+                            // EX_QUERY_DEVICE with 0..3 words of mlx5 udata out
+                            le32(&mut c, 0x8000_0001);
+                            c.extend_from_slice(&1u16.to_ne_bytes());
+                            c.extend_from_slice(&room_words.to_ne_bytes());
+                            c.extend_from_slice(&ptr.to_ne_bytes());
+                            c.extend_from_slice(&0u16.to_ne_bytes());
+                            c.extend_from_slice(&(rng.below(4) as u16).to_ne_bytes());
+                            le32(&mut c, 0);
+                            c.extend_from_slice(&[0; 8]);
+                        }
+                    }
+                    if rng.below(4) == 0 {
+                        // A flipped bit anywhere but the response pointer
+                        // (bytes 8..16), which the test keeps inside `resp`
+                        // or in no memory.
+                        let i = rng.below(c.len() as u64) as usize;
+                        if !(8..16).contains(&i) {
+                            c[i] ^= 1 << rng.below(8);
+                        }
+                    }
+                    c
+                }
+            };
+            // SAFETY: `cmd` holds its length; the response pointer is inside
+            // `resp` or no memory (the emulator checks it).
+            let r = unsafe { mlx5sk_write(fd, dev, cmd.as_ptr().cast(), cmd.len()) };
+            assert!(
+                r == cmd.len() as c_int
+                    || [libc::EINVAL, libc::ENOSYS, libc::EFAULT, libc::ENOMEM, libc::ENODEV].contains(&-r),
+                "round {round}: {r}"
+            );
+            // Nothing outside [at, at + out room), the room as the command's
+            // (possibly flipped) header gives it: legacy out_words of 4
+            // bytes; extended out_words and provider_out_words of 8.
+            let word = |i: usize| u16::from_ne_bytes([cmd[i], cmd[i + 1]]) as usize;
+            let room = match cmd.len() {
+                n if n >= 20 && u32::from_ne_bytes(cmd[0..4].try_into().unwrap()) & 0x8000_0000 != 0 => {
+                    (word(6) + word(18)) * 8
+                }
+                n if n >= 8 => word(6) * 4,
+                _ => 0,
+            };
+            // A response written to no memory is EFAULT (the command may
+            // still succeed when it writes nothing: no room).
+            if bad && r == cmd.len() as c_int && room > 0 && cmd.len() >= 16 {
+                let command = u32::from_ne_bytes(cmd[0..4].try_into().unwrap());
+                assert!(
+                    ![0u32, 1, 2, 0x8000_0001].contains(&command),
+                    "round {round}: a bad response pointer was accepted"
+                );
+            }
+            let end = (at + room).min(resp.len());
+            // The 64 bytes either side of the window (the whole buffer every
+            // 10,000 rounds), then the window back to the guard byte.
+            let (lo, hi) =
+                if round % 10_000 == 0 { (0, resp.len()) } else { (at - 64, (end + 64).min(resp.len())) };
+            assert!(resp[lo..at].iter().all(|&b| b == GUARD), "round {round}: written before the response");
+            assert!(resp[end..hi].iter().all(|&b| b == GUARD), "round {round}: written after the response");
+            resp[at..end].fill(GUARD);
+            if round % 50_000 == 0 {
+                // A command fd closes now and then (its context goes).
+                for &f in &fds {
+                    // SAFETY: the fds are not open files here; the emulator's
+                    // context for them is all that closes.
+                    unsafe { mlx5sk_close(f) };
+                }
+            }
+        }
+        for &f in &fds {
+            // SAFETY: as above.
+            unsafe { mlx5sk_close(f) };
+        }
+        // SAFETY: a plain query.
+        assert_eq!(unsafe { mlx5sk_live() }, 0, "contexts left behind");
+    }
+}
