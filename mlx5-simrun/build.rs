@@ -1,9 +1,17 @@
 //! Probes for rdma-core's tools (Debian: ibverbs-utils): the tests that run
 //! `ibv_devinfo` under the launcher are reported ignored, with the reason,
-//! where they are not installed (`.ci/run` installs them).
+//! where they are not installed (`.ci/run` installs them); likewise the
+//! tests that compile C programs against libibverbs-dev.
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(no_ibverbs_utils)");
+    println!("cargo::rustc-check-cfg=cfg(no_libibverbs_dev)");
+    println!("cargo:rerun-if-changed=/usr/include/infiniband/verbs.h");
+    // The C programs that drive the real libibverbs (tests/c) need its
+    // headers and its link library (Debian: libibverbs-dev).
+    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        println!("cargo:rustc-cfg=no_libibverbs_dev");
+    }
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=/usr/bin/ibv_devinfo");
     if !std::path::Path::new("/usr/bin/ibv_devinfo").exists()

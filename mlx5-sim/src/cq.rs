@@ -95,7 +95,39 @@ impl Cq {
         for i in 0..cqe_cnt as usize {
             mem.write(i * cqe_size as usize + cqe_size as usize - 1, &[OP_OWN_INIT]);
         }
-        Some(Cq {
+        Some(Cq::with_mem(mem, dbrec, cqe_cnt, cqe_size, comp, channel))
+    }
+
+    /// A CQ in the program's memory (`user`: the buffer and doorbell record libmlx5
+    /// allocates and passes in CREATE_CQ's udata). The driver has initialised the
+    /// entries' ownership itself, as mlx5_ib leaves them to it; nothing is written here.
+    ///
+    /// # Safety
+    /// As [`DevMem::borrowed`] for `user.buf` (`cqe_cnt * cqe_size` bytes) and
+    /// `user.dbrec` (8 bytes).
+    pub(crate) unsafe fn new_in(
+        cqe_cnt: u32,
+        cqe_size: u32,
+        comp: Option<MiniCqeFormat>,
+        channel: Option<u32>,
+        user: crate::UserRings,
+    ) -> Option<Cq> {
+        let len = (cqe_cnt as usize).checked_mul(cqe_size as usize)?;
+        // SAFETY: caller contract.
+        let (mem, dbrec) =
+            unsafe { (DevMem::borrowed(user.buf, len, 64)?, DevMem::borrowed(user.dbrec, 8, 4)?) };
+        Some(Cq::with_mem(mem, dbrec, cqe_cnt, cqe_size, comp, channel))
+    }
+
+    fn with_mem(
+        mem: DevMem,
+        dbrec: DevMem,
+        cqe_cnt: u32,
+        cqe_size: u32,
+        comp: Option<MiniCqeFormat>,
+        channel: Option<u32>,
+    ) -> Cq {
+        Cq {
             mem,
             dbrec,
             cqe_cnt,
@@ -110,7 +142,7 @@ impl Cq {
             arm: None,
             last_solicited: None,
             event: false,
-        })
+        }
     }
 
     /// Consumer index published by the driver in dbrec word 0 (24 bits).

@@ -17,7 +17,7 @@ use crate::qp::Qp;
 use crate::srq::Srq;
 use crate::{
     AsyncEvent, CqInitAttr, CqResources, ExecMode, FabricConfig, HostConfig, MrKeys, NicCaps, NicInfo,
-    NicStats, QpInitAttr, QpResources, QpState, QpType, SimError, SrqInitAttr, SrqResources,
+    NicStats, QpInitAttr, QpResources, QpState, QpType, SimError, SrqInitAttr, SrqResources, UserRings,
 };
 
 /// Depth of each NIC's doorbell channel in threaded mode.
@@ -882,6 +882,30 @@ impl Nic {
     /// compression with its responder mini-CQE format (64-byte CQEs only), completion
     /// channel.
     pub fn create_cq_ex(&self, attr: &CqInitAttr) -> Result<CqResources, SimError> {
+        // SAFETY: no user memory.
+        unsafe { self.create_cq_at(attr, None) }
+    }
+
+    /// [`Nic::create_cq_ex`] over a CQ buffer and doorbell record in the program's own
+    /// memory (`user`), as the kernel creates a CQ over the rings libmlx5 allocated: the
+    /// model writes CQEs there and never initialises or frees it (the driver has set
+    /// every entry's ownership to invalid).
+    ///
+    /// # Safety
+    /// `user.buf` (`cqe_cnt * cqe_size` bytes, 64-byte aligned) and `user.dbrec` (8
+    /// bytes) stay mapped and writable until `destroy_cq`.
+    pub unsafe fn create_cq_in(&self, attr: &CqInitAttr, user: UserRings) -> Result<CqResources, SimError> {
+        // SAFETY: caller contract.
+        unsafe { self.create_cq_at(attr, Some(user)) }
+    }
+
+    /// # Safety
+    /// As [`Nic::create_cq_in`] where `user` is given.
+    unsafe fn create_cq_at(
+        &self,
+        attr: &CqInitAttr,
+        user: Option<UserRings>,
+    ) -> Result<CqResources, SimError> {
         let (cqe_cnt, cqe_size) = (attr.cqe_cnt, attr.cqe_size);
         if !cqe_cnt.is_power_of_two() || !(2..=4_194_304).contains(&cqe_cnt) {
             return bad("cqe_cnt must be a power of two in 2..=4194304");
@@ -900,7 +924,15 @@ impl Nic {
             }
         }
         let cqn = host.cqs.next_free(host.next_cqn);
-        let cq = Cq::new(cqe_cnt, cqe_size, attr.compression, attr.channel).ok_or(SimError::OutOfMemory)?;
+        let cq = match user {
+            None => {
+                Cq::new(cqe_cnt, cqe_size, attr.compression, attr.channel).ok_or(SimError::OutOfMemory)?
+            }
+            // SAFETY: caller contract.
+            Some(u) => unsafe { Cq::new_in(cqe_cnt, cqe_size, attr.compression, attr.channel, u) }.ok_or(
+                SimError::InvalidArgument { what: "CQ buffer or doorbell record: null or misaligned" },
+            )?,
+        };
         host.next_cqn = cqn.wrapping_add(1);
         let res = CqResources {
             cqn,
@@ -984,6 +1016,33 @@ impl Nic {
     /// A DCT gets neither buffer, doorbell record nor UAR: its `sq_buf`, `rq_buf` and
     /// `dbrec` are null and its `uar_index` is `u32::MAX`.
     pub fn create_qp(&self, attr: &QpInitAttr) -> Result<QpResources, SimError> {
+        // SAFETY: no user memory.
+        unsafe { self.create_qp_at(attr, None) }
+    }
+
+    /// [`Nic::create_qp`] over a QP buffer and doorbell record in the program's own memory
+    /// (`user`), as the kernel creates a QP over the rings libmlx5 allocated (RQ at
+    /// offset 0, the SQ after it, as [`QpResources`] describes). Not for a DCT, which has
+    /// no rings.
+    ///
+    /// # Safety
+    /// `user.buf` (the RQ and SQ bytes, 64-byte aligned) and `user.dbrec` (8 bytes) stay
+    /// mapped and writable until `destroy_qp`.
+    pub unsafe fn create_qp_in(&self, attr: &QpInitAttr, user: UserRings) -> Result<QpResources, SimError> {
+        if attr.qp_type == QpType::Dct {
+            return bad("a DCT has no rings of its own");
+        }
+        // SAFETY: caller contract.
+        unsafe { self.create_qp_at(attr, Some(user)) }
+    }
+
+    /// # Safety
+    /// As [`Nic::create_qp_in`] where `user` is given.
+    unsafe fn create_qp_at(
+        &self,
+        attr: &QpInitAttr,
+        user: Option<UserRings>,
+    ) -> Result<QpResources, SimError> {
         let mut st = self.state();
         // Threaded and watch modes may handle a doorbell after its WQE ran.
         let late_doorbells = st.cfg.mode != ExecMode::Deterministic;
@@ -1017,7 +1076,8 @@ impl Nic {
         }
         let qpn = host.qps.next_free(host.next_qpn);
         let dct = attr.qp_type == QpType::Dct;
-        let mut qp = Qp::new(qpn, u32::MAX, attr)?;
+        // SAFETY: caller contract where `user` is given.
+        let mut qp = unsafe { Qp::new_in(qpn, u32::MAX, attr, user) }?;
         if late_doorbells {
             qp.keep_shadow_per_slot();
         }

@@ -307,6 +307,17 @@ unsafe impl Send for CqResources {}
 // SAFETY: as above.
 unsafe impl Sync for CqResources {}
 
+/// Rings in the program's own memory ([`Nic::create_qp_in`], [`Nic::create_cq_in`]): the
+/// buffer and doorbell record a driver such as libmlx5 allocates itself and hands to the
+/// kernel in its create command's udata (`buf_addr`, `db_addr`).
+#[derive(Debug, Clone, Copy)]
+pub struct UserRings {
+    /// The ring (CQ: the entries; QP: RQ at offset 0, then the SQ), 64-byte aligned.
+    pub buf: *mut u8,
+    /// The doorbell record (two big-endian 32-bit words), 4-byte aligned.
+    pub dbrec: *mut u8,
+}
+
 /// QP transport type.
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

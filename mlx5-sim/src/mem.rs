@@ -22,6 +22,8 @@ pub(crate) struct DevMem {
     arena: bool,
     /// Bytes from the allocation's start to the block's ([`DevMem::new_at`]).
     off: u16,
+    /// The program's memory ([`DevMem::borrowed`]): never freed here.
+    borrowed: bool,
 }
 
 // SAFETY: DevMem owns its allocation; all accesses go through raw pointers with explicit
@@ -40,11 +42,11 @@ impl DevMem {
     pub(crate) fn new(len: usize, align: usize) -> Option<DevMem> {
         let layout = Layout::from_size_align(len.max(1), align).ok()?;
         if let Some(ptr) = crate::arena::alloc(layout.size(), layout.align()) {
-            return Some(DevMem { ptr, layout, arena: true, off: 0 });
+            return Some(DevMem { ptr, layout, arena: true, off: 0, borrowed: false });
         }
         // SAFETY: the layout has a non-zero size.
         let p = unsafe { alloc_zeroed(layout) };
-        NonNull::new(p).map(|ptr| DevMem { ptr, layout, arena: false, off: 0 })
+        NonNull::new(p).map(|ptr| DevMem { ptr, layout, arena: false, off: 0, borrowed: false })
     }
 
     /// A zeroed block of `len` bytes (at least 1) that starts `off` bytes into a
@@ -60,6 +62,25 @@ impl DevMem {
         m.ptr = unsafe { NonNull::new_unchecked(m.ptr.as_ptr().add(off)) };
         m.off = off as u16;
         Some(m)
+    }
+
+    /// A view of `len` bytes of the program's own memory at `ptr` (a ring or doorbell
+    /// record that the driver allocated and handed over in a command's udata, as libmlx5
+    /// does): read and written like device memory, never freed here. `None` for a null
+    /// pointer, an empty or wrapping range, or a misaligned one (`align`).
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` stays mapped and writable while the view lives; the driver
+    /// shares it with the model only through the ring and doorbell protocols, as with
+    /// model-owned memory (accesses are atomic copies, see [`crate::shared`]).
+    pub(crate) unsafe fn borrowed(ptr: *mut u8, len: usize, align: usize) -> Option<DevMem> {
+        let ptr = NonNull::new(ptr)?;
+        if len == 0 || !align.is_power_of_two() || !(ptr.as_ptr() as usize).is_multiple_of(align) {
+            return None;
+        }
+        (ptr.as_ptr() as usize).checked_add(len)?;
+        let layout = Layout::from_size_align(len, 1).ok()?;
+        Some(DevMem { ptr, layout, arena: false, off: 0, borrowed: true })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -182,6 +203,9 @@ fn prefetch<T>(p: *const T, write: bool) {
 
 impl Drop for DevMem {
     fn drop(&mut self) {
+        if self.borrowed {
+            return;
+        }
         // SAFETY: `new_at` moved the pointer `off` bytes into the allocation.
         let start = unsafe { self.ptr.as_ptr().sub(usize::from(self.off)) };
         if self.arena {

@@ -118,7 +118,24 @@ impl Qp {
     /// Validates `attr` and allocates the QP buffer: RQ at offset 0, SQ after it (the RQ
     /// part is rounded up to 64 bytes so that the SQ is WQEBB-aligned), starting at the
     /// line of its page that [`buf_color`] gives.
+    #[cfg(test)]
     pub(crate) fn new(qpn: u32, uar_index: u32, attr: &QpInitAttr) -> Result<Qp, SimError> {
+        // SAFETY: no user memory.
+        unsafe { Qp::new_in(qpn, uar_index, attr, None) }
+    }
+
+    /// [`Qp::new`], with the ring and doorbell record in the program's memory when `user`
+    /// names them (the rings libmlx5 allocates and passes in CREATE_QP's udata): the same
+    /// layout, RQ at offset 0 and the SQ after it.
+    ///
+    /// # Safety
+    /// As [`DevMem::borrowed`] for `user.buf` (the ring's length) and `user.dbrec` (8 bytes).
+    pub(crate) unsafe fn new_in(
+        qpn: u32,
+        uar_index: u32,
+        attr: &QpInitAttr,
+        user: Option<crate::UserRings>,
+    ) -> Result<Qp, SimError> {
         let bad = |what| Err(SimError::InvalidArgument { what });
         let t = attr.qp_type;
         match t {
@@ -158,8 +175,23 @@ impl Qp {
         };
         let sq_bytes = attr.sq_wqe_cnt as usize * WQEBB_SIZE;
         let len = rq_bytes + sq_bytes;
-        let buf = DevMem::new_at(len, buf_color(qpn, len)).ok_or(SimError::OutOfMemory)?;
-        let dbrec = DevMem::new(64, 64).ok_or(SimError::OutOfMemory)?;
+        let (buf, dbrec) = match user {
+            None => (
+                DevMem::new_at(len, buf_color(qpn, len)).ok_or(SimError::OutOfMemory)?,
+                DevMem::new(64, 64).ok_or(SimError::OutOfMemory)?,
+            ),
+            // SAFETY: caller contract; a DCT has no ring (len 0: refused).
+            Some(u) => unsafe {
+                (
+                    DevMem::borrowed(u.buf, len, 64).ok_or(SimError::InvalidArgument {
+                        what: "QP buffer: null, empty or not 64-byte aligned",
+                    })?,
+                    DevMem::borrowed(u.dbrec, 8, 4).ok_or(SimError::InvalidArgument {
+                        what: "doorbell record: null or not 4-byte aligned",
+                    })?,
+                )
+            },
+        };
         // DCI: no receive CQ of its own; DCT: no send CQ (see QpInitAttr).
         let (send_cqn, recv_cqn) = match t {
             QpType::Dci => (attr.send_cqn, attr.send_cqn),

@@ -22,8 +22,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -50,13 +53,57 @@ struct mlx5sk_dev {
 
 extern int mlx5sk_dev_info(int dev, struct mlx5sk_dev *out);
 
+/* The simulator's objects (device.rs): 0 or -errno. */
+struct mlx5sk_qp_init {
+	uint32_t qp_type, pdn, send_cqn, recv_cqn, srqn, sq_wqe_cnt, rq_wqe_cnt, rq_stride, user_index,
+		scatter_to_cqe;
+	uint64_t buf, db;
+};
+struct mlx5sk_qp_mod {
+	uint32_t mask, state, port, access, dest_qpn, dlid, is_global, sl;
+	uint8_t dgid[16];
+	uint32_t path_mtu, min_rnr_timer, rnr_retry, retry_cnt, timeout, sq_psn, rq_psn, max_rd_atomic,
+		max_dest_rd_atomic, qkey;
+};
+extern int mlx5sk_alloc_pd(int dev, uint32_t *pdn);
+extern int mlx5sk_dealloc_pd(int dev, uint32_t pdn);
+extern int mlx5sk_reg_mr(int dev, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access, uint32_t *key);
+extern int mlx5sk_dereg_mr(int dev, uint32_t key);
+extern int mlx5sk_create_cq(int dev, uint32_t cqe_cnt, uint32_t cqe_size, uint64_t buf, uint64_t db, uint32_t comp,
+			    uint32_t *cqn);
+extern int mlx5sk_destroy_cq(int dev, uint32_t cqn);
+extern int mlx5sk_create_qp(int dev, const struct mlx5sk_qp_init *q, uint32_t *qpn);
+extern int mlx5sk_modify_qp(int dev, uint32_t qpn, const struct mlx5sk_qp_mod *m);
+extern int mlx5sk_query_qp(int dev, uint32_t qpn, uint32_t *state, uint32_t *sq_psn, uint32_t *rq_psn);
+extern int mlx5sk_destroy_qp(int dev, uint32_t qpn);
+
+/*
+ * A context's objects, by handle (the kernel's idr): the handle is the
+ * index. The kernel refuses a handle of another context or of another type,
+ * and one already destroyed: each context has its own table.
+ */
+enum { OBJ_FREE, OBJ_PD, OBJ_MR, OBJ_CQ, OBJ_QP, OBJ_CHANNEL };
+struct uobj {
+	uint8_t type;
+	uint32_t num;        /* pdn, key, cqn, qpn; the channel's fd */
+	uint32_t users;      /* objects that name this one (a PD's MRs and QPs, a CQ's QPs) */
+	uint32_t pd, scq, rcq; /* handles this object names */
+	int peer;            /* channel: our end */
+	struct ib_uverbs_query_qp_resp *qattr; /* QP: what QUERY_QP reports */
+};
+
 /* Per command fd: the device and the context GET_CONTEXT made. */
 struct ctx {
 	int fd;        /* the command fd, -1 when the slot is free */
 	int dev;
 	int has_ucontext;
 	int async_peer; /* our end of the async event socketpair */
+	struct uobj *objs;
+	uint32_t nobjs;
 };
+
+/* Objects a context may hold (the kernel's limit is memory). */
+#define MAX_OBJS (1u << 16)
 
 #define MAX_CTX 256
 static struct ctx ctxs[MAX_CTX];
@@ -84,6 +131,17 @@ static struct ctx *find(int fd, int dev, int create)
 			return &ctxs[i];
 		}
 	return NULL;
+}
+
+/* MLX5_SIMKERN_TRACE=1: every command and its answer on stderr. */
+static int trace(void)
+{
+	static int t = -1;
+	if (t < 0) {
+		const char *e = getenv("MLX5_SIMKERN_TRACE");
+		t = e && *e && strcmp(e, "0");
+	}
+	return t;
 }
 
 /* ibv_mtu of a byte count. */
@@ -231,6 +289,503 @@ static int query_port(const struct mlx5sk_dev *d, const uint8_t *in, size_t in_l
 	return put(cmd->response, &r, sizeof(r), out_room);
 }
 
+/* A new object of `type`: its handle, or -ENOMEM. */
+static int obj_new(struct ctx *c, uint8_t type)
+{
+	for (uint32_t i = 0; i < c->nobjs; i++)
+		if (c->objs[i].type == OBJ_FREE) {
+			memset(&c->objs[i], 0, sizeof(c->objs[i]));
+			c->objs[i].type = type;
+			c->objs[i].peer = -1;
+			return (int)i;
+		}
+	if (c->nobjs >= MAX_OBJS)
+		return -ENOMEM;
+	uint32_t n = c->nobjs ? c->nobjs * 2 : 16;
+	struct uobj *o = realloc(c->objs, n * sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	memset(o + c->nobjs, 0, (n - c->nobjs) * sizeof(*o));
+	c->objs = o;
+	uint32_t h = c->nobjs;
+	c->nobjs = n;
+	c->objs[h].type = type;
+	c->objs[h].peer = -1;
+	return (int)h;
+}
+
+/* The live object of `type` that `handle` names in this context, or NULL. */
+static struct uobj *obj_get(struct ctx *c, uint32_t handle, uint8_t type)
+{
+	if (handle >= c->nobjs || c->objs[handle].type != type)
+		return NULL;
+	return &c->objs[handle];
+}
+
+/* What the kernel's destroy returns for a handle that is not one: ENOENT
+ * when nothing lives there, EINVAL when an object of another type does
+ * (rdma_lookup_get_uobject). */
+static int obj_lookup_err(struct ctx *c, uint32_t handle)
+{
+	return handle < c->nobjs && c->objs[handle].type != OBJ_FREE ? -EINVAL : -ENOENT;
+}
+
+/* Whether [addr, addr + len) is mapped in this process (the kernel pins an
+ * MR's pages and a ring's, and fails with EFAULT where there are none). */
+static int mapped(uint64_t addr, uint64_t len)
+{
+	if (!len || addr + len < addr)
+		return 0;
+	uint64_t page = 4096, start = addr & ~(page - 1), end = (addr + len + page - 1) & ~(page - 1);
+	unsigned char vec[256];
+	for (uint64_t at = start; at < end;) {
+		uint64_t n = (end - at) / page;
+		if (n > sizeof(vec))
+			n = sizeof(vec);
+		if (mincore((void *)(uintptr_t)at, n * page, vec))
+			return 0;
+		at += n * page;
+	}
+	return 1;
+}
+
+/* Tears one object down in the simulator and frees its slot. */
+static void obj_destroy(struct ctx *c, uint32_t h)
+{
+	struct uobj *o = &c->objs[h];
+	switch (o->type) {
+	case OBJ_PD:
+		mlx5sk_dealloc_pd(c->dev, o->num);
+		break;
+	case OBJ_MR:
+		mlx5sk_dereg_mr(c->dev, o->num);
+		c->objs[o->pd].users--;
+		break;
+	case OBJ_CQ:
+		mlx5sk_destroy_cq(c->dev, o->num);
+		break;
+	case OBJ_QP:
+		mlx5sk_destroy_qp(c->dev, o->num);
+		c->objs[o->pd].users--;
+		c->objs[o->scq].users--;
+		c->objs[o->rcq].users--;
+		free(o->qattr);
+		break;
+	case OBJ_CHANNEL:
+		if (o->peer >= 0)
+			close(o->peer);
+		break;
+	}
+	memset(o, 0, sizeof(*o));
+}
+
+/* The kernel's legacy response: the core response then the driver's, in
+ * out_room bytes; what does not fit is left out. */
+static int put2(uint64_t dst, const void *core, size_t core_len, const void *drv, size_t drv_len, size_t room)
+{
+	int r = put(dst, core, core_len, room);
+	if (r || room <= core_len)
+		return r;
+	return put(dst + core_len, drv, drv_len, room - core_len);
+}
+
+static int alloc_pd(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
+{
+	const struct ib_uverbs_alloc_pd *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	int h = obj_new(c, OBJ_PD);
+	if (h < 0)
+		return h;
+	uint32_t pdn;
+	int r = mlx5sk_alloc_pd(c->dev, &pdn);
+	if (r) {
+		c->objs[h].type = OBJ_FREE;
+		return r;
+	}
+	c->objs[h].num = pdn;
+	struct ib_uverbs_alloc_pd_resp core = { .pd_handle = (uint32_t)h };
+	struct mlx5_ib_alloc_pd_resp drv = { .pdn = pdn };
+	r = put2(cmd->response, &core, sizeof(core), &drv, sizeof(drv), room);
+	if (r)
+		obj_destroy(c, (uint32_t)h);
+	return r;
+}
+
+static int dealloc_pd(struct ctx *c, const uint8_t *in, size_t in_len)
+{
+	const struct ib_uverbs_dealloc_pd *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	struct uobj *o = obj_get(c, cmd->pd_handle, OBJ_PD);
+	if (!o)
+		return obj_lookup_err(c, cmd->pd_handle);
+	if (o->users)
+		return -EBUSY;
+	obj_destroy(c, cmd->pd_handle);
+	return 0;
+}
+
+static int reg_mr(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
+{
+	const struct ib_uverbs_reg_mr *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	/* ib_check_mr_access, then what this emulation does not model: memory
+	 * windows, zero-based and on-demand MRs, an IOVA other than the address. */
+	uint32_t access = cmd->access_flags & ~IB_UVERBS_ACCESS_OPTIONAL_RANGE;
+	if (access & ~0xffu)
+		return -EINVAL;
+	if ((access & (IB_UVERBS_ACCESS_REMOTE_WRITE | IB_UVERBS_ACCESS_REMOTE_ATOMIC)) &&
+	    !(access & IB_UVERBS_ACCESS_LOCAL_WRITE))
+		return -EINVAL;
+	if (access & ~0xfu)
+		return -EOPNOTSUPP;
+	if ((cmd->start & 0xfff) != (cmd->hca_va & 0xfff))
+		return -EINVAL;
+	if (cmd->hca_va != cmd->start)
+		return -EOPNOTSUPP;
+	struct uobj *pd = obj_get(c, cmd->pd_handle, OBJ_PD);
+	if (!pd)
+		return -EINVAL;
+	if (!mapped(cmd->start, cmd->length))
+		return -EFAULT;
+	int h = obj_new(c, OBJ_MR);
+	if (h < 0)
+		return h;
+	pd = &c->objs[cmd->pd_handle]; /* the table may have moved */
+	uint32_t key;
+	int r = mlx5sk_reg_mr(c->dev, pd->num, cmd->start, cmd->length, access, &key);
+	if (r) {
+		c->objs[h].type = OBJ_FREE;
+		return r;
+	}
+	c->objs[h].num = key;
+	c->objs[h].pd = cmd->pd_handle;
+	pd->users++;
+	struct ib_uverbs_reg_mr_resp resp = { .mr_handle = (uint32_t)h, .lkey = key, .rkey = key };
+	r = put(cmd->response, &resp, sizeof(resp), room);
+	if (r)
+		obj_destroy(c, (uint32_t)h);
+	return r;
+}
+
+static int dereg_mr(struct ctx *c, const uint8_t *in, size_t in_len)
+{
+	const struct ib_uverbs_dereg_mr *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	if (!obj_get(c, cmd->mr_handle, OBJ_MR))
+		return obj_lookup_err(c, cmd->mr_handle);
+	obj_destroy(c, cmd->mr_handle);
+	return 0;
+}
+
+static int create_comp_channel(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
+{
+	const struct ib_uverbs_create_comp_channel *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	int h = obj_new(c, OBJ_CHANNEL);
+	if (h < 0)
+		return h;
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
+		c->objs[h].type = OBJ_FREE;
+		return -errno;
+	}
+	c->objs[h].num = (uint32_t)sv[0];
+	c->objs[h].peer = sv[1];
+	struct ib_uverbs_create_comp_channel_resp resp = { .fd = (uint32_t)sv[0] };
+	int r = put(cmd->response, &resp, sizeof(resp), room);
+	if (r) {
+		close(sv[0]);
+		obj_destroy(c, (uint32_t)h);
+	}
+	return r;
+}
+
+/* CREATE_CQ and EX_CREATE_CQ after their core requests are read: `udata`
+ * is mlx5_ib_create_cq. The handle, or -errno; `*cqe` the entries - 1. */
+static int create_cq(struct ctx *c, uint32_t entries, int32_t channel, const uint8_t *udata, size_t udata_len,
+		     uint32_t *cqe, uint32_t *cqn)
+{
+	struct mlx5_ib_create_cq u = {0};
+	if (udata_len < offsetof(struct mlx5_ib_create_cq, flags))
+		return -EFAULT; /* ib_copy_from_udata of too little */
+	memcpy(&u, udata, udata_len < sizeof(u) ? udata_len : sizeof(u));
+	if (u.cqe_size != 64 && u.cqe_size != 128)
+		return -EINVAL;
+	if (u.flags || u.reserved0 || u.reserved1)
+		return -EINVAL;
+	uint32_t comp = 0;
+	if (u.cqe_comp_en) {
+		if (u.cqe_comp_en != 1)
+			return -EINVAL;
+		if (u.cqe_size == 128)
+			return -EOPNOTSUPP;
+		if (u.cqe_comp_res_format == MLX5_IB_CQE_RES_FORMAT_HASH)
+			comp = 1;
+		else if (u.cqe_comp_res_format == MLX5_IB_CQE_RES_FORMAT_CSUM)
+			comp = 2;
+		else
+			return -EOPNOTSUPP;
+	}
+	if (entries < 1 || entries > (1u << 22) - 1)
+		return -EINVAL;
+	/* mlx5_ib_create_cq: roundup_pow_of_two(entries + 1). */
+	uint32_t n = 1;
+	while (n < entries + 1)
+		n <<= 1;
+	if (channel >= 0 && !obj_get(c, (uint32_t)channel, OBJ_CHANNEL))
+		return -EINVAL;
+	if ((u.buf_addr & 63) || (u.db_addr & 7) || !mapped(u.buf_addr, (uint64_t)n * u.cqe_size) ||
+	    !mapped(u.db_addr, 8))
+		return -EFAULT;
+	int h = obj_new(c, OBJ_CQ);
+	if (h < 0)
+		return h;
+	int r = mlx5sk_create_cq(c->dev, n, u.cqe_size, u.buf_addr, u.db_addr, comp, cqn);
+	if (r) {
+		c->objs[h].type = OBJ_FREE;
+		return r;
+	}
+	c->objs[h].num = *cqn;
+	c->objs[h].pd = channel >= 0 ? (uint32_t)channel : UINT32_MAX;
+	*cqe = n - 1;
+	return h;
+}
+
+static int destroy_cq(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
+{
+	const struct ib_uverbs_destroy_cq *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	struct uobj *o = obj_get(c, cmd->cq_handle, OBJ_CQ);
+	if (!o)
+		return obj_lookup_err(c, cmd->cq_handle);
+	if (o->users)
+		return -EBUSY;
+	struct ib_uverbs_destroy_cq_resp resp = {0};
+	int r = put(cmd->response, &resp, sizeof(resp), room);
+	if (r)
+		return r;
+	obj_destroy(c, cmd->cq_handle);
+	return 0;
+}
+
+/* The parts of CREATE_QP and EX_CREATE_QP that are the same. */
+struct qp_req {
+	uint32_t pd_handle, send_cq_handle, recv_cq_handle, srq_handle;
+	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
+	uint8_t sq_sig_all, qp_type, is_srq;
+};
+
+static int create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata, size_t udata_len,
+		     struct ib_uverbs_create_qp_resp *resp, struct mlx5_ib_create_qp_resp *drv)
+{
+	struct mlx5_ib_create_qp u = {0};
+	if (udata_len < offsetof(struct mlx5_ib_create_qp, sq_buf_addr))
+		return -EFAULT;
+	memcpy(&u, udata, udata_len < sizeof(u) ? udata_len : sizeof(u));
+	if (q->qp_type != IB_UVERBS_QPT_RC && q->qp_type != IB_UVERBS_QPT_UD)
+		return -EOPNOTSUPP; /* not modelled here yet: XRC, raw packet, DC */
+	uint32_t known = MLX5_QP_FLAG_SCATTER_CQE | MLX5_QP_FLAG_ALLOW_SCATTER_CQE | MLX5_QP_FLAG_BFREG_INDEX;
+	if (u.flags & ~known)
+		return -EOPNOTSUPP;
+	if (q->is_srq)
+		return -EOPNOTSUPP; /* SRQs come with the next milestone */
+	struct uobj *pd = obj_get(c, q->pd_handle, OBJ_PD);
+	struct uobj *scq = obj_get(c, q->send_cq_handle, OBJ_CQ);
+	struct uobj *rcq = obj_get(c, q->recv_cq_handle, OBJ_CQ);
+	if (!pd || !scq || !rcq)
+		return -EINVAL;
+	uint32_t sq = u.sq_wqe_count, rq = u.rq_wqe_count;
+	if ((sq & (sq - 1)) || !sq || sq > 32768 || (rq & (rq - 1)) || rq > 32768 || u.rq_wqe_shift < 4 ||
+	    u.rq_wqe_shift > 10)
+		return -EINVAL;
+	uint64_t rq_bytes = rq ? (uint64_t)rq << u.rq_wqe_shift : 0;
+	if (rq_bytes && rq_bytes < 64)
+		rq_bytes = 64;
+	uint64_t len = rq_bytes + (uint64_t)sq * 64;
+	if ((u.buf_addr & 63) || (u.db_addr & 7) || !mapped(u.buf_addr, len) || !mapped(u.db_addr, 8))
+		return -EFAULT;
+	int h = obj_new(c, OBJ_QP);
+	if (h < 0)
+		return h;
+	struct ib_uverbs_query_qp_resp *qa = calloc(1, sizeof(*qa));
+	if (!qa) {
+		c->objs[h].type = OBJ_FREE;
+		return -ENOMEM;
+	}
+	pd = &c->objs[q->pd_handle];
+	scq = &c->objs[q->send_cq_handle];
+	rcq = &c->objs[q->recv_cq_handle];
+	struct mlx5sk_qp_init init = {
+		.qp_type = q->qp_type,
+		.pdn = pd->num,
+		.send_cqn = scq->num,
+		.recv_cqn = rcq->num,
+		.srqn = UINT32_MAX,
+		.sq_wqe_cnt = sq,
+		.rq_wqe_cnt = rq,
+		.rq_stride = rq ? 1u << u.rq_wqe_shift : 0,
+		.user_index = u.uidx & 0xffffff,
+		.scatter_to_cqe = !!(u.flags & MLX5_QP_FLAG_SCATTER_CQE),
+		.buf = u.buf_addr,
+		.db = u.db_addr,
+	};
+	uint32_t qpn;
+	int r = mlx5sk_create_qp(c->dev, &init, &qpn);
+	if (r) {
+		free(qa);
+		c->objs[h].type = OBJ_FREE;
+		return r;
+	}
+	struct uobj *o = &c->objs[h];
+	o->num = qpn;
+	o->pd = q->pd_handle;
+	o->scq = q->send_cq_handle;
+	o->rcq = q->recv_cq_handle;
+	o->qattr = qa;
+	pd->users++;
+	scq->users++;
+	rcq->users++;
+	qa->max_send_wr = q->max_send_wr;
+	qa->max_recv_wr = q->max_recv_wr;
+	qa->max_send_sge = q->max_send_sge;
+	qa->max_recv_sge = q->max_recv_sge;
+	qa->max_inline_data = q->max_inline_data;
+	qa->sq_sig_all = q->sq_sig_all;
+	qa->port_num = 1;
+	memset(resp, 0, sizeof(*resp));
+	resp->qp_handle = (uint32_t)h;
+	resp->qpn = qpn;
+	resp->max_send_wr = q->max_send_wr;
+	resp->max_recv_wr = q->max_recv_wr;
+	resp->max_send_sge = q->max_send_sge;
+	resp->max_recv_sge = q->max_recv_sge;
+	resp->max_inline_data = q->max_inline_data;
+	memset(drv, 0, sizeof(*drv));
+	/* A medium-latency register (mlx5_ib's alloc_bfreg hands those out when
+	 * the low-latency ones are taken); 0 is never a QP's. */
+	drv->bfreg_index = (u.flags & MLX5_QP_FLAG_BFREG_INDEX) ? u.bfreg_index : 1;
+	return h;
+}
+
+static int modify_qp(struct ctx *c, const struct ib_uverbs_modify_qp *cmd)
+{
+	struct uobj *o = obj_get(c, cmd->qp_handle, OBJ_QP);
+	if (!o)
+		return -EINVAL;
+	uint32_t mask = cmd->attr_mask;
+	/* IB_QP_ATTR_STANDARD_BITS: nothing above IB_QP_RATE_LIMIT (bit 25). */
+	if (mask & ~((1u << 26) - 1))
+		return -EOPNOTSUPP;
+	if ((mask & (1u << 5)) && cmd->port_num != 1)
+		return -EINVAL;
+	if ((mask & (1u << 7)) && cmd->dest.port_num > 1)
+		return -EINVAL;
+	struct mlx5sk_qp_mod m = {
+		.mask = mask,
+		.state = cmd->qp_state,
+		.port = cmd->port_num,
+		.access = cmd->qp_access_flags,
+		.dest_qpn = (mask & (1u << 20)) ? cmd->dest_qp_num : o->qattr->dest_qp_num,
+		.dlid = cmd->dest.dlid,
+		.is_global = cmd->dest.is_global,
+		.sl = cmd->dest.sl,
+		.path_mtu = cmd->path_mtu,
+		.min_rnr_timer = cmd->min_rnr_timer,
+		.rnr_retry = cmd->rnr_retry,
+		.retry_cnt = cmd->retry_cnt,
+		.timeout = cmd->timeout,
+		.sq_psn = cmd->sq_psn,
+		.rq_psn = cmd->rq_psn,
+		.max_rd_atomic = cmd->max_rd_atomic,
+		.max_dest_rd_atomic = cmd->max_dest_rd_atomic,
+		.qkey = cmd->qkey,
+	};
+	if (!(mask & (1u << 7))) {
+		/* A DEST_QPN alone keeps the address the QP has. */
+		struct ib_uverbs_qp_dest *d = &o->qattr->dest;
+		m.dlid = d->dlid;
+		m.is_global = d->is_global;
+		m.sl = d->sl;
+		memcpy(m.dgid, d->dgid, 16);
+	} else {
+		memcpy(m.dgid, cmd->dest.dgid, 16);
+	}
+	int r = mlx5sk_modify_qp(c->dev, o->num, &m);
+	if (r)
+		return r;
+	struct ib_uverbs_query_qp_resp *qa = o->qattr;
+	if (mask & (1u << 0))
+		qa->qp_state = cmd->qp_state;
+	if (mask & (1u << 3))
+		qa->qp_access_flags = cmd->qp_access_flags;
+	if (mask & (1u << 4))
+		qa->pkey_index = cmd->pkey_index;
+	if (mask & (1u << 5))
+		qa->port_num = cmd->port_num;
+	if (mask & (1u << 6))
+		qa->qkey = cmd->qkey;
+	if (mask & (1u << 7))
+		qa->dest = cmd->dest;
+	if (mask & (1u << 8))
+		qa->path_mtu = cmd->path_mtu;
+	if (mask & (1u << 9))
+		qa->timeout = cmd->timeout;
+	if (mask & (1u << 10))
+		qa->retry_cnt = cmd->retry_cnt;
+	if (mask & (1u << 11))
+		qa->rnr_retry = cmd->rnr_retry;
+	if (mask & (1u << 13))
+		qa->max_rd_atomic = cmd->max_rd_atomic;
+	if (mask & (1u << 15))
+		qa->min_rnr_timer = cmd->min_rnr_timer;
+	if (mask & (1u << 17))
+		qa->max_dest_rd_atomic = cmd->max_dest_rd_atomic;
+	if (mask & (1u << 20))
+		qa->dest_qp_num = cmd->dest_qp_num;
+	return 0;
+}
+
+static int query_qp(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
+{
+	const struct ib_uverbs_query_qp *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	struct uobj *o = obj_get(c, cmd->qp_handle, OBJ_QP);
+	if (!o)
+		return -EINVAL;
+	struct ib_uverbs_query_qp_resp r = *o->qattr;
+	uint32_t state, sq_psn, rq_psn;
+	int e = mlx5sk_query_qp(c->dev, o->num, &state, &sq_psn, &rq_psn);
+	if (e)
+		return e;
+	r.qp_state = (uint8_t)state;
+	r.cur_qp_state = (uint8_t)state;
+	r.sq_psn = sq_psn;
+	r.rq_psn = rq_psn;
+	return put(cmd->response, &r, sizeof(r), room);
+}
+
+static int destroy_qp(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
+{
+	const struct ib_uverbs_destroy_qp *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	if (!obj_get(c, cmd->qp_handle, OBJ_QP))
+		return obj_lookup_err(c, cmd->qp_handle);
+	struct ib_uverbs_destroy_qp_resp resp = {0};
+	int r = put(cmd->response, &resp, sizeof(resp), room);
+	if (r)
+		return r;
+	obj_destroy(c, cmd->qp_handle);
+	return 0;
+}
+
 /*
  * One write() on a command fd of device `dev`: its length, or -errno.
  */
@@ -269,7 +824,85 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 			ret = -EINVAL;
 			goto out;
 		}
+		const uint8_t *udata = in + in_core;
 		switch (cmd) {
+		case IB_USER_VERBS_EX_CMD_CREATE_CQ: {
+			struct ib_uverbs_ex_create_cq q = {0};
+			if (in_core < sizeof(q)) {
+				ret = -EINVAL;
+				break;
+			}
+			memcpy(&q, in, sizeof(q));
+			if (q.comp_mask || q.flags || q.reserved) {
+				ret = -EINVAL;
+				break;
+			}
+			struct ib_uverbs_ex_create_cq_resp r;
+			struct mlx5_ib_create_cq_resp m = {0};
+			memset(&r, 0, sizeof(r));
+			int h = create_cq(c, q.cqe, q.comp_channel, udata, in_drv, &r.base.cqe, &m.cqn);
+			if (h < 0) {
+				ret = h;
+				break;
+			}
+			r.base.cq_handle = (uint32_t)h;
+			r.response_length = out_core < sizeof(r) ? (uint32_t)out_core : sizeof(r);
+			ret = put(ex.response, &r, sizeof(r), out_core);
+			if (!ret)
+				ret = put(ex.response + out_core, &m, sizeof(m), out_drv);
+			if (ret)
+				obj_destroy(c, (uint32_t)h);
+			break;
+		}
+		case IB_USER_VERBS_EX_CMD_CREATE_QP: {
+			struct ib_uverbs_ex_create_qp q = {0};
+			if (in_core < offsetof(struct ib_uverbs_ex_create_qp, comp_mask) + 4) {
+				ret = -EINVAL;
+				break;
+			}
+			memcpy(&q, in, in_core < sizeof(q) ? in_core : sizeof(q));
+			if (q.comp_mask || q.create_flags || q.reserved) {
+				ret = -EOPNOTSUPP;
+				break;
+			}
+			struct qp_req req = { q.pd_handle, q.send_cq_handle, q.recv_cq_handle, q.srq_handle,
+					      q.max_send_wr, q.max_recv_wr, q.max_send_sge, q.max_recv_sge,
+					      q.max_inline_data, q.sq_sig_all, q.qp_type, q.is_srq };
+			struct ib_uverbs_ex_create_qp_resp r;
+			struct mlx5_ib_create_qp_resp m;
+			memset(&r, 0, sizeof(r));
+			int h = create_qp(c, &req, udata, in_drv, &r.base, &m);
+			if (h < 0) {
+				ret = h;
+				break;
+			}
+			r.response_length = out_core < sizeof(r) ? (uint32_t)out_core : sizeof(r);
+			ret = put(ex.response, &r, sizeof(r), out_core);
+			if (!ret)
+				ret = put(ex.response + out_core, &m, sizeof(m), out_drv);
+			if (ret)
+				obj_destroy(c, (uint32_t)h);
+			break;
+		}
+		case IB_USER_VERBS_EX_CMD_MODIFY_QP: {
+			struct ib_uverbs_ex_modify_qp q = {0};
+			if (in_core < sizeof(q.base)) {
+				ret = -EINVAL;
+				break;
+			}
+			memcpy(&q, in, in_core < sizeof(q) ? in_core : sizeof(q));
+			if (q.base.attr_mask & (1u << 25)) {
+				ret = -EOPNOTSUPP; /* rate limit: raw packet QPs only */
+				break;
+			}
+			ret = modify_qp(c, &q.base);
+			if (!ret) {
+				struct ib_uverbs_ex_modify_qp_resp r = { 0, 0 };
+				r.response_length = out_core < sizeof(r) ? (uint32_t)out_core : sizeof(r);
+				ret = put(ex.response, &r, sizeof(r), out_core);
+			}
+			break;
+		}
 		case IB_USER_VERBS_EX_CMD_QUERY_DEVICE: {
 			struct ib_uverbs_ex_query_device q = {0};
 			memcpy(&q, in, in_core < sizeof(q) ? in_core : sizeof(q));
@@ -329,12 +962,90 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 		case IB_USER_VERBS_CMD_QUERY_PORT:
 			ret = query_port(&d, in, in_len, out_room);
 			break;
+		case IB_USER_VERBS_CMD_ALLOC_PD:
+			ret = alloc_pd(c, in, in_len, out_room);
+			break;
+		case IB_USER_VERBS_CMD_DEALLOC_PD:
+			ret = dealloc_pd(c, in, in_len);
+			break;
+		case IB_USER_VERBS_CMD_REG_MR:
+			ret = reg_mr(c, in, in_len, out_room);
+			break;
+		case IB_USER_VERBS_CMD_DEREG_MR:
+			ret = dereg_mr(c, in, in_len);
+			break;
+		case IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL:
+			ret = create_comp_channel(c, in, in_len, out_room);
+			break;
+		case IB_USER_VERBS_CMD_CREATE_CQ: {
+			const struct ib_uverbs_create_cq *q = (const void *)in;
+			if (in_len < sizeof(*q)) {
+				ret = -EINVAL;
+				break;
+			}
+			struct ib_uverbs_create_cq_resp r = {0};
+			struct mlx5_ib_create_cq_resp m = {0};
+			int h = create_cq(c, q->cqe, q->comp_channel, in + sizeof(*q), in_len - sizeof(*q), &r.cqe,
+					  &m.cqn);
+			if (h < 0) {
+				ret = h;
+				break;
+			}
+			r.cq_handle = (uint32_t)h;
+			ret = put2(q->response, &r, sizeof(r), &m, sizeof(m), out_room);
+			if (ret)
+				obj_destroy(c, (uint32_t)h);
+			break;
+		}
+		case IB_USER_VERBS_CMD_DESTROY_CQ:
+			ret = destroy_cq(c, in, in_len, out_room);
+			break;
+		case IB_USER_VERBS_CMD_CREATE_QP: {
+			const struct ib_uverbs_create_qp *q = (const void *)in;
+			if (in_len < sizeof(*q)) {
+				ret = -EINVAL;
+				break;
+			}
+			struct qp_req req = { q->pd_handle, q->send_cq_handle, q->recv_cq_handle, q->srq_handle,
+					      q->max_send_wr, q->max_recv_wr, q->max_send_sge, q->max_recv_sge,
+					      q->max_inline_data, q->sq_sig_all, q->qp_type, q->is_srq };
+			struct ib_uverbs_create_qp_resp r;
+			struct mlx5_ib_create_qp_resp m;
+			int h = create_qp(c, &req, in + sizeof(*q), in_len - sizeof(*q), &r, &m);
+			if (h < 0) {
+				ret = h;
+				break;
+			}
+			ret = put2(q->response, &r, sizeof(r), &m, sizeof(m), out_room);
+			if (ret)
+				obj_destroy(c, (uint32_t)h);
+			break;
+		}
+		case IB_USER_VERBS_CMD_MODIFY_QP: {
+			struct ib_uverbs_modify_qp q;
+			if (in_len < sizeof(q)) {
+				ret = -EINVAL;
+				break;
+			}
+			memcpy(&q, in, sizeof(q));
+			ret = modify_qp(c, &q);
+			break;
+		}
+		case IB_USER_VERBS_CMD_QUERY_QP:
+			ret = query_qp(c, in, in_len, out_room);
+			break;
+		case IB_USER_VERBS_CMD_DESTROY_QP:
+			ret = destroy_qp(c, in, in_len, out_room);
+			break;
 		default:
 			ret = -ENOSYS;
 		}
 	}
 out:
 	pthread_mutex_unlock(&lock);
+	if (trace())
+		fprintf(stderr, "mlx5_simkern: fd %d cmd %#x in %u out %u: %s%s\n", fd, hdr.command, hdr.in_words,
+			hdr.out_words, ret < 0 ? "errno " : "ok", ret < 0 ? strerrorname_np(-ret) : "");
 	return ret < 0 ? ret : (int)len;
 }
 
@@ -344,6 +1055,15 @@ void mlx5sk_close(int fd)
 	pthread_mutex_lock(&lock);
 	struct ctx *c = find(fd, 0, 0);
 	if (c) {
+		/* ib_uverbs_cleanup_ucontext: what names others goes first. */
+		static const uint8_t order[] = { OBJ_QP, OBJ_MR, OBJ_CQ, OBJ_CHANNEL, OBJ_PD };
+		for (size_t k = 0; k < sizeof(order); k++)
+			for (uint32_t h = 0; h < c->nobjs; h++)
+				if (c->objs[h].type == order[k])
+					obj_destroy(c, h);
+		free(c->objs);
+		c->objs = NULL;
+		c->nobjs = 0;
 		if (c->async_peer >= 0)
 			close(c->async_peer);
 		c->fd = -1;
@@ -351,14 +1071,17 @@ void mlx5sk_close(int fd)
 	pthread_mutex_unlock(&lock);
 }
 
-/* Contexts alive (for the fuzz test's leak check). */
+/* Contexts and objects alive (for the fuzz test's leak check). */
 int mlx5sk_live(void)
 {
 	int n = 0;
 	pthread_mutex_lock(&lock);
 	if (ctxs_ready)
-		for (int i = 0; i < MAX_CTX; i++)
+		for (int i = 0; i < MAX_CTX; i++) {
 			n += ctxs[i].fd != -1;
+			for (uint32_t h = 0; h < ctxs[i].nobjs; h++)
+				n += ctxs[i].objs[h].type != OBJ_FREE;
+		}
 	pthread_mutex_unlock(&lock);
 	return n;
 }

@@ -26,6 +26,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
+mod device;
+
 const NETLINK_RDMA: c_int = 20;
 const UVERBS_PREFIX: &[u8] = b"/dev/infiniband/uverbs";
 
@@ -295,26 +297,14 @@ pub struct DevInfo {
     fw_ver: u64,
 }
 
-/// The simulated devices, from `mlx5_simrun`'s setup (one InfiniBand device
-/// without it).
-fn devices() -> &'static [mlx5_sim::NicInfo] {
-    static DEVS: OnceLock<Vec<mlx5_sim::NicInfo>> = OnceLock::new();
-    DEVS.get_or_init(|| {
-        let setup = std::env::var(mlx5_simrun::ENV_SETUP)
-            .ok()
-            .and_then(|s| mlx5_simrun::Setup::from_env(&s))
-            .unwrap_or(mlx5_simrun::Setup { devices: 1, roce: false });
-        setup.fabric().nics().iter().map(|n| n.info()).collect()
-    })
-}
-
 /// `kern.c`'s view of device `dev`; non-zero when there is none.
 ///
 /// # Safety
 /// `out` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn mlx5sk_dev_info(dev: c_int, out: *mut DevInfo) -> c_int {
-    let Some(d) = usize::try_from(dev).ok().and_then(|i| devices().get(i)) else { return 1 };
+    let Some(d) = usize::try_from(dev).ok().and_then(|i| device::devices().nics.get(i)) else { return 1 };
+    let d = d.info();
     let (major, minor, sub) = (16u64, 35u64, 1012u64);
     let info = DevInfo {
         node_guid: mlx5_simrun::node_guid(dev as u32),

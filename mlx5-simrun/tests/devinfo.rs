@@ -4,20 +4,10 @@
 //! what they print is the simulator's configuration. Ignored, with the
 //! reason, where the tools are not installed (build.rs probes for them).
 
-use std::path::Path;
-use std::process::Command;
+mod common;
 
-/// The launcher, with the preload library built beside it.
-fn simrun() -> Command {
-    let exe = env!("CARGO_BIN_EXE_mlx5_simrun");
-    let dir = Path::new(exe).parent().unwrap();
-    if !dir.join("libmlx5_simkern.so").exists() && !dir.join("deps/libmlx5_simkern.so").exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let ok = Command::new(cargo).args(["build", "-q", "-p", "mlx5-simkern"]).status().unwrap().success();
-        assert!(ok, "building the preload library");
-    }
-    Command::new(exe)
-}
+use common::simrun;
+use std::path::Path;
 
 fn run(args: &[&str]) -> String {
     let o = simrun().args(args).output().expect("run mlx5_simrun");

@@ -1,0 +1,386 @@
+//! The simulated devices behind the emulated kernel: one watch-mode fabric
+//! per process (mlx5_simrun's setup), host `i` being `mlx5_i`, and the calls
+//! `kern.c` makes to create, change and destroy the objects its commands
+//! name. Each call returns 0 or a negative errno, the one the kernel gives
+//! for the same refusal (mlx5-api's `sim_errno` mapping, written again here:
+//! this crate does not depend on the front-end).
+//!
+//! Rings and doorbell records are the program's own memory (the addresses
+//! libmlx5 passes in its udata): the simulator executes them in place
+//! (`mlx5_sim::UserRings`). MRs are ranges of the program's memory, as the
+//! kernel pins them.
+
+use std::ffi::c_int;
+use std::sync::OnceLock;
+
+use mlx5_sim::{
+    CqInitAttr, Fabric, MiniCqeFormat, Nic, QpInitAttr, QpModify, QpState, QpType, RcPath, SimError,
+    UserRings,
+};
+
+/// The process's simulated devices.
+pub(crate) struct Devices {
+    /// Kept alive for the process's lifetime (its engine thread serves the rings).
+    _fabric: Fabric,
+    pub(crate) nics: Vec<Nic>,
+}
+
+/// The devices of mlx5_simrun's setup (one InfiniBand device without it).
+pub(crate) fn devices() -> &'static Devices {
+    static DEVS: OnceLock<Devices> = OnceLock::new();
+    DEVS.get_or_init(|| {
+        let setup = std::env::var(mlx5_simrun::ENV_SETUP)
+            .ok()
+            .and_then(|s| mlx5_simrun::Setup::from_env(&s))
+            .unwrap_or(mlx5_simrun::Setup { devices: 1, roce: false });
+        let fabric = setup.fabric();
+        let nics = fabric.nics();
+        Devices { _fabric: fabric, nics }
+    })
+}
+
+fn nic(dev: c_int) -> Result<&'static Nic, c_int> {
+    usize::try_from(dev).ok().and_then(|i| devices().nics.get(i)).ok_or(-libc::ENODEV)
+}
+
+/// The errno the kernel gives for what the simulator refused.
+fn errno(e: &SimError) -> c_int {
+    -match e {
+        SimError::NoSuchPd(_)
+        | SimError::NoSuchCq(_)
+        | SimError::NoSuchQp(_)
+        | SimError::NoSuchMr(_)
+        | SimError::NoSuchSrq(_) => libc::EINVAL,
+        SimError::InvalidArgument { .. } | SimError::InvalidTransition { .. } => libc::EINVAL,
+        SimError::Busy { .. } => libc::EBUSY,
+        SimError::Unsupported { .. } => libc::EOPNOTSUPP,
+        SimError::OutOfMemory => libc::ENOMEM,
+    }
+}
+
+/// `Ok(v)` written to `*out` and 0, or the error's errno.
+///
+/// # Safety
+/// `out` is writable.
+unsafe fn give<T>(r: Result<T, SimError>, out: *mut T) -> c_int {
+    match r {
+        // SAFETY: caller contract.
+        Ok(v) => unsafe {
+            out.write(v);
+            0
+        },
+        Err(e) => errno(&e),
+    }
+}
+
+fn unit(r: Result<(), SimError>) -> c_int {
+    r.map_or_else(|e| errno(&e), |()| 0)
+}
+
+/// ALLOC_PD: the new PD's number in `*pdn`.
+///
+/// # Safety
+/// `pdn` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_alloc_pd(dev: c_int, pdn: *mut u32) -> c_int {
+    match nic(dev) {
+        // SAFETY: caller contract.
+        Ok(n) => unsafe { give(n.alloc_pd(), pdn) },
+        Err(e) => e,
+    }
+}
+
+/// DEALLOC_PD.
+#[no_mangle]
+pub extern "C" fn mlx5sk_dealloc_pd(dev: c_int, pdn: u32) -> c_int {
+    nic(dev).map_or_else(|e| e, |n| unit(n.dealloc_pd(pdn)))
+}
+
+/// REG_MR of `[addr, addr + len)` in this process: the key in `*key`
+/// (lkey == rkey).
+///
+/// # Safety
+/// `key` is writable. The range is the program's: the simulator accesses
+/// it when an operation names the key, as a NIC would (a range that is not
+/// mapped then faults the program, as DMA to unpinned memory would not;
+/// `kern.c` checks that the range is mapped when it is registered).
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_reg_mr(
+    dev: c_int,
+    pdn: u32,
+    addr: u64,
+    len: u64,
+    access: u32,
+    key: *mut u32,
+) -> c_int {
+    match nic(dev) {
+        // SAFETY: the range stays the program's until DEREG_MR (kern.c
+        // checked it is mapped); `key` per caller contract.
+        Ok(n) => unsafe { give(n.reg_mr(pdn, addr, len, access).map(|k| k.lkey), key) },
+        Err(e) => e,
+    }
+}
+
+/// DEREG_MR.
+#[no_mangle]
+pub extern "C" fn mlx5sk_dereg_mr(dev: c_int, key: u32) -> c_int {
+    nic(dev).map_or_else(|e| e, |n| unit(n.dereg_mr(key)))
+}
+
+/// CREATE_CQ over the program's ring: `cqe_cnt` entries of `cqe_size`
+/// bytes at `buf`, doorbell record at `db`; `comp` 0 (no compression), 1
+/// (hash mini-CQEs) or 2 (checksum). The CQN in `*cqn`.
+///
+/// # Safety
+/// `[buf, buf + cqe_cnt * cqe_size)` and `[db, db + 8)` stay the program's
+/// memory until DESTROY_CQ (`kern.c` checked they are mapped); `cqn` is
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_create_cq(
+    dev: c_int,
+    cqe_cnt: u32,
+    cqe_size: u32,
+    buf: u64,
+    db: u64,
+    comp: u32,
+    cqn: *mut u32,
+) -> c_int {
+    let n = match nic(dev) {
+        Ok(n) => n,
+        Err(e) => return e,
+    };
+    let compression = match comp {
+        0 => None,
+        1 => Some(MiniCqeFormat::Hash),
+        2 => Some(MiniCqeFormat::Csum),
+        _ => return -libc::EINVAL,
+    };
+    let attr = CqInitAttr { cqe_cnt, cqe_size, compression, channel: None };
+    let user = UserRings { buf: buf as *mut u8, dbrec: db as *mut u8 };
+    // SAFETY: caller contract.
+    unsafe { give(n.create_cq_in(&attr, user).map(|r| r.cqn), cqn) }
+}
+
+/// DESTROY_CQ.
+#[no_mangle]
+pub extern "C" fn mlx5sk_destroy_cq(dev: c_int, cqn: u32) -> c_int {
+    nic(dev).map_or_else(|e| e, |n| unit(n.destroy_cq(cqn)))
+}
+
+/// What `kern.c` asks for a new QP (`struct mlx5sk_qp_init`).
+#[repr(C)]
+pub struct QpInit {
+    /// `IB_QPT_*`: 2 RC, 4 UD.
+    qp_type: u32,
+    pdn: u32,
+    send_cqn: u32,
+    recv_cqn: u32,
+    /// SRQ number, or `u32::MAX` for an own RQ.
+    srqn: u32,
+    sq_wqe_cnt: u32,
+    rq_wqe_cnt: u32,
+    rq_stride: u32,
+    user_index: u32,
+    scatter_to_cqe: u32,
+    buf: u64,
+    db: u64,
+}
+
+/// CREATE_QP over the program's rings: the QPN in `*qpn`.
+///
+/// # Safety
+/// `q` is readable; its `buf` (RQ then SQ bytes) and `db` (8 bytes) stay
+/// the program's memory until DESTROY_QP (`kern.c` checked they are
+/// mapped); `qpn` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_create_qp(dev: c_int, q: *const QpInit, qpn: *mut u32) -> c_int {
+    let n = match nic(dev) {
+        Ok(n) => n,
+        Err(e) => return e,
+    };
+    // SAFETY: caller contract.
+    let q = unsafe { &*q };
+    let qp_type = match q.qp_type {
+        2 => QpType::Rc,
+        4 => QpType::Ud,
+        _ => return -libc::EOPNOTSUPP,
+    };
+    let attr = QpInitAttr {
+        qp_type,
+        pdn: q.pdn,
+        send_cqn: q.send_cqn,
+        recv_cqn: q.recv_cqn,
+        sq_wqe_cnt: q.sq_wqe_cnt,
+        rq_wqe_cnt: q.rq_wqe_cnt,
+        rq_stride: q.rq_stride,
+        user_index: q.user_index,
+        srqn: (q.srqn != u32::MAX).then_some(q.srqn),
+        scatter_to_cqe: q.scatter_to_cqe != 0,
+        ..QpInitAttr::default()
+    };
+    let user = UserRings { buf: q.buf as *mut u8, dbrec: q.db as *mut u8 };
+    // SAFETY: caller contract.
+    unsafe { give(n.create_qp_in(&attr, user).map(|r| r.qpn), qpn) }
+}
+
+/// What `kern.c` asks of MODIFY_QP (`struct mlx5sk_qp_mod`), from
+/// `ib_uverbs_modify_qp`: `mask` is the verbs `attr_mask`.
+#[repr(C)]
+pub struct QpMod {
+    mask: u32,
+    state: u32,
+    port: u32,
+    access: u32,
+    dest_qpn: u32,
+    dlid: u32,
+    is_global: u32,
+    sl: u32,
+    dgid: [u8; 16],
+    path_mtu: u32,
+    min_rnr_timer: u32,
+    rnr_retry: u32,
+    retry_cnt: u32,
+    timeout: u32,
+    sq_psn: u32,
+    rq_psn: u32,
+    max_rd_atomic: u32,
+    max_dest_rd_atomic: u32,
+    qkey: u32,
+}
+
+// ibv_qp_attr_mask bits (rdma-core verbs.h; the kernel's IB_QP_*).
+const STATE: u32 = 1 << 0;
+const ACCESS_FLAGS: u32 = 1 << 3;
+const PORT: u32 = 1 << 5;
+const QKEY: u32 = 1 << 6;
+const AV: u32 = 1 << 7;
+const PATH_MTU: u32 = 1 << 8;
+const TIMEOUT: u32 = 1 << 9;
+const RETRY_CNT: u32 = 1 << 10;
+const RNR_RETRY: u32 = 1 << 11;
+const RQ_PSN: u32 = 1 << 12;
+const MAX_QP_RD_ATOMIC: u32 = 1 << 13;
+const MIN_RNR_TIMER: u32 = 1 << 15;
+const SQ_PSN: u32 = 1 << 16;
+const MAX_DEST_RD_ATOMIC: u32 = 1 << 17;
+const DEST_QPN: u32 = 1 << 20;
+
+/// The simulator's state of an `IB_QPS_*` value.
+fn qp_state(v: u32) -> Option<QpState> {
+    Some(match v {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        4 => QpState::Sqd,
+        5 => QpState::Sqe,
+        6 => QpState::Err,
+        _ => return None,
+    })
+}
+
+/// `IB_QPS_*` of a state.
+fn state_value(s: QpState) -> u32 {
+    match s {
+        QpState::Reset => 0,
+        QpState::Init => 1,
+        QpState::Rtr => 2,
+        QpState::Rts => 3,
+        QpState::Sqd => 4,
+        QpState::Sqe => 5,
+        _ => 6,
+    }
+}
+
+/// The simulator's change of a MODIFY_QP.
+fn qp_modify(m: &QpMod) -> Result<QpModify, c_int> {
+    let has = |bit: u32| m.mask & bit != 0;
+    let small = |v: u32| u8::try_from(v).map_err(|_| -libc::EINVAL);
+    let opt8 = |bit: u32, v: u32| if has(bit) { small(v).map(Some) } else { Ok(None) };
+    let opt32 = |bit: u32, v: u32| has(bit).then_some(v);
+    let state = if has(STATE) { Some(qp_state(m.state).ok_or(-libc::EINVAL)?) } else { None };
+    let path_mtu = if has(PATH_MTU) {
+        // IB_MTU_256 (1) .. IB_MTU_4096 (5).
+        Some(match m.path_mtu {
+            1..=5 => 128 << m.path_mtu,
+            _ => return Err(-libc::EINVAL),
+        })
+    } else {
+        None
+    };
+    let path = (has(AV) || has(DEST_QPN)).then(|| RcPath {
+        dest_qpn: m.dest_qpn,
+        dlid: m.dlid as u16,
+        dgid: (m.is_global != 0).then_some(m.dgid),
+        dmac: None,
+        sl: m.sl as u8,
+    });
+    Ok(QpModify {
+        state,
+        port: opt8(PORT, m.port)?,
+        access_flags: opt32(ACCESS_FLAGS, m.access),
+        path,
+        path_mtu,
+        min_rnr_timer: opt8(MIN_RNR_TIMER, m.min_rnr_timer)?,
+        rnr_retry: opt8(RNR_RETRY, m.rnr_retry)?,
+        retry_cnt: opt8(RETRY_CNT, m.retry_cnt)?,
+        timeout: opt8(TIMEOUT, m.timeout)?,
+        sq_psn: opt32(SQ_PSN, m.sq_psn),
+        rq_psn: opt32(RQ_PSN, m.rq_psn),
+        max_rd_atomic: opt8(MAX_QP_RD_ATOMIC, m.max_rd_atomic)?,
+        max_dest_rd_atomic: opt8(MAX_DEST_RD_ATOMIC, m.max_dest_rd_atomic)?,
+        qkey: opt32(QKEY, m.qkey),
+    })
+}
+
+/// MODIFY_QP.
+///
+/// # Safety
+/// `m` is readable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_modify_qp(dev: c_int, qpn: u32, m: *const QpMod) -> c_int {
+    let n = match nic(dev) {
+        Ok(n) => n,
+        Err(e) => return e,
+    };
+    // SAFETY: caller contract.
+    let m = match qp_modify(unsafe { &*m }) {
+        Ok(m) => m,
+        Err(e) => return e,
+    };
+    unit(n.modify_qp(qpn, &m))
+}
+
+/// QUERY_QP's live part: the state (`IB_QPS_*`) and the PSNs.
+///
+/// # Safety
+/// `state`, `sq_psn` and `rq_psn` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_query_qp(
+    dev: c_int,
+    qpn: u32,
+    state: *mut u32,
+    sq_psn: *mut u32,
+    rq_psn: *mut u32,
+) -> c_int {
+    let n = match nic(dev) {
+        Ok(n) => n,
+        Err(e) => return e,
+    };
+    match n.qp_state(qpn).and_then(|s| n.qp_psns(qpn).map(|p| (s, p))) {
+        // SAFETY: caller contract.
+        Ok((s, (sq, rq))) => unsafe {
+            state.write(state_value(s));
+            sq_psn.write(sq);
+            rq_psn.write(rq);
+            0
+        },
+        Err(e) => errno(&e),
+    }
+}
+
+/// DESTROY_QP.
+#[no_mangle]
+pub extern "C" fn mlx5sk_destroy_qp(dev: c_int, qpn: u32) -> c_int {
+    nic(dev).map_or_else(|e| e, |n| unit(n.destroy_qp(qpn)))
+}

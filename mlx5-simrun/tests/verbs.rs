@@ -1,0 +1,53 @@
+//! Verbs programs through the unmodified libibverbs and libmlx5, on the
+//! emulated device: libmlx5 allocates the rings and writes every WQE and
+//! doorbell record, the simulator executes them in the program's memory.
+//! Each program checks every byte and completion itself and exits 0 only
+//! when all hold. Ignored, with the reason, without libibverbs-dev (which
+//! `.ci/run` installs).
+
+mod common;
+
+use common::simrun;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Compiles `tests/c/<name>.c` against libibverbs into the test's target
+/// directory; the executable's path.
+fn compile(name: &str) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let o = Command::new(cc)
+        .args(["-O1", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .expect("run the C compiler");
+    assert!(o.status.success(), "compiling {name}.c:\n{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+fn run_under_simrun(prog: &PathBuf, simrun_args: &[&str], args: &[&str]) -> String {
+    let o = simrun().args(simrun_args).arg("--").arg(prog).args(args).output().expect("run mlx5_simrun");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{simrun_args:?} {args:?}: {}\n{out}{err}", o.status);
+    out
+}
+
+/// RC WRITE, SEND with immediate, READ, fetch-and-add, compare-and-swap and
+/// a burst, posted by libmlx5 (`ibv_post_send`, and the `ibv_wr_*` API with
+/// `ibv_create_cq_ex`), between two devices and within one, on InfiniBand
+/// and RoCE.
+#[test]
+#[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
+fn rc_traffic_posted_by_libmlx5_runs_on_the_simulator() {
+    let prog = compile("rc_verbs");
+    for link in ["ib", "roce"] {
+        for args in [&[][..], &["same"], &["ex"], &["same", "ex"]] {
+            let out = run_under_simrun(&prog, &["--devices", "2", "--link", link], args);
+            assert!(out.contains("all right"), "{link} {args:?}: {out}");
+        }
+    }
+}
