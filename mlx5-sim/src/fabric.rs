@@ -1184,12 +1184,40 @@ impl Nic {
     /// device consumes WQEs in linked-list order starting at index 0 (spec §4.3); the driver
     /// initialises every WQE's `next_wqe_index` before posting.
     pub fn create_srq(&self, attr: &SrqInitAttr) -> Result<SrqResources, SimError> {
+        // SAFETY: no user memory.
+        unsafe { self.create_srq_at(attr, None) }
+    }
+
+    /// [`Nic::create_srq`] over a ring and doorbell record in the program's own memory
+    /// (`user`), as the kernel creates an SRQ over what libmlx5 allocated; the driver
+    /// keeps its free list there as on a NIC.
+    ///
+    /// # Safety
+    /// `user.buf` (`wqe_cnt * stride` bytes, 64-byte aligned) and `user.dbrec` (4 bytes)
+    /// stay mapped and writable until `destroy_srq`.
+    pub unsafe fn create_srq_in(
+        &self,
+        attr: &SrqInitAttr,
+        user: UserRings,
+    ) -> Result<SrqResources, SimError> {
+        // SAFETY: caller contract.
+        unsafe { self.create_srq_at(attr, Some(user)) }
+    }
+
+    /// # Safety
+    /// As [`Nic::create_srq_in`] where `user` is given.
+    unsafe fn create_srq_at(
+        &self,
+        attr: &SrqInitAttr,
+        user: Option<UserRings>,
+    ) -> Result<SrqResources, SimError> {
         let mut st = self.state();
         let host = &mut st.hosts[self.host];
         if !host.pds.contains(&attr.pdn) {
             return Err(SimError::NoSuchPd(attr.pdn));
         }
-        let srq = Srq::new(attr)?;
+        // SAFETY: caller contract where `user` is given.
+        let srq = unsafe { Srq::new_in(attr, user) }?;
         let srqn = host.next_srqn;
         host.next_srqn += 1;
         let res = SrqResources {

@@ -24,7 +24,19 @@ pub(crate) struct Srq {
 }
 
 impl Srq {
+    #[cfg(test)]
     pub(crate) fn new(attr: &SrqInitAttr) -> Result<Srq, SimError> {
+        // SAFETY: no user memory.
+        unsafe { Srq::new_in(attr, None) }
+    }
+
+    /// [`Srq::new`], with the ring and doorbell record in the program's memory when
+    /// `user` names them (CREATE_SRQ's udata).
+    ///
+    /// # Safety
+    /// As [`DevMem::borrowed`] for `user.buf` (`wqe_cnt * stride` bytes) and
+    /// `user.dbrec` (4 bytes).
+    pub(crate) unsafe fn new_in(attr: &SrqInitAttr, user: Option<crate::UserRings>) -> Result<Srq, SimError> {
         let bad = |what| Err(SimError::InvalidArgument { what });
         if !attr.wqe_cnt.is_power_of_two() || !(2..=32768).contains(&attr.wqe_cnt) {
             return bad("SRQ wqe_cnt must be a power of two in 2..=32768");
@@ -36,8 +48,23 @@ impl Srq {
             return bad("user_index must fit in 24 bits");
         }
         let len = attr.wqe_cnt as usize * attr.stride as usize;
-        let buf = DevMem::new(len, 4096).ok_or(SimError::OutOfMemory)?;
-        let dbrec = DevMem::new(64, 64).ok_or(SimError::OutOfMemory)?;
+        let (buf, dbrec) = match user {
+            None => (
+                DevMem::new(len, 4096).ok_or(SimError::OutOfMemory)?,
+                DevMem::new(64, 64).ok_or(SimError::OutOfMemory)?,
+            ),
+            // SAFETY: caller contract.
+            Some(u) => unsafe {
+                (
+                    DevMem::borrowed(u.buf, len, 64).ok_or(SimError::InvalidArgument {
+                        what: "SRQ buffer: null or not 64-byte aligned",
+                    })?,
+                    DevMem::borrowed(u.dbrec, 4, 4).ok_or(SimError::InvalidArgument {
+                        what: "doorbell record: null or not 4-byte aligned",
+                    })?,
+                )
+            },
+        };
         Ok(Srq {
             pdn: attr.pdn,
             wqe_cnt: attr.wqe_cnt,

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use mlx5_sim::{
     CqInitAttr, Fabric, MiniCqeFormat, Nic, QpInitAttr, QpModify, QpState, QpType, RcPath, SimError,
-    UserRings,
+    SrqInitAttr, UserRings,
 };
 
 /// The process's simulated devices.
@@ -383,4 +383,38 @@ pub unsafe extern "C" fn mlx5sk_query_qp(
 #[no_mangle]
 pub extern "C" fn mlx5sk_destroy_qp(dev: c_int, qpn: u32) -> c_int {
     nic(dev).map_or_else(|e| e, |n| unit(n.destroy_qp(qpn)))
+}
+
+/// CREATE_SRQ over the program's ring: `wqe_cnt` WQEs of `stride` bytes at
+/// `buf`, doorbell record at `db`. The SRQN in `*srqn`.
+///
+/// # Safety
+/// `[buf, buf + wqe_cnt * stride)` and `[db, db + 4)` stay the program's
+/// memory until DESTROY_SRQ (`kern.c` checked they are mapped); `srqn` is
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_create_srq(
+    dev: c_int,
+    pdn: u32,
+    wqe_cnt: u32,
+    stride: u32,
+    user_index: u32,
+    buf: u64,
+    db: u64,
+    srqn: *mut u32,
+) -> c_int {
+    let n = match nic(dev) {
+        Ok(n) => n,
+        Err(e) => return e,
+    };
+    let attr = SrqInitAttr { pdn, wqe_cnt, stride, user_index };
+    let user = UserRings { buf: buf as *mut u8, dbrec: db as *mut u8 };
+    // SAFETY: caller contract.
+    unsafe { give(n.create_srq_in(&attr, user).map(|r| r.srqn), srqn) }
+}
+
+/// DESTROY_SRQ.
+#[no_mangle]
+pub extern "C" fn mlx5sk_destroy_srq(dev: c_int, srqn: u32) -> c_int {
+    nic(dev).map_or_else(|e| e, |n| unit(n.destroy_srq(srqn)))
 }

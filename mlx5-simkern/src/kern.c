@@ -76,18 +76,22 @@ extern int mlx5sk_create_qp(int dev, const struct mlx5sk_qp_init *q, uint32_t *q
 extern int mlx5sk_modify_qp(int dev, uint32_t qpn, const struct mlx5sk_qp_mod *m);
 extern int mlx5sk_query_qp(int dev, uint32_t qpn, uint32_t *state, uint32_t *sq_psn, uint32_t *rq_psn);
 extern int mlx5sk_destroy_qp(int dev, uint32_t qpn);
+extern int mlx5sk_create_srq(int dev, uint32_t pdn, uint32_t wqe_cnt, uint32_t stride, uint32_t user_index,
+			     uint64_t buf, uint64_t db, uint32_t *srqn);
+extern int mlx5sk_destroy_srq(int dev, uint32_t srqn);
 
 /*
  * A context's objects, by handle (the kernel's idr): the handle is the
  * index. The kernel refuses a handle of another context or of another type,
  * and one already destroyed: each context has its own table.
  */
-enum { OBJ_FREE, OBJ_PD, OBJ_MR, OBJ_CQ, OBJ_QP, OBJ_CHANNEL };
+enum { OBJ_FREE, OBJ_PD, OBJ_MR, OBJ_CQ, OBJ_QP, OBJ_CHANNEL, OBJ_SRQ };
 struct uobj {
 	uint8_t type;
 	uint32_t num;        /* pdn, key, cqn, qpn; the channel's fd */
 	uint32_t users;      /* objects that name this one (a PD's MRs and QPs, a CQ's QPs) */
-	uint32_t pd, scq, rcq; /* handles this object names */
+	uint32_t pd, scq, rcq, srq; /* handles this object names (srq: UINT32_MAX for none) */
+	uint32_t max_wr, max_sge; /* SRQ: what QUERY_SRQ reports */
 	int peer;            /* channel: our end */
 	struct ib_uverbs_query_qp_resp *qattr; /* QP: what QUERY_QP reports */
 };
@@ -369,7 +373,13 @@ static void obj_destroy(struct ctx *c, uint32_t h)
 		c->objs[o->pd].users--;
 		c->objs[o->scq].users--;
 		c->objs[o->rcq].users--;
+		if (o->srq != UINT32_MAX)
+			c->objs[o->srq].users--;
 		free(o->qattr);
+		break;
+	case OBJ_SRQ:
+		mlx5sk_destroy_srq(c->dev, o->num);
+		c->objs[o->pd].users--;
 		break;
 	case OBJ_CHANNEL:
 		if (o->peer >= 0)
@@ -537,8 +547,15 @@ static int create_cq(struct ctx *c, uint32_t entries, int32_t channel, const uin
 	uint32_t n = 1;
 	while (n < entries + 1)
 		n <<= 1;
-	if (channel >= 0 && !obj_get(c, (uint32_t)channel, OBJ_CHANNEL))
-		return -EINVAL;
+	/* comp_channel is the channel's file descriptor (ib_uverbs_lookup_comp_file). */
+	uint32_t chan = UINT32_MAX;
+	if (channel >= 0) {
+		for (uint32_t i = 0; i < c->nobjs; i++)
+			if (c->objs[i].type == OBJ_CHANNEL && c->objs[i].num == (uint32_t)channel)
+				chan = i;
+		if (chan == UINT32_MAX)
+			return -EINVAL;
+	}
 	if ((u.buf_addr & 63) || (u.db_addr & 7) || !mapped(u.buf_addr, (uint64_t)n * u.cqe_size) ||
 	    !mapped(u.db_addr, 8))
 		return -EFAULT;
@@ -551,7 +568,7 @@ static int create_cq(struct ctx *c, uint32_t entries, int32_t channel, const uin
 		return r;
 	}
 	c->objs[h].num = *cqn;
-	c->objs[h].pd = channel >= 0 ? (uint32_t)channel : UINT32_MAX;
+	c->objs[h].pd = chan;
 	*cqe = n - 1;
 	return h;
 }
@@ -593,16 +610,20 @@ static int create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata
 	uint32_t known = MLX5_QP_FLAG_SCATTER_CQE | MLX5_QP_FLAG_ALLOW_SCATTER_CQE | MLX5_QP_FLAG_BFREG_INDEX;
 	if (u.flags & ~known)
 		return -EOPNOTSUPP;
-	if (q->is_srq)
-		return -EOPNOTSUPP; /* SRQs come with the next milestone */
+	struct uobj *srq = NULL;
+	if (q->is_srq) {
+		srq = obj_get(c, q->srq_handle, OBJ_SRQ);
+		if (!srq || u.rq_wqe_count)
+			return -EINVAL;
+	}
 	struct uobj *pd = obj_get(c, q->pd_handle, OBJ_PD);
 	struct uobj *scq = obj_get(c, q->send_cq_handle, OBJ_CQ);
 	struct uobj *rcq = obj_get(c, q->recv_cq_handle, OBJ_CQ);
 	if (!pd || !scq || !rcq)
 		return -EINVAL;
 	uint32_t sq = u.sq_wqe_count, rq = u.rq_wqe_count;
-	if ((sq & (sq - 1)) || !sq || sq > 32768 || (rq & (rq - 1)) || rq > 32768 || u.rq_wqe_shift < 4 ||
-	    u.rq_wqe_shift > 10)
+	if ((sq & (sq - 1)) || !sq || sq > 32768 || (rq & (rq - 1)) || rq > 32768 ||
+	    (rq && (u.rq_wqe_shift < 4 || u.rq_wqe_shift > 10)))
 		return -EINVAL;
 	uint64_t rq_bytes = rq ? (uint64_t)rq << u.rq_wqe_shift : 0;
 	if (rq_bytes && rq_bytes < 64)
@@ -626,7 +647,7 @@ static int create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata
 		.pdn = pd->num,
 		.send_cqn = scq->num,
 		.recv_cqn = rcq->num,
-		.srqn = UINT32_MAX,
+		.srqn = srq ? c->objs[q->srq_handle].num : UINT32_MAX,
 		.sq_wqe_cnt = sq,
 		.rq_wqe_cnt = rq,
 		.rq_stride = rq ? 1u << u.rq_wqe_shift : 0,
@@ -647,7 +668,10 @@ static int create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata
 	o->pd = q->pd_handle;
 	o->scq = q->send_cq_handle;
 	o->rcq = q->recv_cq_handle;
+	o->srq = q->is_srq ? q->srq_handle : UINT32_MAX;
 	o->qattr = qa;
+	if (q->is_srq)
+		c->objs[q->srq_handle].users++;
 	pd->users++;
 	scq->users++;
 	rcq->users++;
@@ -783,6 +807,105 @@ static int destroy_qp(struct ctx *c, const uint8_t *in, size_t in_len, size_t ro
 	if (r)
 		return r;
 	obj_destroy(c, cmd->qp_handle);
+	return 0;
+}
+
+
+static int create_srq(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
+{
+	const struct ib_uverbs_create_srq *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	struct mlx5_ib_create_srq u = {0};
+	size_t ulen = in_len - sizeof(*cmd);
+	if (ulen < offsetof(struct mlx5_ib_create_srq, uidx))
+		return -EFAULT;
+	memcpy(&u, in + sizeof(*cmd), ulen < sizeof(u) ? ulen : sizeof(u));
+	if (u.flags || u.reserved0 || u.reserved1)
+		return -EINVAL; /* MLX5_SRQ_FLAG_SIGNATURE: not modelled */
+	struct uobj *pd = obj_get(c, cmd->pd_handle, OBJ_PD);
+	if (!pd)
+		return -EINVAL;
+	/* mlx5_ib create_srq_user: max = roundup_pow_of_two(max_wr + 1), a
+	 * descriptor of the next segment and max_sge data segments, rounded up
+	 * to a power of two, at least 32 bytes. */
+	if (cmd->max_wr < 1 || cmd->max_wr > 32767 || cmd->max_sge > 63 || cmd->srq_limit)
+		return -EINVAL;
+	uint32_t max = 1, desc = 32;
+	while (max < cmd->max_wr + 1)
+		max <<= 1;
+	while (desc < 16 + cmd->max_sge * 16)
+		desc <<= 1;
+	if ((u.buf_addr & 63) || (u.db_addr & 3) || !mapped(u.buf_addr, (uint64_t)max * desc) || !mapped(u.db_addr, 4))
+		return -EFAULT;
+	int h = obj_new(c, OBJ_SRQ);
+	if (h < 0)
+		return h;
+	pd = &c->objs[cmd->pd_handle];
+	uint32_t srqn;
+	int r = mlx5sk_create_srq(c->dev, pd->num, max, desc, u.uidx & 0xffffff, u.buf_addr, u.db_addr, &srqn);
+	if (r) {
+		c->objs[h].type = OBJ_FREE;
+		return r;
+	}
+	struct uobj *o = &c->objs[h];
+	o->num = srqn;
+	o->pd = cmd->pd_handle;
+	o->max_wr = max - 1;
+	o->max_sge = (desc - 16) / 16;
+	pd->users++;
+	struct ib_uverbs_create_srq_resp core = { .srq_handle = (uint32_t)h, .max_wr = max - 1,
+						  .max_sge = o->max_sge, .srqn = srqn };
+	struct mlx5_ib_create_srq_resp drv = { .srqn = srqn };
+	r = put2(cmd->response, &core, sizeof(core), &drv, sizeof(drv), room);
+	if (r)
+		obj_destroy(c, (uint32_t)h);
+	return r;
+}
+
+static int modify_srq(struct ctx *c, const uint8_t *in, size_t in_len)
+{
+	const struct ib_uverbs_modify_srq *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	if (!obj_get(c, cmd->srq_handle, OBJ_SRQ))
+		return -EINVAL;
+	if (cmd->attr_mask & ~3u)
+		return -EINVAL;
+	if (cmd->attr_mask & 1u) /* IB_SRQ_MAX_WR: mlx5 SRQs do not resize */
+		return -EINVAL;
+	if (cmd->attr_mask & 2u) /* IB_SRQ_LIMIT: the limit event is not modelled yet */
+		return -EOPNOTSUPP;
+	return 0;
+}
+
+static int query_srq(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
+{
+	const struct ib_uverbs_query_srq *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	struct uobj *o = obj_get(c, cmd->srq_handle, OBJ_SRQ);
+	if (!o)
+		return -EINVAL;
+	struct ib_uverbs_query_srq_resp r = { .max_wr = o->max_wr, .max_sge = o->max_sge, .srq_limit = 0 };
+	return put(cmd->response, &r, sizeof(r), room);
+}
+
+static int destroy_srq(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
+{
+	const struct ib_uverbs_destroy_srq *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	struct uobj *o = obj_get(c, cmd->srq_handle, OBJ_SRQ);
+	if (!o)
+		return obj_lookup_err(c, cmd->srq_handle);
+	if (o->users)
+		return -EBUSY;
+	struct ib_uverbs_destroy_srq_resp resp = {0};
+	int r = put(cmd->response, &resp, sizeof(resp), room);
+	if (r)
+		return r;
+	obj_destroy(c, cmd->srq_handle);
 	return 0;
 }
 
@@ -1037,6 +1160,18 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 		case IB_USER_VERBS_CMD_DESTROY_QP:
 			ret = destroy_qp(c, in, in_len, out_room);
 			break;
+		case IB_USER_VERBS_CMD_CREATE_SRQ:
+			ret = create_srq(c, in, in_len, out_room);
+			break;
+		case IB_USER_VERBS_CMD_MODIFY_SRQ:
+			ret = modify_srq(c, in, in_len);
+			break;
+		case IB_USER_VERBS_CMD_QUERY_SRQ:
+			ret = query_srq(c, in, in_len, out_room);
+			break;
+		case IB_USER_VERBS_CMD_DESTROY_SRQ:
+			ret = destroy_srq(c, in, in_len, out_room);
+			break;
 		default:
 			ret = -ENOSYS;
 		}
@@ -1056,7 +1191,7 @@ void mlx5sk_close(int fd)
 	struct ctx *c = find(fd, 0, 0);
 	if (c) {
 		/* ib_uverbs_cleanup_ucontext: what names others goes first. */
-		static const uint8_t order[] = { OBJ_QP, OBJ_MR, OBJ_CQ, OBJ_CHANNEL, OBJ_PD };
+		static const uint8_t order[] = { OBJ_QP, OBJ_SRQ, OBJ_MR, OBJ_CQ, OBJ_CHANNEL, OBJ_PD };
 		for (size_t k = 0; k < sizeof(order); k++)
 			for (uint32_t h = 0; h < c->nobjs; h++)
 				if (c->objs[h].type == order[k])
