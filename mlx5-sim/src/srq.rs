@@ -24,14 +24,8 @@ pub(crate) struct Srq {
 }
 
 impl Srq {
-    #[cfg(test)]
-    pub(crate) fn new(attr: &SrqInitAttr) -> Result<Srq, SimError> {
-        // SAFETY: no user memory.
-        unsafe { Srq::new_in(attr, None) }
-    }
-
-    /// [`Srq::new`], with the ring and doorbell record in the program's memory when
-    /// `user` names them (CREATE_SRQ's udata).
+    /// Validates `attr` and allocates the ring and doorbell record, or takes them in the
+    /// program's memory when `user` names them (CREATE_SRQ's udata).
     ///
     /// # Safety
     /// As [`DevMem::borrowed`] for `user.buf` (`wqe_cnt * stride` bytes) and
