@@ -11,7 +11,6 @@
 use std::cell::Cell;
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
-use std::path::Path;
 use std::ptr;
 use std::rc::Rc;
 
@@ -33,8 +32,28 @@ use crate::masks::{self, LocalPath};
 pub struct Hw;
 
 /// sysfs roots (`ibv_get_device_name` names the directory under the first).
-const SYSFS_IB: &str = "/sys/class/infiniband";
-const SYSFS_NET: &str = "/sys/class/net";
+/// The sysfs root, as libibverbs finds it (`ibv_get_sysfs_path`): the
+/// `SYSFS_PATH` environment variable where set (ignored in a setuid or
+/// otherwise secure-execution program, as `secure_getenv` ignores it), else
+/// `/sys`. Under an emulated device (`mlx5_simrun`) it is the emulator's
+/// tree, so the backend reads the same GID table and net devices as the
+/// library it drives.
+fn sysfs_root() -> std::path::PathBuf {
+    // SAFETY: reads the auxiliary vector; no pointer involved.
+    let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
+    match std::env::var_os("SYSFS_PATH") {
+        Some(p) if !secure && !p.is_empty() => std::path::PathBuf::from(p),
+        _ => std::path::PathBuf::from("/sys"),
+    }
+}
+
+fn sysfs_ib() -> std::path::PathBuf {
+    sysfs_root().join("class/infiniband")
+}
+
+fn sysfs_net() -> std::path::PathBuf {
+    sysfs_root().join("class/net")
+}
 
 /// What `ibv_get_device_list` returned, classified. `list_is_null` with
 /// `errno`, or a count. `ENOSYS` (no uverbs in the kernel: what a machine
@@ -561,7 +580,7 @@ impl CtxInner {
     }
 
     fn port_dir(&self, port: u8) -> std::path::PathBuf {
-        gid::port_dir(Path::new(SYSFS_IB), &self.info.name, port)
+        gid::port_dir(&sysfs_ib(), &self.info.name, port)
     }
 
     /// GID `index` of `port`. Through `_ibv_query_gid_ex` when rdma-core has
@@ -624,7 +643,7 @@ impl CtxInner {
         let (sgid_index, mac) = match link_layer {
             LinkLayerRaw::Ethernet => {
                 let i = self.roce_sgid_index(port, pa.gid_tbl_len);
-                let mac = gid::roce_mac(&self.port_dir(port), Path::new(SYSFS_NET), i as u32);
+                let mac = gid::roce_mac(&self.port_dir(port), &sysfs_net(), i as u32);
                 (i, mac.unwrap_or([0; 6]))
             }
             _ => (0, [0; 6]),
@@ -1385,7 +1404,8 @@ mod tests {
     /// machine with devices the list must be well formed.
     #[test]
     fn real_device_list_without_hardware_is_no_device() {
-        let has_sysfs_devices = std::fs::read_dir(SYSFS_IB).map(|mut d| d.next().is_some()).unwrap_or(false);
+        let has_sysfs_devices =
+            std::fs::read_dir(sysfs_ib()).map(|mut d| d.next().is_some()).unwrap_or(false);
         match devices() {
             Err(HwError::NoDevice { .. }) => assert!(!has_sysfs_devices, "devices in sysfs but none listed"),
             Err(HwError::LibraryNotFound { .. }) => {}

@@ -102,6 +102,27 @@ impl std::fmt::Debug for Rdma {
     }
 }
 
+/// Keeps `libibverbs.so.1` and `libmlx5.so.1` loaded for the rest of the
+/// process, once one load succeeded: an extra reference that is never
+/// dropped. rdma-core is not built to be unloaded and loaded again: its
+/// providers register themselves with libibverbs from ELF constructors,
+/// which do not run again for a provider still mapped, and contexts of one
+/// load would meet the function tables of another (`mlx5dv_create_cq`
+/// refusing a context whose device ops are the old library's: EOPNOTSUPP).
+/// Without the pin, the last handle of one thread to go unloads both while
+/// another thread loads them again; threads opening and closing devices
+/// concurrently hit that (found on the emulated device, `mlx5_simrun`).
+fn pin_loaded() {
+    static PINNED: std::sync::Once = std::sync::Once::new();
+    PINNED.call_once(|| {
+        for file in [LIBIBVERBS, LIBMLX5] {
+            if let Ok(lib) = open(file) {
+                std::mem::forget(lib);
+            }
+        }
+    });
+}
+
 fn open(file: &str) -> Result<Library, HwError> {
     // SAFETY: loading rdma-core runs its ELF constructors, which only set
     // up provider registration; no Rust invariant depends on them.
@@ -123,7 +144,9 @@ unsafe fn sym<F: Copy>(lib: &Library, file: &str, symbol: &'static str) -> Resul
 impl Rdma {
     /// Load `libibverbs.so.1` and `libmlx5.so.1`.
     pub fn load() -> Result<Self, HwError> {
-        Self::load_from(LIBIBVERBS, LIBMLX5)
+        let r = Self::load_from(LIBIBVERBS, LIBMLX5)?;
+        pin_loaded();
+        Ok(r)
     }
 
     /// Load from the given file names (a path, or a name the dynamic loader

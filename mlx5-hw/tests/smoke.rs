@@ -9,6 +9,10 @@
 //!
 //! The conformance suite of the workspace runs the full scenarios on both
 //! backends; this only proves the control path and the doorbell end to end.
+//!
+//! Without a NIC, `the_smoke_test_runs_on_the_emulated_device` runs it on
+//! the simulator under the unmodified libibverbs and libmlx5
+//! (`mlx5_simrun`, the emulated uverbs kernel).
 
 use std::time::{Duration, Instant};
 
@@ -60,4 +64,41 @@ fn rc_loopback_rdma_write_on_hardware() -> Result<(), Box<dyn std::error::Error>
     dst.read(0, &mut got)?;
     assert_eq!(got, pattern);
     Ok(())
+}
+
+/// The test above, inside `mlx5_simrun`: the same code, the real
+/// libibverbs and libmlx5, the simulator as the device. Ignored, with the
+/// reason, where they are not installed.
+#[test]
+#[cfg_attr(
+    emu_skip_no_library,
+    ignore = "libibverbs.so.1 / libmlx5.so.1 not installed (Debian: ibverbs-providers; .ci/run installs them)"
+)]
+fn the_smoke_test_runs_on_the_emulated_device() {
+    use std::process::Command;
+    let me = std::env::current_exe().unwrap();
+    let bin = me.parent().unwrap().parent().unwrap();
+    let simrun = bin.join("mlx5_simrun");
+    if !simrun.exists() || !bin.join("libmlx5_simkern.so").exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = Command::new(cargo)
+            .args(["build", "-q", "-p", "mlx5-simrun", "-p", "mlx5-simkern"])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "building mlx5_simrun and the preload library");
+    }
+    for link in ["ib", "roce"] {
+        let o = Command::new(&simrun)
+            .args(["--link", link, "--"])
+            .arg(&me)
+            .args(["--ignored", "--exact", "rc_loopback_rdma_write_on_hardware"])
+            .env(mlx5_hw::TEST_DEVICE_ENV, "mlx5_0")
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{link}: {}\n{out}\n{err}", o.status);
+        assert!(out.contains("test result: ok. 1 passed; 0 failed"), "{link}:\n{out}\n{err}");
+    }
 }

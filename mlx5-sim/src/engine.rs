@@ -72,6 +72,10 @@ pub(crate) struct UarCtx {
     pub regs: Vec<u32>,
     /// QPs created on the context so far (QP n uses register n % CTX_REGS).
     pub qps: u32,
+    /// Registers on the program's own UAR pages ([`Host::attach_uar_page`]), and those
+    /// pages (indices into `uar_pages`): dropped, never reused, when the context closes.
+    pub borrowed_regs: Vec<u32>,
+    pub borrowed_pages: Vec<usize>,
 }
 
 /// State of one simulated host / NIC.
@@ -110,6 +114,9 @@ pub(crate) struct Host {
     pub next_channel: u32,
     /// The page CQ doorbells (arm requests) are stored into at offset 0x20 in watch mode.
     pub cq_page: crate::mem::DevMem,
+    /// UAR pages of the program's ([`crate::Nic::attach_uar_page`]) whose CQ doorbell
+    /// word (offset 0x20) is watched as well: indices into `uar_pages`.
+    pub cq_db_pages: Vec<usize>,
     scratch: Vec<u32>,
     /// The NIC's clock, used as CQE timestamp: one tick per WQE executed or message
     /// received, per RNR-timer period.
@@ -186,6 +193,7 @@ impl Host {
             channels: IdMap::default(),
             next_channel: 1,
             cq_page: crate::mem::DevMem::new(4096, 4096).expect("a 4 KiB page"),
+            cq_db_pages: Vec::new(),
             scratch: Vec::new(),
             clock: 0,
             dirty: Vec::new(),
@@ -229,6 +237,44 @@ impl Host {
             c.regs[n]
         };
         self.uars.get_mut(&r).expect("allocated").users += 1;
+        Some(r)
+    }
+
+    /// Attaches a UAR page of the program's to `context`: its registers (at the offsets
+    /// of the model's own pages, which are mlx5's: 0x800 + k * 0x200) are appended to the
+    /// context's, and its CQ doorbell word is watched. Returns the first register.
+    ///
+    /// # Safety
+    /// As [`crate::mem::DevMem::borrowed`] for 4096 bytes at `page`, until the context
+    /// closes.
+    pub(crate) unsafe fn attach_uar_page(&mut self, context: u32, page: *mut u8) -> Option<u32> {
+        // SAFETY: caller contract.
+        let mem = unsafe { crate::mem::DevMem::borrowed(page, 4096, 4096) }?;
+        if !self.contexts.contains_key(&context) {
+            return None;
+        }
+        let idx = self.uar_pages.len();
+        self.uar_pages.push(mem);
+        let first = self.next_uar;
+        self.next_uar += REGS_PER_PAGE;
+        let c = self.contexts.get_mut(&context).expect("checked");
+        c.borrowed_pages.push(idx);
+        for k in 0..REGS_PER_PAGE {
+            let off = FIRST_REG + k as usize * REG_BYTES;
+            self.uars.insert(first + k, Uar { expected_offset: 0, epoch: 0, page: idx, off, users: 0 });
+            c.borrowed_regs.push(first + k);
+        }
+        self.cq_db_pages.push(idx);
+        Some(first)
+    }
+
+    /// Gives register `r` of `context`'s attached pages to a new QP.
+    pub(crate) fn take_borrowed_reg(&mut self, context: u32, r: u32) -> Option<u32> {
+        let c = self.contexts.get(&context)?;
+        if !c.borrowed_regs.contains(&r) {
+            return None;
+        }
+        self.uars.get_mut(&r)?.users += 1;
         Some(r)
     }
 
@@ -1682,6 +1728,18 @@ pub(crate) fn scan_uars(st: &mut FabricState, h: usize) -> u64 {
     if v != 0 {
         seen += 1;
         cq_doorbell(st, h, v.to_ne_bytes());
+    }
+    for i in 0..st.hosts[h].cq_db_pages.len() {
+        let page = st.hosts[h].cq_db_pages[i];
+        let cq_db = st.hosts[h].uar_pages[page].ptr().wrapping_add(0x20);
+        // SAFETY: 8-aligned inside a live UAR page of the program's, attached until its
+        // context closes (which removes it from `cq_db_pages` first).
+        let v = unsafe { std::sync::atomic::AtomicU64::from_ptr(cq_db.cast::<u64>()) }
+            .swap(0, std::sync::atomic::Ordering::AcqRel);
+        if v != 0 {
+            seen += 1;
+            cq_doorbell(st, h, v.to_ne_bytes());
+        }
     }
     for &r in &regs {
         let Some(u) = st.hosts[h].uars.get(&r).copied() else { continue };

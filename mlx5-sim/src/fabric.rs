@@ -1017,7 +1017,7 @@ impl Nic {
     /// `dbrec` are null and its `uar_index` is `u32::MAX`.
     pub fn create_qp(&self, attr: &QpInitAttr) -> Result<QpResources, SimError> {
         // SAFETY: no user memory.
-        unsafe { self.create_qp_at(attr, None) }
+        unsafe { self.create_qp_at(attr, None, None) }
     }
 
     /// [`Nic::create_qp`] over a QP buffer and doorbell record in the program's own memory
@@ -1033,7 +1033,26 @@ impl Nic {
             return bad("a DCT has no rings of its own");
         }
         // SAFETY: caller contract.
-        unsafe { self.create_qp_at(attr, Some(user)) }
+        unsafe { self.create_qp_at(attr, Some(user), None) }
+    }
+
+    /// [`Nic::create_qp_in`], the QP ringing register `reg` of its context's attached
+    /// pages ([`Nic::attach_uar_page`]), as the kernel's response names the bfreg the
+    /// driver will ring.
+    ///
+    /// # Safety
+    /// As [`Nic::create_qp_in`].
+    pub unsafe fn create_qp_in_reg(
+        &self,
+        attr: &QpInitAttr,
+        user: UserRings,
+        reg: u32,
+    ) -> Result<QpResources, SimError> {
+        if attr.qp_type == QpType::Dct {
+            return bad("a DCT has no rings of its own");
+        }
+        // SAFETY: caller contract.
+        unsafe { self.create_qp_at(attr, Some(user), Some(reg)) }
     }
 
     /// # Safety
@@ -1042,6 +1061,7 @@ impl Nic {
         &self,
         attr: &QpInitAttr,
         user: Option<UserRings>,
+        reg: Option<u32>,
     ) -> Result<QpResources, SimError> {
         let mut st = self.state();
         // Threaded and watch modes may handle a doorbell after its WQE ran.
@@ -1081,7 +1101,11 @@ impl Nic {
         if late_doorbells {
             qp.keep_shadow_per_slot();
         }
-        if !dct {
+        if let Some(r) = reg {
+            qp.uar_index = host.take_borrowed_reg(attr.context, r).ok_or(SimError::InvalidArgument {
+                what: "no such register on the context's attached pages",
+            })?;
+        } else if !dct {
             qp.uar_index = host.assign_reg(attr.context, attr.dedicated_uar).ok_or(SimError::OutOfMemory)?;
         }
         let uar_index = qp.uar_index;
@@ -1364,6 +1388,26 @@ impl Nic {
         id
     }
 
+    /// Attaches a UAR page of the program's own to device context `context` (an emulated
+    /// kernel hands the driver such a page for its `mmap` of the command fd, as mlx5_ib
+    /// maps a UAR): the page's four registers, at the offsets of an mlx5 UAR page
+    /// (0x800 + k * 0x200, two BlueFlame halves each), become the context's, for
+    /// [`Nic::create_qp_in_reg`] to name; the CQ doorbell at offset 0x20 is watched.
+    /// Doorbells and BlueFlame writes there are seen and counted as on the model's own
+    /// pages (watch and threaded modes scan them). Returns the first register's index
+    /// (the other three follow it).
+    ///
+    /// # Safety
+    /// `page` is 4096-aligned and its 4096 bytes stay mapped and writable until
+    /// `close_context(context)` returns.
+    pub unsafe fn attach_uar_page(&self, context: u32, page: *mut u8) -> Result<u32, SimError> {
+        let mut st = self.state();
+        // SAFETY: caller contract.
+        unsafe { st.hosts[self.host].attach_uar_page(context, page) }.ok_or(SimError::InvalidArgument {
+            what: "UAR page: no such context, or not a 4096-aligned page",
+        })
+    }
+
     /// Closes a device context; `Busy` while QPs use its registers.
     pub fn close_context(&self, id: u32) -> Result<(), SimError> {
         let mut st = self.state();
@@ -1371,10 +1415,18 @@ impl Nic {
         let Some(c) = host.contexts.get(&id) else {
             return bad("no such device context");
         };
-        if c.regs.iter().any(|r| host.uars.get(r).is_some_and(|u| u.users > 0)) {
+        if c.regs.iter().chain(&c.borrowed_regs).any(|r| host.uars.get(r).is_some_and(|u| u.users > 0)) {
             return Err(SimError::Busy { what: "context has QPs" });
         }
         let c = host.contexts.remove(&id).expect("checked");
+        for r in &c.borrowed_regs {
+            host.uars.remove(r);
+        }
+        host.cq_db_pages.retain(|p| !c.borrowed_pages.contains(p));
+        for &p in &c.borrowed_pages {
+            // The program's page is no longer read: a model-owned page takes its slot.
+            host.uar_pages[p] = crate::mem::DevMem::new(4096, 4096).ok_or(SimError::OutOfMemory)?;
+        }
         for r in c.regs {
             if let Some(u) = host.uars.get_mut(&r) {
                 u.expected_offset = 0;

@@ -11,7 +11,7 @@
 //! kernel pins them.
 
 use std::ffi::c_int;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use mlx5_sim::{
     CqInitAttr, Fabric, MiniCqeFormat, Nic, QpInitAttr, QpModify, QpState, QpType, RcPath, SimError,
@@ -26,8 +26,9 @@ pub(crate) struct Devices {
 }
 
 /// The devices of mlx5_simrun's setup (one InfiniBand device without it).
+static DEVS: OnceLock<Devices> = OnceLock::new();
+
 pub(crate) fn devices() -> &'static Devices {
-    static DEVS: OnceLock<Devices> = OnceLock::new();
     DEVS.get_or_init(|| {
         let setup = std::env::var(mlx5_simrun::ENV_SETUP)
             .ok()
@@ -35,8 +36,27 @@ pub(crate) fn devices() -> &'static Devices {
             .unwrap_or(mlx5_simrun::Setup { devices: 1, roce: false });
         let fabric = setup.fabric();
         let nics = fabric.nics();
+        if std::env::var_os(STATS_ENV).is_some() {
+            // SAFETY: registering a plain function to run at exit.
+            unsafe { libc::atexit(write_stats) };
+        }
         Devices { _fabric: fabric, nics }
     })
+}
+
+/// `MLX5_SIMKERN_STATS=FILE`: at exit, each device's counters go to FILE,
+/// a line per device (`mlx5_0 NicStats { doorbells: .., bf_writes: .., .. }`), for tests
+/// and for users who want to see what the program asked of the device.
+pub const STATS_ENV: &str = "MLX5_SIMKERN_STATS";
+
+extern "C" fn write_stats() {
+    let Some(path) = std::env::var_os(STATS_ENV) else { return };
+    let Some(d) = DEVS.get() else { return };
+    let mut out = String::new();
+    for (i, n) in d.nics.iter().enumerate() {
+        out += &format!("mlx5_{i} {:?}\n", n.stats());
+    }
+    let _ = std::fs::write(path, out);
 }
 
 fn nic(dev: c_int) -> Result<&'static Nic, c_int> {
@@ -129,7 +149,8 @@ pub extern "C" fn mlx5sk_dereg_mr(dev: c_int, key: u32) -> c_int {
 
 /// CREATE_CQ over the program's ring: `cqe_cnt` entries of `cqe_size`
 /// bytes at `buf`, doorbell record at `db`; `comp` 0 (no compression), 1
-/// (hash mini-CQEs) or 2 (checksum). The CQN in `*cqn`.
+/// (hash mini-CQEs) or 2 (checksum); `channel` the simulator's completion
+/// channel (`mlx5sk_create_channel`) or `u32::MAX`. The CQN in `*cqn`.
 ///
 /// # Safety
 /// `[buf, buf + cqe_cnt * cqe_size)` and `[db, db + 8)` stay the program's
@@ -143,6 +164,7 @@ pub unsafe extern "C" fn mlx5sk_create_cq(
     buf: u64,
     db: u64,
     comp: u32,
+    channel: u32,
     cqn: *mut u32,
 ) -> c_int {
     let n = match nic(dev) {
@@ -155,7 +177,8 @@ pub unsafe extern "C" fn mlx5sk_create_cq(
         2 => Some(MiniCqeFormat::Csum),
         _ => return -libc::EINVAL,
     };
-    let attr = CqInitAttr { cqe_cnt, cqe_size, compression, channel: None };
+    let attr =
+        CqInitAttr { cqe_cnt, cqe_size, compression, channel: (channel != u32::MAX).then_some(channel) };
     let user = UserRings { buf: buf as *mut u8, dbrec: db as *mut u8 };
     // SAFETY: caller contract.
     unsafe { give(n.create_cq_in(&attr, user).map(|r| r.cqn), cqn) }
@@ -170,7 +193,8 @@ pub extern "C" fn mlx5sk_destroy_cq(dev: c_int, cqn: u32) -> c_int {
 /// What `kern.c` asks for a new QP (`struct mlx5sk_qp_init`).
 #[repr(C)]
 pub struct QpInit {
-    /// `IB_QPT_*`: 2 RC, 4 UD.
+    /// `IB_QPT_*`: 2 RC, 4 UD; and 0x100 DCI, 0x101 DCT (`IB_QPT_DRIVER`
+    /// with mlx5_ib's type flag).
     qp_type: u32,
     pdn: u32,
     send_cqn: u32,
@@ -182,6 +206,13 @@ pub struct QpInit {
     rq_stride: u32,
     user_index: u32,
     scatter_to_cqe: u32,
+    /// DCT: the access key DCIs present.
+    dc_key: u64,
+    /// The simulator's device context.
+    context: u32,
+    /// The register the driver rings (an attached UAR page's), or
+    /// `u32::MAX` for one of the simulator's own.
+    reg: u32,
     buf: u64,
     db: u64,
 }
@@ -203,6 +234,8 @@ pub unsafe extern "C" fn mlx5sk_create_qp(dev: c_int, q: *const QpInit, qpn: *mu
     let qp_type = match q.qp_type {
         2 => QpType::Rc,
         4 => QpType::Ud,
+        0x100 => QpType::Dci,
+        0x101 => QpType::Dct,
         _ => return -libc::EOPNOTSUPP,
     };
     let attr = QpInitAttr {
@@ -216,11 +249,25 @@ pub unsafe extern "C" fn mlx5sk_create_qp(dev: c_int, q: *const QpInit, qpn: *mu
         user_index: q.user_index,
         srqn: (q.srqn != u32::MAX).then_some(q.srqn),
         scatter_to_cqe: q.scatter_to_cqe != 0,
+        context: q.context,
+        dc_key: q.dc_key,
         ..QpInitAttr::default()
     };
+    if qp_type == QpType::Dct {
+        // No rings and no register: the DCT only receives, into its SRQ.
+        // SAFETY: caller contract.
+        return unsafe { give(n.create_qp(&attr).map(|r| r.qpn), qpn) };
+    }
     let user = UserRings { buf: q.buf as *mut u8, dbrec: q.db as *mut u8 };
     // SAFETY: caller contract.
-    unsafe { give(n.create_qp_in(&attr, user).map(|r| r.qpn), qpn) }
+    let r = unsafe {
+        match q.reg {
+            u32::MAX => n.create_qp_in(&attr, user),
+            reg => n.create_qp_in_reg(&attr, user, reg),
+        }
+    };
+    // SAFETY: caller contract.
+    unsafe { give(r.map(|r| r.qpn), qpn) }
 }
 
 /// What `kern.c` asks of MODIFY_QP (`struct mlx5sk_qp_mod`), from
@@ -417,4 +464,156 @@ pub unsafe extern "C" fn mlx5sk_create_srq(
 #[no_mangle]
 pub extern "C" fn mlx5sk_destroy_srq(dev: c_int, srqn: u32) -> c_int {
     nic(dev).map_or_else(|e| e, |n| unit(n.destroy_srq(srqn)))
+}
+
+/// A device context of the simulator for a command fd (GET_CONTEXT): its
+/// number in `*id`.
+///
+/// # Safety
+/// `id` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_open_context(dev: c_int, id: *mut u32) -> c_int {
+    match nic(dev) {
+        // SAFETY: caller contract.
+        Ok(n) => unsafe { give(Ok(n.open_context()), id) },
+        Err(e) => e,
+    }
+}
+
+/// The context closes (its command fd did; every QP is gone).
+#[no_mangle]
+pub extern "C" fn mlx5sk_close_context(dev: c_int, id: u32) -> c_int {
+    nic(dev).map_or_else(|e| e, |n| unit(n.close_context(id)))
+}
+
+/// A UAR page of the context's (the emulated kernel's own mapping of the
+/// page the program maps through the command fd): its first register in
+/// `*reg`.
+///
+/// # Safety
+/// `page` is 4096 bytes, 4096-aligned, mapped until the context closes;
+/// `reg` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_attach_uar(dev: c_int, ctx: u32, page: *mut u8, reg: *mut u32) -> c_int {
+    match nic(dev) {
+        // SAFETY: caller contract.
+        Ok(n) => unsafe { give(n.attach_uar_page(ctx, page), reg) },
+        Err(e) => e,
+    }
+}
+
+/// Completion channels of the simulator that the forwarder watches:
+/// (device, channel, the descriptor readable while it has events).
+static CHANNELS: Mutex<Vec<(c_int, u32, c_int)>> = Mutex::new(Vec::new());
+
+/// A completion channel of the simulator's (CREATE_COMP_CHANNEL): its
+/// number in `*id`. Its events reach the program through the forwarder.
+///
+/// # Safety
+/// `id` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_create_channel(dev: c_int, id: *mut u32) -> c_int {
+    let n = match nic(dev) {
+        Ok(n) => n,
+        Err(e) => return e,
+    };
+    match n.create_comp_channel() {
+        Ok((ch, fd)) => {
+            CHANNELS.lock().unwrap_or_else(|e| e.into_inner()).push((dev, ch, fd));
+            start_forwarder();
+            // SAFETY: caller contract.
+            unsafe { id.write(ch) };
+            0
+        }
+        Err(e) => errno(&e),
+    }
+}
+
+/// The channel goes (its context closes; no CQ uses it any more).
+#[no_mangle]
+pub extern "C" fn mlx5sk_destroy_channel(dev: c_int, id: u32) -> c_int {
+    CHANNELS.lock().unwrap_or_else(|e| e.into_inner()).retain(|&(d, c, _)| (d, c) != (dev, id));
+    nic(dev).map_or_else(|e| e, |n| unit(n.destroy_comp_channel(id)))
+}
+
+extern "C" {
+    /// `kern.c`: the event of CQ `cqn` on channel `channel` goes to the
+    /// program's end of that channel.
+    fn mlx5sk_comp_event(dev: c_int, channel: u32, cqn: u32);
+    /// `kern.c`: an asynchronous event (`IBV_EVENT_*`) of the object whose
+    /// number is `num` (a CQN or QPN; for port and device events, none)
+    /// goes to the async fd of the context that owns it (of every context
+    /// of the device, for port and device events).
+    fn mlx5sk_async_event(dev: c_int, event_type: u32, num: u32);
+}
+
+/// `IBV_EVENT_*` of a simulator event, and the object it names.
+fn async_event(e: mlx5_sim::AsyncEvent) -> (u32, u32) {
+    use mlx5_sim::AsyncEvent as E;
+    match e {
+        E::CqOverrun { cqn } => (0, cqn), // IBV_EVENT_CQ_ERR
+        E::QpFatal { qpn } => (1, qpn),   // IBV_EVENT_QP_FATAL
+        E::DeviceFatal => (8, u32::MAX),  // IBV_EVENT_DEVICE_FATAL
+        E::PortActive => (9, 1),          // IBV_EVENT_PORT_ACTIVE, port 1
+        E::PortError => (10, 1),          // IBV_EVENT_PORT_ERR, port 1
+    }
+}
+
+/// Starts, once per process, the thread that carries the simulator's
+/// events to the program: completion events to the channels' descriptors
+/// (as the kernel's `ib_uverbs_comp_handler` queues them), asynchronous
+/// events to the async fds. It sleeps in `poll(2)` on the channels, and
+/// looks for asynchronous events every 5 ms.
+fn start_forwarder() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        let _ = std::thread::Builder::new().name("mlx5_simkern-events".into()).spawn(|| loop {
+            let chans: Vec<(c_int, u32, c_int)> = CHANNELS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let mut fds: Vec<libc::pollfd> = chans
+                .iter()
+                .map(|&(_, _, fd)| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+                .collect();
+            // SAFETY: `fds` holds `fds.len()` entries.
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 5) };
+            for (&(dev, ch, _), p) in chans.iter().zip(&fds) {
+                if p.revents == 0 {
+                    continue;
+                }
+                let Ok(n) = nic(dev) else { continue };
+                while let Ok(Some(cqn)) = n.get_cq_event(ch) {
+                    // SAFETY: plain values.
+                    unsafe { mlx5sk_comp_event(dev, ch, cqn) };
+                }
+            }
+            for (dev, n) in devices().nics.iter().enumerate() {
+                while let Some(e) = n.take_async_event() {
+                    let (ty, num) = async_event(e);
+                    if ty != u32::MAX {
+                        // SAFETY: plain values.
+                        unsafe { mlx5sk_async_event(dev as c_int, ty, num) };
+                    }
+                }
+            }
+        });
+    });
+}
+
+/// Asynchronous events are carried once a context exists.
+#[no_mangle]
+pub extern "C" fn mlx5sk_start_events() {
+    start_forwarder();
+}
+
+/// A DCT's number (what DCIs address; mlx5_ib reports it in MODIFY_QP's
+/// response at INIT to RTR), in `*dctn`.
+///
+/// # Safety
+/// `dctn` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_dct_number(dev: c_int, qpn: u32, dctn: *mut u32) -> c_int {
+    match nic(dev) {
+        // SAFETY: caller contract.
+        Ok(n) => unsafe { give(n.dct_number(qpn), dctn) },
+        Err(e) => e,
+    }
 }

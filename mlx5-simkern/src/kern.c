@@ -18,7 +18,7 @@
  *   sizes, provider_* the udata. A successful write returns its length;
  *   a failed one -1 with the kernel's errno.
  */
-#define _GNU_SOURCE /* process_vm_writev */
+#define _GNU_SOURCE /* process_vm_writev, memfd_create */
 #include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -57,8 +57,14 @@ extern int mlx5sk_dev_info(int dev, struct mlx5sk_dev *out);
 struct mlx5sk_qp_init {
 	uint32_t qp_type, pdn, send_cqn, recv_cqn, srqn, sq_wqe_cnt, rq_wqe_cnt, rq_stride, user_index,
 		scatter_to_cqe;
+	uint64_t dc_key;
+	uint32_t context, reg;
 	uint64_t buf, db;
 };
+extern int mlx5sk_dct_number(int dev, uint32_t qpn, uint32_t *dctn);
+extern int mlx5sk_open_context(int dev, uint32_t *id);
+extern int mlx5sk_close_context(int dev, uint32_t id);
+extern int mlx5sk_attach_uar(int dev, uint32_t ctx, void *page, uint32_t *reg);
 struct mlx5sk_qp_mod {
 	uint32_t mask, state, port, access, dest_qpn, dlid, is_global, sl;
 	uint8_t dgid[16];
@@ -70,7 +76,10 @@ extern int mlx5sk_dealloc_pd(int dev, uint32_t pdn);
 extern int mlx5sk_reg_mr(int dev, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access, uint32_t *key);
 extern int mlx5sk_dereg_mr(int dev, uint32_t key);
 extern int mlx5sk_create_cq(int dev, uint32_t cqe_cnt, uint32_t cqe_size, uint64_t buf, uint64_t db, uint32_t comp,
-			    uint32_t *cqn);
+			    uint32_t channel, uint32_t *cqn);
+extern int mlx5sk_create_channel(int dev, uint32_t *id);
+extern int mlx5sk_destroy_channel(int dev, uint32_t id);
+extern void mlx5sk_start_events(void);
 extern int mlx5sk_destroy_cq(int dev, uint32_t cqn);
 extern int mlx5sk_create_qp(int dev, const struct mlx5sk_qp_init *q, uint32_t *qpn);
 extern int mlx5sk_modify_qp(int dev, uint32_t qpn, const struct mlx5sk_qp_mod *m);
@@ -93,8 +102,15 @@ struct uobj {
 	uint32_t pd, scq, rcq, srq; /* handles this object names (srq: UINT32_MAX for none) */
 	uint32_t max_wr, max_sge; /* SRQ: what QUERY_SRQ reports */
 	int peer;            /* channel: our end */
+	uint32_t sim_chan;   /* channel: the simulator's */
+	uint64_t user_handle; /* CQ, QP, SRQ: the library's pointer, named by events */
+	uint32_t comp_events, async_events; /* events delivered (DESTROY_* reports them) */
+	uint32_t qp_kind;    /* QP: IB_QPT_RC, IB_QPT_UD, or 0x100 DCI / 0x101 DCT */
 	struct ib_uverbs_query_qp_resp *qattr; /* QP: what QUERY_QP reports */
 };
+
+/* UAR pages of a context: total_num_bfregs / 2 (mlx5_ib's limit, 512 bfregs). */
+#define MAX_UAR_PAGES 256
 
 /* Per command fd: the device and the context GET_CONTEXT made. */
 struct ctx {
@@ -102,12 +118,24 @@ struct ctx {
 	int dev;
 	int has_ucontext;
 	int async_peer; /* our end of the async event socketpair */
+	int async_fd;   /* the program's end */
 	struct uobj *objs;
 	uint32_t nobjs;
+	/* The simulator's context, and the UAR pages: a memfd of npages pages
+	 * that the program maps through the command fd (mlx5sk_mmap_target)
+	 * and that the simulator watches through this process's own mapping
+	 * (`uars`), so the program's doorbells and BlueFlame writes reach it. */
+	uint32_t sim_ctx;
+	int memfd;
+	uint8_t *uars;
+	uint32_t npages, first_reg[MAX_UAR_PAGES];
+	uint32_t medium_lo, medium_hi, next_bfreg; /* compact bfreg indices handed to QPs, in turn */
 };
 
 /* Objects a context may hold (the kernel's limit is memory). */
 #define MAX_OBJS (1u << 16)
+
+static void uars_close(struct ctx *c);
 
 #define MAX_CTX 256
 static struct ctx ctxs[MAX_CTX];
@@ -132,6 +160,8 @@ static struct ctx *find(int fd, int dev, int create)
 			ctxs[i].fd = fd;
 			ctxs[i].dev = dev;
 			ctxs[i].async_peer = -1;
+			ctxs[i].async_fd = -1;
+			ctxs[i].memfd = -1;
 			return &ctxs[i];
 		}
 	return NULL;
@@ -208,6 +238,58 @@ static void fill_query_device(const struct mlx5sk_dev *d, struct ib_uverbs_query
 	r->max_ah = 0x7fffffff;
 }
 
+/* The context's UAR pages: a memfd of `n` pages, mapped here for the
+ * simulator, each page attached to the simulator's context. */
+static int uars_open(struct ctx *c, uint32_t n)
+{
+	if (!n || n > MAX_UAR_PAGES)
+		return -ENOMEM;
+	uint32_t id;
+	int r = mlx5sk_open_context(c->dev, &id);
+	if (r)
+		return r;
+	int fd = memfd_create("mlx5_simkern-uar", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)n * 4096)) {
+		r = -errno;
+		if (fd >= 0)
+			close(fd);
+		mlx5sk_close_context(c->dev, id);
+		return r;
+	}
+	void *p = mmap(NULL, (size_t)n * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		r = -errno;
+		close(fd);
+		mlx5sk_close_context(c->dev, id);
+		return r;
+	}
+	c->sim_ctx = id;
+	c->memfd = fd;
+	c->uars = p;
+	c->npages = n;
+	for (uint32_t i = 0; i < n; i++) {
+		r = mlx5sk_attach_uar(c->dev, id, c->uars + (size_t)i * 4096, &c->first_reg[i]);
+		if (r) {
+			uars_close(c);
+			return r;
+		}
+	}
+	return 0;
+}
+
+/* After every QP of the context is destroyed. */
+static void uars_close(struct ctx *c)
+{
+	if (c->memfd < 0)
+		return;
+	mlx5sk_close_context(c->dev, c->sim_ctx);
+	munmap(c->uars, (size_t)c->npages * 4096);
+	close(c->memfd);
+	c->memfd = -1;
+	c->uars = NULL;
+	c->npages = 0;
+}
+
 static int get_context(struct ctx *c, const struct mlx5sk_dev *d, const uint8_t *in, size_t in_len,
 		       size_t out_room)
 {
@@ -228,9 +310,21 @@ static int get_context(struct ctx *c, const struct mlx5sk_dev *d, const uint8_t 
 		return -EINVAL;
 	if (req.total_num_bfregs > 512)
 		return -ENOMEM;
+	uint32_t tot = req.total_num_bfregs ? (req.total_num_bfregs + 1) & ~1u : 16;
+	if (req.num_low_latency_bfregs > tot - 1)
+		return -EINVAL; /* mlx5_ib: at least one medium bfreg besides bfreg 0 */
+	int err = uars_open(c, tot / 2);
+	if (err)
+		return err;
+	c->medium_lo = 1;
+	c->medium_hi = tot - req.num_low_latency_bfregs; /* [1, hi): the shared, locked bfregs */
+	c->next_bfreg = 0;
 	int sv[2];
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
-		return -errno;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
+		err = -errno;
+		uars_close(c);
+		return err;
+	}
 	struct {
 		struct ib_uverbs_get_context_resp core;
 		struct mlx5_ib_alloc_ucontext_resp drv;
@@ -241,7 +335,7 @@ static int get_context(struct ctx *c, const struct mlx5sk_dev *d, const uint8_t 
 	r.drv.qp_tab_size = 1 << 18;
 	r.drv.bf_reg_size = 2 * d->bf_size;
 	/* As many as asked for, rounded up to whole UARs (2 each). */
-	r.drv.tot_bfregs = req.total_num_bfregs ? (req.total_num_bfregs + 1) & ~1u : 16;
+	r.drv.tot_bfregs = tot;
 	r.drv.cache_line_size = 64;
 	r.drv.max_sq_desc_sz = d->max_wqe_sz_sq > 1008 ? 1008 : d->max_wqe_sz_sq;
 	r.drv.max_rq_desc_sz = 512;
@@ -258,10 +352,13 @@ static int get_context(struct ctx *c, const struct mlx5sk_dev *d, const uint8_t 
 	if (put(cmd->response, &r, sizeof(r), out_room)) {
 		close(sv[0]);
 		close(sv[1]);
+		uars_close(c);
 		return -EFAULT;
 	}
 	c->has_ucontext = 1;
 	c->async_peer = sv[1];
+	c->async_fd = sv[0];
+	mlx5sk_start_events();
 	return 0;
 }
 
@@ -353,6 +450,50 @@ static int mapped(uint64_t addr, uint64_t len)
 	return 1;
 }
 
+/*
+ * An object is destroyed: the events of it that the program has not read
+ * yet leave the queue, and are no longer counted as reported, as the
+ * kernel's ib_uverbs_release_ucq / ib_uverbs_release_uevent drop them.
+ * libibverbs waits at destroy until it has acknowledged as many events as
+ * the response reports. `user_fd` is the program's end of the event
+ * socketpair (messages of `size` bytes whose first 8 are the object's
+ * handle; with `types`, a bit mask of the async event types that name
+ * such an object), `peer` ours.
+ */
+static void drop_unread_events(int user_fd, int peer, size_t size, uint64_t handle, uint32_t types,
+			       uint32_t *reported)
+{
+	enum { KEEP = 1024 };
+	uint8_t msg[16];
+	uint8_t(*kept)[16] = malloc(KEEP * 16);
+	size_t n = 0;
+	if (!kept || user_fd < 0 || peer < 0) {
+		free(kept);
+		return;
+	}
+	while (recv(user_fd, msg, size, MSG_DONTWAIT) == (ssize_t)size) {
+		uint64_t h;
+		uint32_t type = 0;
+		memcpy(&h, msg, 8);
+		if (size >= 12)
+			memcpy(&type, msg + 8, 4);
+		if (h == handle && (!types || (type < 32 && (types >> type) & 1))) {
+			if (*reported)
+				(*reported)--;
+		} else if (n < KEEP) {
+			memcpy(kept[n++], msg, size);
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		send(peer, kept[i], size, MSG_NOSIGNAL | MSG_DONTWAIT);
+	free(kept);
+}
+
+/* IBV_EVENT_* that name a CQ, a QP, an SRQ. */
+#define CQ_EVENTS (1u << 0)
+#define QP_EVENTS ((1u << 1) | (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5) | (1u << 6) | (1u << 7) | (1u << 16))
+#define SRQ_EVENTS ((1u << 14) | (1u << 15))
+
 /* Tears one object down in the simulator and frees its slot. */
 static void obj_destroy(struct ctx *c, uint32_t h)
 {
@@ -382,6 +523,7 @@ static void obj_destroy(struct ctx *c, uint32_t h)
 		c->objs[o->pd].users--;
 		break;
 	case OBJ_CHANNEL:
+		mlx5sk_destroy_channel(c->dev, o->sim_chan);
 		if (o->peer >= 0)
 			close(o->peer);
 		break;
@@ -504,8 +646,17 @@ static int create_comp_channel(struct ctx *c, const uint8_t *in, size_t in_len, 
 		c->objs[h].type = OBJ_FREE;
 		return -errno;
 	}
+	uint32_t sim_chan;
+	int e = mlx5sk_create_channel(c->dev, &sim_chan);
+	if (e) {
+		close(sv[0]);
+		close(sv[1]);
+		c->objs[h].type = OBJ_FREE;
+		return e;
+	}
 	c->objs[h].num = (uint32_t)sv[0];
 	c->objs[h].peer = sv[1];
+	c->objs[h].sim_chan = sim_chan;
 	struct ib_uverbs_create_comp_channel_resp resp = { .fd = (uint32_t)sv[0] };
 	int r = put(cmd->response, &resp, sizeof(resp), room);
 	if (r) {
@@ -517,8 +668,8 @@ static int create_comp_channel(struct ctx *c, const uint8_t *in, size_t in_len, 
 
 /* CREATE_CQ and EX_CREATE_CQ after their core requests are read: `udata`
  * is mlx5_ib_create_cq. The handle, or -errno; `*cqe` the entries - 1. */
-static int create_cq(struct ctx *c, uint32_t entries, int32_t channel, const uint8_t *udata, size_t udata_len,
-		     uint32_t *cqe, uint32_t *cqn)
+static int create_cq(struct ctx *c, uint64_t user_handle, uint32_t entries, int32_t channel, const uint8_t *udata,
+		     size_t udata_len, uint32_t *cqe, uint32_t *cqn)
 {
 	struct mlx5_ib_create_cq u = {0};
 	if (udata_len < offsetof(struct mlx5_ib_create_cq, flags))
@@ -562,13 +713,15 @@ static int create_cq(struct ctx *c, uint32_t entries, int32_t channel, const uin
 	int h = obj_new(c, OBJ_CQ);
 	if (h < 0)
 		return h;
-	int r = mlx5sk_create_cq(c->dev, n, u.cqe_size, u.buf_addr, u.db_addr, comp, cqn);
+	int r = mlx5sk_create_cq(c->dev, n, u.cqe_size, u.buf_addr, u.db_addr, comp,
+				 chan == UINT32_MAX ? UINT32_MAX : c->objs[chan].sim_chan, cqn);
 	if (r) {
 		c->objs[h].type = OBJ_FREE;
 		return r;
 	}
 	c->objs[h].num = *cqn;
 	c->objs[h].pd = chan;
+	c->objs[h].user_handle = user_handle;
 	*cqe = n - 1;
 	return h;
 }
@@ -583,7 +736,13 @@ static int destroy_cq(struct ctx *c, const uint8_t *in, size_t in_len, size_t ro
 		return obj_lookup_err(c, cmd->cq_handle);
 	if (o->users)
 		return -EBUSY;
-	struct ib_uverbs_destroy_cq_resp resp = {0};
+	if (o->pd != UINT32_MAX)
+		drop_unread_events((int)c->objs[o->pd].num, c->objs[o->pd].peer, sizeof(struct ib_uverbs_comp_event_desc),
+				   o->user_handle, 0, &o->comp_events);
+	drop_unread_events(c->async_fd, c->async_peer, sizeof(struct ib_uverbs_async_event_desc), o->user_handle,
+			   CQ_EVENTS, &o->async_events);
+	struct ib_uverbs_destroy_cq_resp resp = { .comp_events_reported = o->comp_events,
+						  .async_events_reported = o->async_events };
 	int r = put(cmd->response, &resp, sizeof(resp), room);
 	if (r)
 		return r;
@@ -593,6 +752,7 @@ static int destroy_cq(struct ctx *c, const uint8_t *in, size_t in_len, size_t ro
 
 /* The parts of CREATE_QP and EX_CREATE_QP that are the same. */
 struct qp_req {
+	uint64_t user_handle;
 	uint32_t pd_handle, send_cq_handle, recv_cq_handle, srq_handle;
 	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
 	uint8_t sq_sig_all, qp_type, is_srq;
@@ -605,11 +765,27 @@ static int create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata
 	if (udata_len < offsetof(struct mlx5_ib_create_qp, sq_buf_addr))
 		return -EFAULT;
 	memcpy(&u, udata, udata_len < sizeof(u) ? udata_len : sizeof(u));
-	if (q->qp_type != IB_UVERBS_QPT_RC && q->qp_type != IB_UVERBS_QPT_UD)
-		return -EOPNOTSUPP; /* not modelled here yet: XRC, raw packet, DC */
-	uint32_t known = MLX5_QP_FLAG_SCATTER_CQE | MLX5_QP_FLAG_ALLOW_SCATTER_CQE | MLX5_QP_FLAG_BFREG_INDEX;
+	/* MLX5_QP_FLAG_BFREG_INDEX names a dynamically allocated UAR (thread
+	 * domains), which only the ioctl ABI allocates: not here. */
+	uint32_t known = MLX5_QP_FLAG_SCATTER_CQE | MLX5_QP_FLAG_ALLOW_SCATTER_CQE | MLX5_QP_FLAG_TYPE_DCI |
+			 MLX5_QP_FLAG_TYPE_DCT;
 	if (u.flags & ~known)
 		return -EOPNOTSUPP;
+	uint32_t kind = q->qp_type;
+	if (q->qp_type == 0xff) { /* IB_QPT_DRIVER: mlx5_ib's type comes from the flags */
+		uint32_t dc = u.flags & (MLX5_QP_FLAG_TYPE_DCI | MLX5_QP_FLAG_TYPE_DCT);
+		if (dc == MLX5_QP_FLAG_TYPE_DCI)
+			kind = 0x100;
+		else if (dc == MLX5_QP_FLAG_TYPE_DCT)
+			kind = 0x101;
+		else
+			return -EINVAL;
+	} else if (u.flags & (MLX5_QP_FLAG_TYPE_DCI | MLX5_QP_FLAG_TYPE_DCT)) {
+		return -EINVAL;
+	}
+	if (kind != IB_UVERBS_QPT_RC && kind != IB_UVERBS_QPT_UD && kind != 0x100 && kind != 0x101)
+		return -EOPNOTSUPP; /* not modelled: XRC, raw packet, UC */
+	int dct = kind == 0x101;
 	struct uobj *srq = NULL;
 	if (q->is_srq) {
 		srq = obj_get(c, q->srq_handle, OBJ_SRQ);
@@ -622,15 +798,21 @@ static int create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata
 	if (!pd || !scq || !rcq)
 		return -EINVAL;
 	uint32_t sq = u.sq_wqe_count, rq = u.rq_wqe_count;
-	if ((sq & (sq - 1)) || !sq || sq > 32768 || (rq & (rq - 1)) || rq > 32768 ||
-	    (rq && (u.rq_wqe_shift < 4 || u.rq_wqe_shift > 10)))
-		return -EINVAL;
-	uint64_t rq_bytes = rq ? (uint64_t)rq << u.rq_wqe_shift : 0;
-	if (rq_bytes && rq_bytes < 64)
-		rq_bytes = 64;
-	uint64_t len = rq_bytes + (uint64_t)sq * 64;
-	if ((u.buf_addr & 63) || (u.db_addr & 7) || !mapped(u.buf_addr, len) || !mapped(u.db_addr, 8))
-		return -EFAULT;
+	if (dct) {
+		if (!srq)
+			return -EINVAL; /* a DCT receives into an SRQ */
+		sq = rq = 0;
+	} else {
+		if ((sq & (sq - 1)) || !sq || sq > 32768 || (rq & (rq - 1)) || rq > 32768 ||
+		    (rq && (u.rq_wqe_shift < 4 || u.rq_wqe_shift > 10)))
+			return -EINVAL;
+		uint64_t rq_bytes = rq ? (uint64_t)rq << u.rq_wqe_shift : 0;
+		if (rq_bytes && rq_bytes < 64)
+			rq_bytes = 64;
+		uint64_t len = rq_bytes + (uint64_t)sq * 64;
+		if ((u.buf_addr & 63) || (u.db_addr & 7) || !mapped(u.buf_addr, len) || !mapped(u.db_addr, 8))
+			return -EFAULT;
+	}
 	int h = obj_new(c, OBJ_QP);
 	if (h < 0)
 		return h;
@@ -642,8 +824,19 @@ static int create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata
 	pd = &c->objs[q->pd_handle];
 	scq = &c->objs[q->send_cq_handle];
 	rcq = &c->objs[q->recv_cq_handle];
+	/* The register: a medium-latency bfreg in turn (mlx5_ib's alloc_bfreg
+	 * hands those out, shared and locked, when no low-latency one is asked
+	 * for), its index in the library's numbering (4 per UAR page, of which
+	 * the first 2 are not fast-path: adjust_bfregn). */
+	uint32_t span = c->medium_hi - c->medium_lo;
+	uint32_t compact = span ? c->medium_lo + c->next_bfreg++ % span : 0;
+	uint32_t bfreg = compact / 2 * 4 + compact % 2;
+	uint32_t reg = c->first_reg[compact / 2] + compact % 2;
 	struct mlx5sk_qp_init init = {
-		.qp_type = q->qp_type,
+		.context = c->sim_ctx,
+		.reg = dct ? UINT32_MAX : reg,
+		.dc_key = dct ? u.access_key : 0,
+		.qp_type = kind,
 		.pdn = pd->num,
 		.send_cqn = scq->num,
 		.recv_cqn = rcq->num,
@@ -669,6 +862,8 @@ static int create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata
 	o->scq = q->send_cq_handle;
 	o->rcq = q->recv_cq_handle;
 	o->srq = q->is_srq ? q->srq_handle : UINT32_MAX;
+	o->user_handle = q->user_handle;
+	o->qp_kind = kind;
 	o->qattr = qa;
 	if (q->is_srq)
 		c->objs[q->srq_handle].users++;
@@ -691,9 +886,7 @@ static int create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata
 	resp->max_recv_sge = q->max_recv_sge;
 	resp->max_inline_data = q->max_inline_data;
 	memset(drv, 0, sizeof(*drv));
-	/* A medium-latency register (mlx5_ib's alloc_bfreg hands those out when
-	 * the low-latency ones are taken); 0 is never a QP's. */
-	drv->bfreg_index = (u.flags & MLX5_QP_FLAG_BFREG_INDEX) ? u.bfreg_index : 1;
+	drv->bfreg_index = dct ? 0 : bfreg;
 	return h;
 }
 
@@ -740,6 +933,8 @@ static int modify_qp(struct ctx *c, const struct ib_uverbs_modify_qp *cmd)
 	} else {
 		memcpy(m.dgid, cmd->dest.dgid, 16);
 	}
+	if (o->qp_kind >= 0x100)
+		m.mask &= ~((1u << 7) | (1u << 20)); /* DC: the address is in each WQE's AV */
 	int r = mlx5sk_modify_qp(c->dev, o->num, &m);
 	if (r)
 		return r;
@@ -800,9 +995,12 @@ static int destroy_qp(struct ctx *c, const uint8_t *in, size_t in_len, size_t ro
 	const struct ib_uverbs_destroy_qp *cmd = (const void *)in;
 	if (in_len < sizeof(*cmd))
 		return -EINVAL;
-	if (!obj_get(c, cmd->qp_handle, OBJ_QP))
+	struct uobj *o = obj_get(c, cmd->qp_handle, OBJ_QP);
+	if (!o)
 		return obj_lookup_err(c, cmd->qp_handle);
-	struct ib_uverbs_destroy_qp_resp resp = {0};
+	drop_unread_events(c->async_fd, c->async_peer, sizeof(struct ib_uverbs_async_event_desc), o->user_handle,
+			   QP_EVENTS, &o->async_events);
+	struct ib_uverbs_destroy_qp_resp resp = { .events_reported = o->async_events };
 	int r = put(cmd->response, &resp, sizeof(resp), room);
 	if (r)
 		return r;
@@ -851,6 +1049,7 @@ static int create_srq(struct ctx *c, const uint8_t *in, size_t in_len, size_t ro
 	struct uobj *o = &c->objs[h];
 	o->num = srqn;
 	o->pd = cmd->pd_handle;
+	o->user_handle = cmd->user_handle;
 	o->max_wr = max - 1;
 	o->max_sge = (desc - 16) / 16;
 	pd->users++;
@@ -901,12 +1100,42 @@ static int destroy_srq(struct ctx *c, const uint8_t *in, size_t in_len, size_t r
 		return obj_lookup_err(c, cmd->srq_handle);
 	if (o->users)
 		return -EBUSY;
-	struct ib_uverbs_destroy_srq_resp resp = {0};
+	drop_unread_events(c->async_fd, c->async_peer, sizeof(struct ib_uverbs_async_event_desc), o->user_handle,
+			   SRQ_EVENTS, &o->async_events);
+	struct ib_uverbs_destroy_srq_resp resp = { .events_reported = o->async_events };
 	int r = put(cmd->response, &resp, sizeof(resp), room);
 	if (r)
 		return r;
 	obj_destroy(c, cmd->srq_handle);
 	return 0;
+}
+
+/*
+ * mmap of a command fd at `off` for `len` bytes: the memfd to map instead,
+ * with the offset in `*moff`, or -errno as mlx5_ib_mmap answers. Offsets
+ * are (command << 8 | index) pages (MLX5_IB_MMAP_CMD_SHIFT); the regular
+ * and non-cached UAR commands map UAR page `index`.
+ */
+int mlx5sk_mmap_target(int fd, uint64_t off, size_t len, uint64_t *moff)
+{
+	pthread_mutex_lock(&lock);
+	struct ctx *c = find(fd, 0, 0);
+	int ret;
+	uint64_t pg = off / 4096, cmd = pg >> 8, idx = pg & 0xff;
+	if (!c || !c->has_ucontext || c->memfd < 0)
+		ret = -EINVAL;
+	else if (off % 4096 || len != 4096)
+		ret = -EINVAL;
+	else if (cmd != MLX5_IB_MMAP_REGULAR_PAGE && cmd != MLX5_IB_MMAP_NC_PAGE)
+		ret = -EINVAL; /* WC allocation, core clock, clock info: not emulated */
+	else if (idx >= c->npages)
+		ret = -EINVAL;
+	else {
+		*moff = idx * 4096;
+		ret = c->memfd;
+	}
+	pthread_mutex_unlock(&lock);
+	return ret;
 }
 
 /*
@@ -963,7 +1192,7 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 			struct ib_uverbs_ex_create_cq_resp r;
 			struct mlx5_ib_create_cq_resp m = {0};
 			memset(&r, 0, sizeof(r));
-			int h = create_cq(c, q.cqe, q.comp_channel, udata, in_drv, &r.base.cqe, &m.cqn);
+			int h = create_cq(c, q.user_handle, q.cqe, q.comp_channel, udata, in_drv, &r.base.cqe, &m.cqn);
 			if (h < 0) {
 				ret = h;
 				break;
@@ -988,7 +1217,7 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 				ret = -EOPNOTSUPP;
 				break;
 			}
-			struct qp_req req = { q.pd_handle, q.send_cq_handle, q.recv_cq_handle, q.srq_handle,
+			struct qp_req req = { q.user_handle, q.pd_handle, q.send_cq_handle, q.recv_cq_handle, q.srq_handle,
 					      q.max_send_wr, q.max_recv_wr, q.max_send_sge, q.max_recv_sge,
 					      q.max_inline_data, q.sq_sig_all, q.qp_type, q.is_srq };
 			struct ib_uverbs_ex_create_qp_resp r;
@@ -1018,11 +1247,27 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 				ret = -EOPNOTSUPP; /* rate limit: raw packet QPs only */
 				break;
 			}
+			struct mlx5_ib_modify_qp u = {0};
+			memcpy(&u, udata, in_drv < sizeof(u) ? in_drv : sizeof(u));
+			if (u.comp_mask) {
+				ret = -EOPNOTSUPP; /* out-of-order data placement: not modelled */
+				break;
+			}
 			ret = modify_qp(c, &q.base);
 			if (!ret) {
 				struct ib_uverbs_ex_modify_qp_resp r = { 0, 0 };
 				r.response_length = out_core < sizeof(r) ? (uint32_t)out_core : sizeof(r);
 				ret = put(ex.response, &r, sizeof(r), out_core);
+			}
+			if (!ret && out_drv) {
+				/* mlx5_ib_modify_qp_resp: a DCT's number once it is in RTR. */
+				struct mlx5_ib_modify_qp_resp m = {0};
+				m.response_length = out_drv < sizeof(m) ? (uint32_t)out_drv : sizeof(m);
+				struct uobj *o = obj_get(c, q.base.qp_handle, OBJ_QP);
+				if (o && o->qp_kind == 0x101 && (q.base.attr_mask & 1) && q.base.qp_state == 2)
+					ret = mlx5sk_dct_number(c->dev, o->num, &m.dctn);
+				if (!ret)
+					ret = put(ex.response + out_core, &m, sizeof(m), out_drv);
 			}
 			break;
 		}
@@ -1108,8 +1353,8 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 			}
 			struct ib_uverbs_create_cq_resp r = {0};
 			struct mlx5_ib_create_cq_resp m = {0};
-			int h = create_cq(c, q->cqe, q->comp_channel, in + sizeof(*q), in_len - sizeof(*q), &r.cqe,
-					  &m.cqn);
+			int h = create_cq(c, q->user_handle, q->cqe, q->comp_channel, in + sizeof(*q), in_len - sizeof(*q),
+					  &r.cqe, &m.cqn);
 			if (h < 0) {
 				ret = h;
 				break;
@@ -1129,7 +1374,7 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 				ret = -EINVAL;
 				break;
 			}
-			struct qp_req req = { q->pd_handle, q->send_cq_handle, q->recv_cq_handle, q->srq_handle,
+			struct qp_req req = { q->user_handle, q->pd_handle, q->send_cq_handle, q->recv_cq_handle, q->srq_handle,
 					      q->max_send_wr, q->max_recv_wr, q->max_send_sge, q->max_recv_sge,
 					      q->max_inline_data, q->sq_sig_all, q->qp_type, q->is_srq };
 			struct ib_uverbs_create_qp_resp r;
@@ -1199,6 +1444,7 @@ void mlx5sk_close(int fd)
 		free(c->objs);
 		c->objs = NULL;
 		c->nobjs = 0;
+		uars_close(c);
 		if (c->async_peer >= 0)
 			close(c->async_peer);
 		c->fd = -1;
@@ -1219,4 +1465,56 @@ int mlx5sk_live(void)
 		}
 	pthread_mutex_unlock(&lock);
 	return n;
+}
+
+/* The forwarder (device.rs): completion event of CQ `cqn` on the
+ * simulator's channel `chan` of device `dev`, written to the program's end
+ * of the channel that owns it as ib_uverbs_comp_event_desc. */
+void mlx5sk_comp_event(int dev, uint32_t chan, uint32_t cqn)
+{
+	pthread_mutex_lock(&lock);
+	for (int i = 0; ctxs_ready && i < MAX_CTX; i++) {
+		struct ctx *c = &ctxs[i];
+		if (c->fd == -1 || c->dev != dev)
+			continue;
+		for (uint32_t h = 0; h < c->nobjs; h++) {
+			struct uobj *o = &c->objs[h];
+			if (o->type != OBJ_CQ || o->num != cqn || o->pd == UINT32_MAX ||
+			    c->objs[o->pd].sim_chan != chan)
+				continue;
+			struct ib_uverbs_comp_event_desc d = { .cq_handle = o->user_handle };
+			if (send(c->objs[o->pd].peer, &d, sizeof(d), MSG_NOSIGNAL | MSG_DONTWAIT) == sizeof(d))
+				o->comp_events++;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+/* The forwarder: asynchronous event `type` (IBV_EVENT_*) of the CQ (type
+ * 0) or QP (1) numbered `num`, or of the port or device, written to the
+ * async fd(s) as ib_uverbs_async_event_desc. */
+void mlx5sk_async_event(int dev, uint32_t type, uint32_t num)
+{
+	pthread_mutex_lock(&lock);
+	for (int i = 0; ctxs_ready && i < MAX_CTX; i++) {
+		struct ctx *c = &ctxs[i];
+		if (c->fd == -1 || c->dev != dev || c->async_peer < 0)
+			continue;
+		struct ib_uverbs_async_event_desc d = { .event_type = type };
+		if (type == 0 || type == 1) {
+			uint8_t want = type == 0 ? OBJ_CQ : OBJ_QP;
+			for (uint32_t h = 0; h < c->nobjs; h++) {
+				struct uobj *o = &c->objs[h];
+				if (o->type != want || o->num != num)
+					continue;
+				d.element = o->user_handle;
+				if (send(c->async_peer, &d, sizeof(d), MSG_NOSIGNAL | MSG_DONTWAIT) == sizeof(d))
+					o->async_events++;
+			}
+		} else {
+			d.element = type == 8 ? 0 : num; /* the port number for port events */
+			send(c->async_peer, &d, sizeof(d), MSG_NOSIGNAL | MSG_DONTWAIT);
+		}
+	}
+	pthread_mutex_unlock(&lock);
 }

@@ -278,6 +278,144 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     unsafe { real!("close", Close)(fd) }
 }
 
+/// The simulated RoCE device `mlx5sim<N>` that `name` names, if any.
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string.
+unsafe fn sim_netdev(name: *const c_char) -> Option<u32> {
+    if name.is_null() {
+        return None;
+    }
+    // SAFETY: caller contract.
+    let n = unsafe { CStr::from_ptr(name) }.to_str().ok()?;
+    let i: u32 = n.strip_prefix("mlx5sim")?.parse().ok()?;
+    (mlx5_simrun::netdev_name(i) == n && (i as usize) < device::devices().nics.len()).then_some(i)
+}
+
+/// `if_nametoindex(3)`: the simulated RoCE ports' network devices
+/// (`mlx5sim<N>`, named in sysfs `gid_attrs/ndevs`) exist for the program,
+/// as the kernel's netdev of a RoCE port does; libibverbs resolves a GID's
+/// device through it.
+///
+/// # Safety
+/// As `if_nametoindex(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn if_nametoindex(name: *const c_char) -> c_uint {
+    // SAFETY: caller contract.
+    if let Some(i) = unsafe { sim_netdev(name) } {
+        return mlx5_simrun::netdev_ifindex(i);
+    }
+    type F = unsafe extern "C" fn(*const c_char) -> c_uint;
+    // SAFETY: forwarded.
+    unsafe { real!("if_nametoindex", F)(name) }
+}
+
+/// `if_indextoname(3)`: the inverse for the simulated devices.
+///
+/// # Safety
+/// As `if_indextoname(3)` (`buf` holds `IF_NAMESIZE` bytes).
+#[no_mangle]
+pub unsafe extern "C" fn if_indextoname(index: c_uint, buf: *mut c_char) -> *mut c_char {
+    let base = mlx5_simrun::netdev_ifindex(0);
+    if let Some(i) = index.checked_sub(base).filter(|&i| (i as usize) < device::devices().nics.len()) {
+        let name = mlx5_simrun::netdev_name(i);
+        let bytes = name.as_bytes();
+        if bytes.len() < libc::IF_NAMESIZE {
+            // SAFETY: `buf` holds IF_NAMESIZE bytes (caller contract); the
+            // name and its NUL fit.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<c_char>(), buf, bytes.len());
+                *buf.add(bytes.len()) = 0;
+            }
+            return buf;
+        }
+    }
+    type F = unsafe extern "C" fn(c_uint, *mut c_char) -> *mut c_char;
+    // SAFETY: forwarded.
+    unsafe { real!("if_indextoname", F)(index, buf) }
+}
+
+#[cfg(not(no_kernel_headers))]
+extern "C" {
+    fn mlx5sk_mmap_target(fd: c_int, off: u64, len: usize, moff: *mut u64) -> c_int;
+}
+
+/// See the other `mlx5sk_mmap_target`.
+#[cfg(no_kernel_headers)]
+unsafe fn mlx5sk_mmap_target(_fd: c_int, _off: u64, _len: usize, _moff: *mut u64) -> c_int {
+    -libc::EINVAL
+}
+
+/// `mmap` of a command fd: a UAR page is a page of the context's memfd,
+/// which the simulator watches through its own mapping (`kern.c`).
+///
+/// # Safety
+/// As `mmap(2)`.
+unsafe fn map_uar(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: i64,
+) -> *mut c_void {
+    let mut moff = 0u64;
+    // SAFETY: `moff` is writable.
+    let memfd = unsafe { mlx5sk_mmap_target(fd, off as u64, len, &mut moff) };
+    if memfd < 0 {
+        set_errno(-memfd);
+        return libc::MAP_FAILED;
+    }
+    type Mmap = unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, c_int, i64) -> *mut c_void;
+    // SAFETY: the C library's mmap; the memfd is the context's, open while it lives
+    // (the mapping outlives a later close of it, as any mapping does).
+    unsafe { real!("mmap", Mmap)(addr, len, prot, flags | libc::MAP_SHARED, memfd, moff as i64) }
+}
+
+/// `mmap(2)`: a command fd's UAR pages (see `map_uar`).
+///
+/// # Safety
+/// As `mmap(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: i64,
+) -> *mut c_void {
+    if dev_of(fd).is_some() {
+        // SAFETY: forwarded contract.
+        return unsafe { map_uar(addr, len, prot, flags, fd, off) };
+    }
+    type Mmap = unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, c_int, i64) -> *mut c_void;
+    // SAFETY: forwarded.
+    unsafe { real!("mmap", Mmap)(addr, len, prot, flags, fd, off) }
+}
+
+/// `mmap64(2)` (the same call where `off_t` is 64 bits).
+///
+/// # Safety
+/// As `mmap(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: i64,
+) -> *mut c_void {
+    if dev_of(fd).is_some() {
+        // SAFETY: forwarded contract.
+        return unsafe { map_uar(addr, len, prot, flags, fd, off) };
+    }
+    type Mmap = unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, c_int, i64) -> *mut c_void;
+    // SAFETY: forwarded.
+    unsafe { real!("mmap64", Mmap)(addr, len, prot, flags, fd, off) }
+}
+
 /// What `kern.c` needs of a device (`struct mlx5sk_dev`).
 #[repr(C)]
 pub struct DevInfo {

@@ -76,6 +76,17 @@ fn guid(g: u64) -> String {
     format!("{:04x}:{:04x}:{:04x}:{:04x}", g >> 48, (g >> 32) & 0xffff, (g >> 16) & 0xffff, g & 0xffff)
 }
 
+/// The network device of simulated RoCE device `i` (`mlx5sim<i>`).
+pub fn netdev_name(i: u32) -> String {
+    format!("mlx5sim{i}")
+}
+
+/// The interface index the emulated kernel gives [`netdev_name`]`(i)`: far
+/// above the indices of the machine's own interfaces.
+pub fn netdev_ifindex(i: u32) -> u32 {
+    0x4d58_0000 + i
+}
+
 /// The node GUID of device `i`.
 pub fn node_guid(i: u32) -> u64 {
     0x0002_c903_0000_0000 | u64::from(i + 1)
@@ -143,7 +154,14 @@ pub fn write_sysfs(root: &Path, setup: Setup) -> std::io::Result<()> {
         }
         put(format!("{port}/gid_attrs/types/0"), if roce { "RoCE v2" } else { "IB/RoCE v1" }.into())?;
         if roce {
-            put(format!("{port}/gid_attrs/ndevs/0"), format!("simeth{i}"))?;
+            // The RoCE port's network device: its name here and its MAC
+            // under class/net, which the emulated kernel answers for
+            // (if_nametoindex: libibverbs resolves the GID's device).
+            let ndev = netdev_name(i);
+            put(format!("{port}/gid_attrs/ndevs/0"), ndev.clone())?;
+            let mac = info.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+            put(format!("class/net/{ndev}/address"), mac)?;
+            put(format!("class/net/{ndev}/ifindex"), netdev_ifindex(i).to_string())?;
         }
     }
     Ok(())
