@@ -96,6 +96,11 @@ impl MrTable {
         self.mrs.remove(&key)
     }
 
+    /// MRs registered.
+    pub(crate) fn count(&self) -> usize {
+        self.mrs.len()
+    }
+
     pub(crate) fn uses_pd(&self, pdn: u32) -> bool {
         self.mrs.values().any(|m| m.pdn == pdn)
     }

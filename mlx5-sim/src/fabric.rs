@@ -1408,6 +1408,21 @@ impl Nic {
         })
     }
 
+    /// The objects this NIC holds now.
+    pub fn objects(&self) -> crate::ObjectCounts {
+        let st = self.state();
+        let h = &st.hosts[self.host];
+        crate::ObjectCounts {
+            pds: h.pds.len(),
+            mrs: h.mrs.count(),
+            cqs: h.cqs.values().count(),
+            qps: h.qps.iter().count(),
+            srqs: h.srqs.len(),
+            channels: h.channels.len(),
+            contexts: h.contexts.len(),
+        }
+    }
+
     /// Closes a device context; `Busy` while QPs use its registers.
     pub fn close_context(&self, id: u32) -> Result<(), SimError> {
         let mut st = self.state();

@@ -551,6 +551,26 @@ pub enum AsyncEvent {
     DeviceFatal,
 }
 
+/// Objects a NIC holds ([`Nic::objects`]): what a leak check compares
+/// before and after a program, or after a context closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ObjectCounts {
+    /// Protection domains.
+    pub pds: usize,
+    /// Memory regions.
+    pub mrs: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// Queue pairs (DCTs included).
+    pub qps: usize,
+    /// Shared receive queues.
+    pub srqs: usize,
+    /// Completion channels.
+    pub channels: usize,
+    /// Device contexts ([`Nic::open_context`]).
+    pub contexts: usize,
+}
+
 /// Counters of one NIC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NicStats {

@@ -1518,3 +1518,19 @@ void mlx5sk_async_event(int dev, uint32_t type, uint32_t num)
 	}
 	pthread_mutex_unlock(&lock);
 }
+
+/* The context of command fd `fd` and its objects: 0 when none is left. */
+int mlx5sk_live_of(int fd)
+{
+	int n = 0;
+	pthread_mutex_lock(&lock);
+	struct ctx *c = ctxs_ready ? find(fd, 0, 0) : NULL;
+	if (c) {
+		n = 1;
+		for (uint32_t h = 0; h < c->nobjs; h++)
+			n += c->objs[h].type != OBJ_FREE;
+	}
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
