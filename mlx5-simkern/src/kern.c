@@ -668,9 +668,15 @@ static int create_comp_channel(struct ctx *c, const uint8_t *in, size_t in_len, 
 
 /* CREATE_CQ and EX_CREATE_CQ after their core requests are read: `udata`
  * is mlx5_ib_create_cq. The handle, or -errno; `*cqe` the entries - 1. */
-static int create_cq(struct ctx *c, uint64_t user_handle, uint32_t entries, int32_t channel, const uint8_t *udata,
-		     size_t udata_len, uint32_t *cqe, uint32_t *cqn)
+static int create_cq(struct ctx *c, uint64_t user_handle, uint32_t entries, uint32_t comp_vector, int32_t channel,
+		     const uint8_t *udata, size_t udata_len, uint32_t *cqe, uint32_t *cqn)
 {
+	/* ib_uverbs_create_cq: a completion vector the device has (one here). */
+	if (comp_vector >= 1)
+		return -EINVAL;
+	struct mlx5sk_dev d;
+	if (mlx5sk_dev_info(c->dev, &d))
+		return -ENODEV;
 	struct mlx5_ib_create_cq u = {0};
 	if (udata_len < offsetof(struct mlx5_ib_create_cq, flags))
 		return -EFAULT; /* ib_copy_from_udata of too little */
@@ -692,7 +698,8 @@ static int create_cq(struct ctx *c, uint64_t user_handle, uint32_t entries, int3
 		else
 			return -EOPNOTSUPP;
 	}
-	if (entries < 1 || entries > (1u << 22) - 1)
+	/* mlx5_ib_create_cq: at least one entry, at most the device's max_cqe. */
+	if (entries < 1 || entries > d.max_cqe || entries > (1u << 22) - 1)
 		return -EINVAL;
 	/* mlx5_ib_create_cq: roundup_pow_of_two(entries + 1). */
 	uint32_t n = 1;
@@ -840,7 +847,8 @@ static int create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata
 		.pdn = pd->num,
 		.send_cqn = scq->num,
 		.recv_cqn = rcq->num,
-		.srqn = srq ? c->objs[q->srq_handle].num : UINT32_MAX,
+		/* A DCI only sends: an SRQ named with it is held, never used. */
+		.srqn = srq && kind != 0x100 ? c->objs[q->srq_handle].num : UINT32_MAX,
 		.sq_wqe_cnt = sq,
 		.rq_wqe_cnt = rq,
 		.rq_stride = rq ? 1u << u.rq_wqe_shift : 0,
@@ -1185,14 +1193,17 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 				break;
 			}
 			memcpy(&q, in, sizeof(q));
-			if (q.comp_mask || q.flags || q.reserved) {
-				ret = -EINVAL;
+			/* Completion timestamps are what every CQE of the simulator
+			 * carries anyway; ignoring overrun is not modelled. */
+			if (q.comp_mask || q.reserved || (q.flags & ~IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION)) {
+				ret = q.flags & ~IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION ? -EOPNOTSUPP : -EINVAL;
 				break;
 			}
 			struct ib_uverbs_ex_create_cq_resp r;
 			struct mlx5_ib_create_cq_resp m = {0};
 			memset(&r, 0, sizeof(r));
-			int h = create_cq(c, q.user_handle, q.cqe, q.comp_channel, udata, in_drv, &r.base.cqe, &m.cqn);
+			int h = create_cq(c, q.user_handle, q.cqe, q.comp_vector, q.comp_channel, udata, in_drv, &r.base.cqe,
+					  &m.cqn);
 			if (h < 0) {
 				ret = h;
 				break;
@@ -1298,7 +1309,9 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 			break;
 		}
 		default:
-			ret = -ENOSYS;
+			/* A command this device does not implement (XRC, AH, MW,
+			 * RESIZE_CQ, flows, WQs, ...): uapi_get_method's EOPNOTSUPP. */
+			ret = -EOPNOTSUPP;
 		}
 	} else {
 		size_t total = (size_t)hdr.in_words * 4, out_room = (size_t)hdr.out_words * 4;
@@ -1353,8 +1366,8 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 			}
 			struct ib_uverbs_create_cq_resp r = {0};
 			struct mlx5_ib_create_cq_resp m = {0};
-			int h = create_cq(c, q->user_handle, q->cqe, q->comp_channel, in + sizeof(*q), in_len - sizeof(*q),
-					  &r.cqe, &m.cqn);
+			int h = create_cq(c, q->user_handle, q->cqe, q->comp_vector, q->comp_channel, in + sizeof(*q),
+					  in_len - sizeof(*q), &r.cqe, &m.cqn);
 			if (h < 0) {
 				ret = h;
 				break;
@@ -1418,7 +1431,9 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 			ret = destroy_srq(c, in, in_len, out_room);
 			break;
 		default:
-			ret = -ENOSYS;
+			/* A command this device does not implement (XRC, AH, MW,
+			 * RESIZE_CQ, flows, WQs, ...): uapi_get_method's EOPNOTSUPP. */
+			ret = -EOPNOTSUPP;
 		}
 	}
 out:

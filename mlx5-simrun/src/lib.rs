@@ -152,7 +152,13 @@ pub fn write_sysfs(root: &Path, setup: Setup) -> std::io::Result<()> {
         for k in 0..GID_TABLE {
             put(format!("{port}/gids/{k}"), gid(&if k == 0 { info.gid } else { [0; 16] }))?;
         }
-        put(format!("{port}/gid_attrs/types/0"), if roce { "RoCE v2" } else { "IB/RoCE v1" }.into())?;
+        // A type for every entry (libibverbs' fallback GID-table query reads
+        // each; a real port's empty entries read as an error that it takes for
+        // "IB/RoCE v1", which a file cannot say): entry 0's own, then v1.
+        for k in 0..GID_TABLE {
+            let t = if k == 0 && roce { "RoCE v2" } else { "IB/RoCE v1" };
+            put(format!("{port}/gid_attrs/types/{k}"), t.into())?;
+        }
         if roce {
             // The RoCE port's network device: its name here and its MAC
             // under class/net, which the emulated kernel answers for
