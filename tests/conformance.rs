@@ -61,6 +61,16 @@ conformance_suite!(
     #[ignore = "runs inside mlx5_simrun: the_hardware_suite_runs_on_the_emulated_device starts it"]
 );
 
+/// The differential scenario's transcript on the hardware backend over the
+/// emulated device, printed between markers for
+/// `the_hardware_backend_matches_the_simulator_backend`.
+#[test]
+#[ignore = "runs inside mlx5_simrun: the_hardware_backend_matches_the_simulator_backend starts it"]
+fn emu_differential_transcript() {
+    let t = scenarios::differential_transcript(emu_bed());
+    println!("=== transcript\n{t}=== end");
+}
+
 /// The `emu` suite above, inside `mlx5_simrun`: the hardware backend's
 /// control path (libibverbs, mlx5dv_create_cq/qp, mlx5dv_init_obj) and its
 /// data path (WQEs, doorbell records, BlueFlame stores, CQE polling) through
@@ -103,4 +113,48 @@ fn the_hardware_suite_runs_on_the_emulated_device() {
             "{link}: {passed} passed\n{out}\n{err}"
         );
     }
+}
+
+/// The differential scenario (`scenarios::differential_transcript`): the
+/// simulator backend in this process and the hardware backend over the
+/// emulated device (the real libibverbs and libmlx5 writing the WQEs) give
+/// the same completions, in the same order, and the same memory.
+#[test]
+#[cfg_attr(
+    emu_skip_no_library,
+    ignore = "libibverbs.so.1 / libmlx5.so.1 not installed (Debian: ibverbs-providers; .ci/run installs them), or cross-compiled"
+)]
+fn the_hardware_backend_matches_the_simulator_backend() {
+    use std::process::Command;
+    let sim = scenarios::differential_transcript(sim_bed(false, ExecMode::Deterministic));
+    assert!(sim.lines().count() > 40, "{sim}");
+    let me = std::env::current_exe().unwrap();
+    let bin = me.parent().unwrap().parent().unwrap();
+    let simrun = bin.join("mlx5_simrun");
+    if !simrun.exists() || !bin.join("libmlx5_simkern.so").exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = Command::new(cargo)
+            .args(["build", "-q", "-p", "mlx5-simrun", "-p", "mlx5-simkern"])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "building mlx5_simrun and the preload library");
+    }
+    let o = Command::new(&simrun)
+        .args(["--devices", "1", "--"])
+        .arg(&me)
+        .args(["--ignored", "--exact", "emu_differential_transcript", "--nocapture"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}\n{out}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    let hw = out
+        .split("=== transcript\n")
+        .nth(1)
+        .and_then(|s| s.split("=== end").next())
+        .unwrap_or_else(|| panic!("no transcript in\n{out}"));
+    for (i, (s, h)) in sim.lines().zip(hw.lines()).enumerate() {
+        assert_eq!(s, h, "line {i} differs: simulator backend vs hardware backend on the emulated device");
+    }
+    assert_eq!(sim.lines().count(), hw.lines().count(), "sim:\n{sim}\nhw:\n{hw}");
 }

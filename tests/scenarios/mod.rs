@@ -549,3 +549,114 @@ macro_rules! conformance_suite {
         }
     };
 }
+
+/// The differential scenario (step 10): one script of RC WRITE / READ /
+/// SEND with immediate / WRITE with immediate / both atomics, UD SEND, DC
+/// WRITE and SEND through an SRQ, and a remote access error with the flush
+/// after it; its transcript is every completion (which end, wr_id, status,
+/// opcode, byte count, immediate, WQE counter, flags) in order and a hash of
+/// each 64 KiB of both MRs at the end. What differs by nature between two
+/// beds (QP numbers, LIDs, time stamps, addresses) is left out. The same
+/// transcript from the simulator backend and from the hardware backend on
+/// the emulated device means the same completions and the same memory.
+pub fn differential_transcript<B: Backend>(mut t: Bed<B>) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let mut log = |side: &str, c: &[(Completion, u64)]| {
+        for (c, e) in c {
+            let _ = writeln!(
+                out,
+                "{side} wr={e} {:?} {:?} len={} imm={:?} wqe={} solicited={} grh={}",
+                c.status, c.opcode, c.byte_len, c.imm, c.wqe_counter, c.solicited, c.grh
+            );
+        }
+    };
+    // RC.
+    let (qa, qb) = t.rc(false);
+    let data = t.a.fill(0, 8192, 1);
+    t.b.fill(0x10000, 4096, 2);
+    t.b.mr.write(0x48000, &10u64.to_ne_bytes()).unwrap();
+    let (la, lk, rb, rk) = (t.a.mr.addr(), t.a.mr.lkey(), t.b.mr.addr(), t.b.mr.rkey());
+    qb.post_recv(10, &[Sge { addr: rb + 0x30000, len: 1024, lkey: t.b.mr.lkey() }]).unwrap();
+    qb.post_recv(11, &[Sge { addr: rb + 0x31000, len: 1024, lkey: t.b.mr.lkey() }]).unwrap();
+    let b = qa.wqe_builder(1).unwrap().ctrl_rdma_write(WqeFlags::NONE).unwrap();
+    b.rdma(rb, rk).unwrap().sge(Sge::new(la, 8192, lk)).unwrap().finish().unwrap();
+    let b = qa.wqe_builder(2).unwrap().ctrl_rdma_read(WqeFlags::SIGNALED).unwrap();
+    b.rdma(rb + 0x10000, rk).unwrap().sge(Sge::new(la + 0x20000, 4096, lk)).unwrap().finish().unwrap();
+    let b = qa.wqe_builder(3).unwrap().ctrl_send_imm(WqeFlags::SIGNALED, 0xabcd).unwrap();
+    b.sge(Sge::new(la, 300, lk)).unwrap().finish().unwrap();
+    let b = qa.wqe_builder(4).unwrap().ctrl_rdma_write_imm(WqeFlags::SIGNALED, 0x1234).unwrap();
+    b.rdma(rb + 0x32000, rk).unwrap().inline(b"inline bytes").unwrap().finish_with_blueflame().unwrap();
+    let b = qa.wqe_builder(5).unwrap().ctrl_atomic_fa(WqeFlags::SIGNALED, 5).unwrap();
+    b.rdma(rb + 0x48000, rk).unwrap().result(Sge::new(la + 0x50000, 8, lk)).unwrap().finish().unwrap();
+    let b = qa.wqe_builder(6).unwrap().ctrl_atomic_cs(WqeFlags::SIGNALED, 99, 15).unwrap();
+    b.rdma(rb + 0x48000, rk).unwrap().result(Sge::new(la + 0x50008, 8, lk)).unwrap().finish().unwrap();
+    let c = t.a.wait(5);
+    log("rc a", &c);
+    let c = t.b.wait(2);
+    log("rc b", &c);
+    assert!(t.b.bytes(0, 8192) == data, "the WRITE landed");
+    // UD.
+    let cfg = QpConfig {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+        ..QpConfig::default()
+    };
+    let ua = t.a.ctx.create_ud_qp(&t.a.pd, &t.a.cq, &t.a.cq, None, &cfg).unwrap();
+    let ub = t.b.ctx.create_ud_qp(&t.b.pd, &t.b.cq, &t.b.cq, None, &cfg).unwrap();
+    ua.activate(&ConnectParams { qkey: 0x1111_1111, ..ConnectParams::default() }).unwrap();
+    ub.activate(&ConnectParams { qkey: 0x1111_1111, ..ConnectParams::default() }).unwrap();
+    ub.post_recv(20, &[Sge { addr: rb + 0x60000, len: 4096, lkey: t.b.mr.lkey() }]).unwrap();
+    t.a.fill(0x70000, 256, 9);
+    let av = t.av_a_to_b();
+    let b = ua.wqe_builder(21).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
+    let b = b.datagram(&av, ub.qpn(), 0x1111_1111).unwrap();
+    b.sge(Sge::new(la + 0x70000, 256, lk)).unwrap().finish().unwrap();
+    let c = t.a.wait(1);
+    log("ud a", &c);
+    let c = t.b.wait(1);
+    log("ud b", &c);
+    // DC through an SRQ.
+    let dcfg = QpConfig { max_recv_wr: 0, max_recv_sge: 0, ..cfg };
+    let dci = t.a.ctx.create_dci(&t.a.pd, &t.a.cq, &dcfg).unwrap();
+    dci.activate(&ConnectParams::default()).unwrap();
+    let dct =
+        t.b.ctx.create_dct(&t.b.pd, &t.b.cq, &t.b.srq, &QpConfig { dc_key: 0xdc, ..QpConfig::default() });
+    let dct = dct.unwrap();
+    dct.activate(&ConnectParams::default()).unwrap();
+    let n = dct.dct_number().unwrap();
+    t.b.srq.post_recv(30, &[Sge { addr: rb + 0x80000, len: 1024, lkey: t.b.mr.lkey() }]).unwrap();
+    let b = dci.wqe_builder(31).unwrap().ctrl_rdma_write(WqeFlags::SIGNALED).unwrap();
+    let b = b.av(0xdc, n, &av).unwrap().rdma(rb + 0x90000, rk).unwrap();
+    b.sge(Sge::new(la, 512, lk)).unwrap().finish().unwrap();
+    let b = dci.wqe_builder(32).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
+    b.av(0xdc, n, &av).unwrap().sge(Sge::new(la, 100, lk)).unwrap().finish().unwrap();
+    let c = t.a.wait(2);
+    log("dc a", &c);
+    let c = t.b.wait(1);
+    log("dc b", &c);
+    // A remote access error, then the WQE after it flushed.
+    let (qe, _qf) = t.rc(false);
+    let b = qe.wqe_builder(40).unwrap().ctrl_rdma_write(WqeFlags::NONE).unwrap();
+    b.rdma(rb, 0xdead_beef).unwrap().inline(b"x").unwrap().finish_batch().unwrap();
+    qe.wqe_builder(41).unwrap().ctrl_nop(WqeFlags::NONE).unwrap().finish_batch().unwrap();
+    qe.ring_sq_doorbell();
+    let c = t.a.wait(2);
+    for (c, e) in &c {
+        let _ = writeln!(out, "err a wr={e} {:?} {:?}", c.status.syndrome(), c.opcode);
+    }
+    // Memory: a hash per 64 KiB of each MR (FNV-1a).
+    for (side, end) in [("a", &t.a), ("b", &t.b)] {
+        let bytes = end.bytes(0, MR_LEN);
+        for (i, block) in bytes.chunks(1 << 16).enumerate() {
+            let h = block
+                .iter()
+                .fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3));
+            let _ = writeln!(out, "mem {side} {i:2} {h:016x}");
+        }
+    }
+    out
+}
