@@ -45,3 +45,23 @@ for what in post post_vary post_inline post_ud post_dc post_bf recv poll poll1 p
   fi
   printf '%-12s %5s instructions per operation (C with mlx5dv.h: %s)\n' "$what:" "$rust" "$c"
 done
+
+# The hardware backend (mlx5::hw: libibverbs, mlx5dv_init_obj, its doorbell
+# record and register stores) on the simulator as a device (mlx5_simrun, the
+# emulated uverbs kernel): hw_post, a signaled 1-SGE RDMA_WRITE rung by
+# doorbell; hw_poll, its CQE (poll(16) calls). Where libibverbs and libmlx5
+# are installed.
+if cargo build --release -q -p mlx5-simrun -p mlx5-simkern 2>/dev/null \
+  && { [ -e /usr/lib/x86_64-linux-gnu/libmlx5.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/libmlx5.so.1 ]; }; then
+  hw_count() { # what n phase
+    local out; out=$(mktemp)
+    target/release/mlx5_simrun -- valgrind --tool=callgrind --callgrind-out-file="$out" \
+      --toggle-collect="*$3*" "$bin" "$1" "$2" >/dev/null 2>&1
+    callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}'
+    rm -f "$out"
+  }
+  for what in hw_post hw_poll; do
+    a=$(hw_count "$what" "$n" "${what}_phase"); b=$(hw_count "$what" $((2 * n)) "${what}_phase")
+    printf '%-12s %5s instructions per operation (hardware backend, emulated device)\n' "$what:" $(( (b - a) / n ))
+  done
+fi

@@ -22,6 +22,10 @@
 //! `poll1` (the CQEs of `poll`, one `poll(1)` call each), `poll_zip` (compression on: sessions of up to 64 completions),
 //! `poll_resp` (responder CQEs of n SENDs) and `poll_err` (n flush error
 //! CQEs).
+//!
+//! The hardware backend: `hw_post` and `hw_poll` (the RDMA_WRITE and its
+//! CQE through `mlx5::hw`, on the device `MLX5_TEST_DEVICE` names: a
+//! ConnectX, or the simulator as a device under `mlx5_simrun`).
 
 use std::hint::black_box;
 
@@ -344,6 +348,7 @@ pub fn run(what: &str, n: u32) {
         "poll_zip" => poll(n, true, false),
         "poll_resp" | "poll_err" => poll_other(what, n),
         "post_inline" | "post_ud" | "post_dc" | "post_bf" | "recv" => post_kind(what, n),
+        "hw_post" | "hw_poll" => hw(what, n),
         _ => panic!("unknown kind {what}"),
     }
 }
@@ -394,4 +399,101 @@ mod tests {
             assert_eq!(super::run_c(k, 64), super::HAVE_C && k != "poll_zip", "{k}");
         }
     }
+}
+
+/// The hardware backend (`mlx5::hw`) on the device `MLX5_TEST_DEVICE` names
+/// (`mlx5_0` without it): a ConnectX, or the simulator as a device under
+/// `mlx5_simrun`. `hw_post`: n signaled 1-SGE RDMA_WRITEs rung by doorbell
+/// (counted in `hw_post_phase`: the WQE, the doorbell record, the register
+/// store); `hw_poll`: their n CQEs, once all have arrived (`hw_poll_phase`).
+/// Loopback between two QPs of one port.
+fn hw(what: &str, n: u32) {
+    use mlx5::hw::Hw;
+    let name = std::env::var("MLX5_TEST_DEVICE").unwrap_or_else(|_| "mlx5_0".into());
+    let dev = mlx5::hw::device(&name).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let ctx = dev.open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let slots = n.next_power_of_two().max(64);
+    let mut sum = 0u64;
+    let mut cq = ctx.create_mono_cq(slots, |c: mlx5::Completion, e: u64| {
+        assert_eq!(c.status, mlx5::Status::Success);
+        sum = sum.wrapping_add(e);
+    });
+    let cq = cq.as_mut().unwrap();
+    let cfg = QpConfig { max_send_wr: slots, max_recv_wr: 16, ..QpConfig::default() };
+    let a = ctx.create_rc_qp(&pd, &*cq, &*cq, &cfg).unwrap();
+    let b = ctx.create_rc_qp(&pd, &*cq, &*cq, &cfg).unwrap();
+    let p = ConnectParams::default();
+    a.activate(&ConnectParams { remote: Some(b.local_info().unwrap()), ..p.clone() }).unwrap();
+    b.activate(&ConnectParams { remote: Some(a.local_info().unwrap()), ..p }).unwrap();
+    let mr = pd.alloc_mr(1 << 16, AccessFlags::ALL).unwrap();
+    let (addr, lkey, rkey) = (mr.addr(), mr.lkey(), mr.rkey());
+    let post = |qp: &mlx5::RcQp<Hw, u64>, i: u64| hw_write(qp, i, addr, lkey, rkey).finish().unwrap();
+    if what == "hw_post" {
+        hw_post_phase(&a, n as u64, addr, lkey, rkey);
+        let mut got = 0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while got < n && std::time::Instant::now() < deadline {
+            got += cq.poll(64).completions;
+        }
+        assert_eq!(got, n, "every CQE arrived");
+    } else {
+        // The last WRITE puts a marker: once it is there, the device has
+        // executed every WQE (in order); a moment more for the last CQE, so
+        // that the counted phase polls CQEs, not an empty queue.
+        mr.write(0x4000, &[0u8; 8]).unwrap();
+        mr.write(0x4008, &u64::MAX.to_ne_bytes()).unwrap();
+        for i in 0..u64::from(n) - 1 {
+            post(&a, i);
+        }
+        let b = a.wqe_builder(u64::from(n) - 1).unwrap().ctrl_rdma_write(WqeFlags::SIGNALED).unwrap();
+        b.rdma(addr + 0x4000, rkey).unwrap().sge(Sge::new(addr + 0x4008, 8, lkey)).unwrap().finish().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        let mut m = [0u8; 8];
+        while m != u64::MAX.to_ne_bytes() && std::time::Instant::now() < deadline {
+            mr.read(0x4000, &mut m).unwrap();
+            std::thread::yield_now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(hw_poll_phase(cq, n), n, "every CQE arrived and was polled");
+    }
+    black_box(sum);
+}
+
+/// The signaled 1-SGE RDMA_WRITE of `hw_post` and `hw_poll`, ready to finish.
+#[inline(always)]
+fn hw_write(
+    qp: &mlx5::RcQp<mlx5::hw::Hw, u64>,
+    i: u64,
+    addr: u64,
+    lkey: u32,
+    rkey: u32,
+) -> mlx5::WqeBuilder<'_, mlx5::hw::Hw, u64, mlx5::wqe::state::Data> {
+    qp.wqe_builder(i)
+        .unwrap()
+        .ctrl_rdma_write(WqeFlags::SIGNALED)
+        .unwrap()
+        .rdma(addr + 0x8000, rkey)
+        .unwrap()
+        .sge(Sge::new(addr, 64, lkey))
+        .unwrap()
+}
+
+#[inline(never)]
+fn hw_post_phase(qp: &mlx5::RcQp<mlx5::hw::Hw, u64>, n: u64, addr: u64, lkey: u32, rkey: u32) {
+    for i in 0..n {
+        hw_write(qp, i, addr, lkey, rkey).finish().unwrap();
+    }
+}
+
+#[inline(never)]
+fn hw_poll_phase<F: FnMut(mlx5::Completion, u64)>(
+    cq: &mut mlx5::MonoCq<mlx5::hw::Hw, u64, F>,
+    n: u32,
+) -> u32 {
+    let mut got = 0;
+    while got < n {
+        got += cq.poll(16).completions;
+    }
+    got
 }
