@@ -389,18 +389,6 @@ pub fn run_c(what: &str, n: u32) -> bool {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    /// Every kind runs and passes its own checks (a small round), in Rust and in C.
-    #[test]
-    fn every_kind_runs() {
-        for (k, _) in super::KINDS {
-            super::run(k, 64);
-            assert_eq!(super::run_c(k, 64), super::HAVE_C && k != "poll_zip", "{k}");
-        }
-    }
-}
-
 /// The hardware backend (`mlx5::hw`) on the device `MLX5_TEST_DEVICE` names
 /// (`mlx5_0` without it): a ConnectX, or the simulator as a device under
 /// `mlx5_simrun`. `hw_post`: n signaled 1-SGE RDMA_WRITEs rung by doorbell
@@ -496,4 +484,16 @@ fn hw_poll_phase<F: FnMut(mlx5::Completion, u64)>(
         got += cq.poll(16).completions;
     }
     got
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every kind runs and passes its own checks (a small round), in Rust and in C.
+    #[test]
+    fn every_kind_runs() {
+        for (k, _) in super::KINDS {
+            super::run(k, 64);
+            assert_eq!(super::run_c(k, 64), super::HAVE_C && k != "poll_zip", "{k}");
+        }
+    }
 }
