@@ -6,6 +6,12 @@
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(no_ibverbs_utils)");
     println!("cargo::rustc-check-cfg=cfg(no_libibverbs_dev)");
+    println!("cargo::rustc-check-cfg=cfg(no_tshark)");
+    println!("cargo:rerun-if-changed=/usr/bin/tshark");
+    // The capture test decodes with tshark (.ci/run installs it).
+    if !std::path::Path::new("/usr/bin/tshark").exists() {
+        println!("cargo:rustc-cfg=no_tshark");
+    }
     println!("cargo:rerun-if-changed=/usr/include/infiniband/verbs.h");
     // The C programs that drive the real libibverbs (tests/c) need its
     // headers and its link library (Debian: libibverbs-dev).

@@ -21,7 +21,7 @@ use mlx5_sim::{
 /// The process's simulated devices.
 pub(crate) struct Devices {
     /// Kept alive for the process's lifetime (its engine thread serves the rings).
-    _fabric: Fabric,
+    fabric: Fabric,
     pub(crate) nics: Vec<Nic>,
 }
 
@@ -40,7 +40,18 @@ pub(crate) fn devices() -> &'static Devices {
             // SAFETY: registering a plain function to run at exit.
             unsafe { libc::atexit(write_stats) };
         }
-        Devices { _fabric: fabric, nics }
+        if let Some(path) = std::env::var_os(mlx5_simrun::ENV_PCAP) {
+            match fabric.start_capture(&path) {
+                // SAFETY: registering a plain function to run at exit.
+                Ok(()) => unsafe {
+                    libc::atexit(finish_capture);
+                },
+                Err(e) => {
+                    eprintln!("mlx5_simkern: capture to {}: {e}", std::path::Path::new(&path).display())
+                }
+            }
+        }
+        Devices { fabric, nics }
     })
 }
 
@@ -57,6 +68,15 @@ extern "C" fn write_stats() {
         out += &format!("mlx5_{i} {:?}\n", n.stats());
     }
     let _ = std::fs::write(path, out);
+}
+
+/// `--pcap`: the capture is written out when the program exits.
+extern "C" fn finish_capture() {
+    if let Some(d) = DEVS.get() {
+        if let Err(e) = d.fabric.stop_capture() {
+            eprintln!("mlx5_simkern: capture: {e}");
+        }
+    }
 }
 
 fn nic(dev: c_int) -> Result<&'static Nic, c_int> {

@@ -27,6 +27,10 @@ pub struct Setup {
     pub roce: bool,
 }
 
+/// The environment variable that names the capture file (`--pcap`) for the
+/// preload library.
+pub const ENV_PCAP: &str = "MLX5_SIMRUN_PCAP";
+
 /// The environment variable that carries [`Setup`] to the preload library.
 pub const ENV_SETUP: &str = "MLX5_SIMRUN_SETUP";
 

@@ -51,3 +51,33 @@ fn rc_traffic_posted_by_libmlx5_runs_on_the_simulator() {
         }
     }
 }
+
+/// `--pcap FILE`: the packets of libmlx5's RC traffic on the simulated wire,
+/// as Wireshark reads them: InfiniBand ERF records or RoCE v2 Ethernet
+/// frames, every one decoded without a malformed packet, the RDMA WRITE's
+/// three packets (1024-byte MTU) and the atomics among them.
+#[test]
+#[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
+#[cfg_attr(no_tshark, ignore = "tshark not installed (Debian package tshark; .ci/run installs it)")]
+fn pcap_captures_the_programs_packets() {
+    let prog = compile("rc_verbs");
+    for link in ["ib", "roce"] {
+        let pcap = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("rc_verbs_{link}.pcap"));
+        let pcap_s = pcap.to_str().unwrap();
+        run_under_simrun(&prog, &["--devices", "2", "--link", link, "--pcap", pcap_s], &[]);
+        let o = Command::new("tshark").arg("-r").arg(&pcap).output().expect("run tshark");
+        assert!(o.status.success(), "tshark: {}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(!text.to_lowercase().contains("malformed"), "{link}:\n{text}");
+        for what in [
+            "RDMA Write First",
+            "RDMA Write Middle",
+            "RDMA Write Last",
+            "Fetch Add",
+            "Compare Swap",
+            "RDMA Read Request",
+        ] {
+            assert!(text.contains(what), "{link}: no {what} in\n{text}");
+        }
+    }
+}

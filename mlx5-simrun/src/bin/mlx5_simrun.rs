@@ -1,15 +1,18 @@
-//! `mlx5_simrun [--devices N] [--link ib|roce] -- PROGRAM ARGS...`: run
+//! `mlx5_simrun [--devices N] [--link ib|roce] [--pcap FILE] -- PROGRAM ARGS...`: run
 //! PROGRAM with simulated ConnectX devices `mlx5_0` .. `mlx5_{N-1}` under
 //! the unmodified libibverbs and libmlx5. The sysfs tree lives in a private
 //! temporary directory, removed at exit; PROGRAM's exit status is passed
-//! through (128 + the signal when it was killed).
+//! through (128 + the signal when it was killed). `--pcap FILE`: every
+//! packet the devices put on the wire, as Wireshark reads it (RoCE v2
+//! Ethernet frames, or InfiniBand ERF records), written when the program
+//! exits.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
-use mlx5_simrun::{write_sysfs, Setup, TempDir, ENV_SETUP};
+use mlx5_simrun::{write_sysfs, Setup, TempDir, ENV_PCAP, ENV_SETUP};
 
-const USAGE: &str = "usage: mlx5_simrun [--devices N] [--link ib|roce] -- PROGRAM [ARGS...]";
+const USAGE: &str = "usage: mlx5_simrun [--devices N] [--link ib|roce] [--pcap FILE] -- PROGRAM [ARGS...]";
 
 /// The preload library: `MLX5_SIMKERN` if set, else `libmlx5_simkern.so`
 /// beside this executable (cargo builds both into the same directory).
@@ -36,6 +39,7 @@ fn run() -> Result<ExitCode, String> {
     let mut args = std::env::args().skip(1);
     let mut setup = Setup { devices: 1, roce: false };
     let mut program = Vec::new();
+    let mut pcap = None;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--devices" => {
@@ -50,6 +54,13 @@ fn run() -> Result<ExitCode, String> {
                 Some("roce") => setup.roce = true,
                 other => return Err(format!("--link {}: ib or roce", other.unwrap_or(""))),
             },
+            "--pcap" => {
+                let f = PathBuf::from(args.next().ok_or("--pcap needs a file")?);
+                // The program may change directory: an absolute path.
+                let f = std::path::absolute(&f).map_err(|e| format!("--pcap {}: {e}", f.display()))?;
+                std::fs::File::create(&f).map_err(|e| format!("--pcap {}: {e}", f.display()))?;
+                pcap = Some(f);
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(ExitCode::SUCCESS);
@@ -73,7 +84,11 @@ fn run() -> Result<ExitCode, String> {
     if let Some(old) = std::env::var_os("LD_PRELOAD") {
         preload = format!("{preload}:{}", old.to_string_lossy());
     }
-    let status = Command::new(prog)
+    let mut cmd = Command::new(prog);
+    if let Some(f) = &pcap {
+        cmd.env(ENV_PCAP, f);
+    }
+    let status = cmd
         .args(rest)
         .env("SYSFS_PATH", &dir.0)
         .env("LD_PRELOAD", preload)
