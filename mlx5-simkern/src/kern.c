@@ -878,10 +878,13 @@ static int create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata
 	pd->users++;
 	scq->users++;
 	rcq->users++;
+	/* mlx5_ib reports the receive queue it made (set_rq_size: the count
+	 * and scatter entries of the ring the library sized), not the request. */
+	uint32_t rq_sge = rq ? (1u << u.rq_wqe_shift) / 16 : 0;
 	qa->max_send_wr = q->max_send_wr;
-	qa->max_recv_wr = q->max_recv_wr;
+	qa->max_recv_wr = rq;
 	qa->max_send_sge = q->max_send_sge;
-	qa->max_recv_sge = q->max_recv_sge;
+	qa->max_recv_sge = rq_sge;
 	qa->max_inline_data = q->max_inline_data;
 	qa->sq_sig_all = q->sq_sig_all;
 	qa->port_num = 1;
@@ -889,9 +892,9 @@ static int create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata
 	resp->qp_handle = (uint32_t)h;
 	resp->qpn = qpn;
 	resp->max_send_wr = q->max_send_wr;
-	resp->max_recv_wr = q->max_recv_wr;
+	resp->max_recv_wr = rq;
 	resp->max_send_sge = q->max_send_sge;
-	resp->max_recv_sge = q->max_recv_sge;
+	resp->max_recv_sge = rq_sge;
 	resp->max_inline_data = q->max_inline_data;
 	memset(drv, 0, sizeof(*drv));
 	drv->bfreg_index = dct ? 0 : bfreg;
@@ -1035,7 +1038,9 @@ static int create_srq(struct ctx *c, const uint8_t *in, size_t in_len, size_t ro
 	/* mlx5_ib create_srq_user: max = roundup_pow_of_two(max_wr + 1), a
 	 * descriptor of the next segment and max_sge data segments, rounded up
 	 * to a power of two, at least 32 bytes. */
-	if (cmd->max_wr < 1 || cmd->max_wr > 32767 || cmd->max_sge > 63 || cmd->srq_limit)
+	/* The limit given at creation is not armed (mlx5_ib arms it through
+	 * MODIFY_SRQ only): accepted and ignored. */
+	if (cmd->max_wr < 1 || cmd->max_wr > 32767 || cmd->max_sge > 63)
 		return -EINVAL;
 	uint32_t max = 1, desc = 32;
 	while (max < cmd->max_wr + 1)
@@ -1224,7 +1229,10 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 				break;
 			}
 			memcpy(&q, in, in_core < sizeof(q) ? in_core : sizeof(q));
-			if (q.comp_mask || q.create_flags || q.reserved) {
+			/* Blocking multicast loopback: there is no multicast here to
+			 * block. Other creation flags (scatter FCS, CVLAN stripping,
+			 * source QPN, ...) belong to raw packet QPs: not modelled. */
+			if (q.comp_mask || q.reserved || (q.create_flags & ~IB_UVERBS_QP_CREATE_BLOCK_MULTICAST_LOOPBACK)) {
 				ret = -EOPNOTSUPP;
 				break;
 			}
