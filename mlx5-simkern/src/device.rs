@@ -637,3 +637,23 @@ pub unsafe extern "C" fn mlx5sk_dct_number(dev: c_int, qpn: u32, dctn: *mut u32)
         Err(e) => e,
     }
 }
+
+/// The MAC of the simulated port whose GID is `gid` (CREATE_AH on RoCE:
+/// the kernel resolves the destination MAC and returns it in mlx5_ib's
+/// response), in `mac`; `-EHOSTUNREACH` when no device has that address.
+///
+/// # Safety
+/// `gid` is readable (16 bytes) and `mac` writable (6 bytes).
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_resolve_mac(gid: *const u8, mac: *mut u8) -> c_int {
+    // SAFETY: caller contract.
+    let gid: [u8; 16] = unsafe { std::ptr::read_unaligned(gid.cast()) };
+    match devices().nics.iter().map(|n| n.info()).find(|i| i.gid == gid) {
+        Some(i) => {
+            // SAFETY: caller contract.
+            unsafe { std::ptr::copy_nonoverlapping(i.mac.as_ptr(), mac, 6) };
+            0
+        }
+        None => -libc::EHOSTUNREACH,
+    }
+}

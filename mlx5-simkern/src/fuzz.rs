@@ -282,6 +282,7 @@ fn a_million_object_commands() {
         libc::EOPNOTSUPP,
         libc::ENODEV,
         libc::EMFILE,
+        libc::EHOSTUNREACH,
     ];
     let get_context = |c: &mut Cmd, ptr: u64| {
         c.u64(8, ptr).u32(16, 16).u32(20, 4);
@@ -348,7 +349,22 @@ fn a_million_object_commands() {
         // program that names memory it does not own corrupts itself, as
         // with a NIC; the test must not).
         let mut keep: &[(usize, usize)] = &[];
-        let mut c = match rng.below(19) {
+        let mut c = match rng.below(20) {
+            19 => {
+                if rng.below(2) == 0 {
+                    // CREATE_AH: response, user_handle, pd_handle, reserved,
+                    // ib_uverbs_ah_attr (a GRH toward device 0's GID or not).
+                    let mut c = Cmd::legacy(5, 56, out);
+                    c.u64(8, ptr).u64(16, rng.next()).u32(24, handle(&mut rng));
+                    // attr at body 24: is_global at +29, port_num at +30.
+                    c.u8(8 + 24 + 29, (rng.below(2)) as u8).u8(8 + 24 + 30, 1 + (rng.below(8) == 0) as u8);
+                    c
+                } else {
+                    let mut c = Cmd::legacy(8, 4, 0); // DESTROY_AH
+                    c.u32(8, handle(&mut rng));
+                    c
+                }
+            }
             0 => {
                 let mut c = Cmd::legacy(3, 8, out); // ALLOC_PD
                 c.u64(8, ptr);

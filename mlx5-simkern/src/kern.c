@@ -88,13 +88,14 @@ extern int mlx5sk_destroy_qp(int dev, uint32_t qpn);
 extern int mlx5sk_create_srq(int dev, uint32_t pdn, uint32_t wqe_cnt, uint32_t stride, uint32_t user_index,
 			     uint64_t buf, uint64_t db, uint32_t *srqn);
 extern int mlx5sk_destroy_srq(int dev, uint32_t srqn);
+extern int mlx5sk_resolve_mac(const uint8_t *gid, uint8_t *mac);
 
 /*
  * A context's objects, by handle (the kernel's idr): the handle is the
  * index. The kernel refuses a handle of another context or of another type,
  * and one already destroyed: each context has its own table.
  */
-enum { OBJ_FREE, OBJ_PD, OBJ_MR, OBJ_CQ, OBJ_QP, OBJ_CHANNEL, OBJ_SRQ };
+enum { OBJ_FREE, OBJ_PD, OBJ_MR, OBJ_CQ, OBJ_QP, OBJ_CHANNEL, OBJ_SRQ, OBJ_AH };
 struct uobj {
 	uint8_t type;
 	uint32_t num;        /* pdn, key, cqn, qpn; the channel's fd */
@@ -520,6 +521,9 @@ static void obj_destroy(struct ctx *c, uint32_t h)
 		break;
 	case OBJ_SRQ:
 		mlx5sk_destroy_srq(c->dev, o->num);
+		c->objs[o->pd].users--;
+		break;
+	case OBJ_AH:
 		c->objs[o->pd].users--;
 		break;
 	case OBJ_CHANNEL:
@@ -1123,6 +1127,56 @@ static int destroy_srq(struct ctx *c, const uint8_t *in, size_t in_len, size_t r
 	return 0;
 }
 
+
+/* CREATE_AH: an address handle of the PD. On RoCE the kernel resolves the
+ * destination MAC of the GID (mlx5_ib_create_ah_resp.dmac, which libmlx5
+ * puts in its address vector): here, the simulated port with that GID;
+ * none is EHOSTUNREACH. A RoCE address needs its GRH (EINVAL). The address
+ * vector itself is the library's: the device keeps nothing of it. */
+static int create_ah(struct ctx *c, const struct mlx5sk_dev *d, const uint8_t *in, size_t in_len, size_t room)
+{
+	const struct ib_uverbs_create_ah *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	struct uobj *pd = obj_get(c, cmd->pd_handle, OBJ_PD);
+	if (!pd)
+		return -EINVAL;
+	if (cmd->attr.port_num != 1)
+		return -EINVAL;
+	struct mlx5_ib_create_ah_resp drv;
+	memset(&drv, 0, sizeof(drv));
+	drv.response_length = sizeof(drv);
+	if (d->roce) {
+		if (!cmd->attr.is_global)
+			return -EINVAL;
+		int r = mlx5sk_resolve_mac(cmd->attr.grh.dgid, drv.dmac);
+		if (r)
+			return r;
+	}
+	int h = obj_new(c, OBJ_AH);
+	if (h < 0)
+		return h;
+	c->objs[h].pd = cmd->pd_handle;
+	c->objs[h].user_handle = cmd->user_handle;
+	c->objs[cmd->pd_handle].users++;
+	struct ib_uverbs_create_ah_resp core = { .ah_handle = (uint32_t)h };
+	int r = put2(cmd->response, &core, sizeof(core), &drv, sizeof(drv), room);
+	if (r)
+		obj_destroy(c, (uint32_t)h);
+	return r;
+}
+
+static int destroy_ah(struct ctx *c, const uint8_t *in, size_t in_len)
+{
+	const struct ib_uverbs_destroy_ah *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	if (!obj_get(c, cmd->ah_handle, OBJ_AH))
+		return obj_lookup_err(c, cmd->ah_handle);
+	obj_destroy(c, cmd->ah_handle);
+	return 0;
+}
+
 /*
  * mmap of a command fd at `off` for `len` bytes: the memfd to map instead,
  * with the offset in `*moff`, or -errno as mlx5_ib_mmap answers. Offsets
@@ -1429,6 +1483,12 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 		case IB_USER_VERBS_CMD_CREATE_SRQ:
 			ret = create_srq(c, in, in_len, out_room);
 			break;
+		case IB_USER_VERBS_CMD_CREATE_AH:
+			ret = create_ah(c, &d, in, in_len, out_room);
+			break;
+		case IB_USER_VERBS_CMD_DESTROY_AH:
+			ret = destroy_ah(c, in, in_len);
+			break;
 		case IB_USER_VERBS_CMD_MODIFY_SRQ:
 			ret = modify_srq(c, in, in_len);
 			break;
@@ -1459,7 +1519,7 @@ void mlx5sk_close(int fd)
 	struct ctx *c = find(fd, 0, 0);
 	if (c) {
 		/* ib_uverbs_cleanup_ucontext: what names others goes first. */
-		static const uint8_t order[] = { OBJ_QP, OBJ_SRQ, OBJ_MR, OBJ_CQ, OBJ_CHANNEL, OBJ_PD };
+		static const uint8_t order[] = { OBJ_QP, OBJ_SRQ, OBJ_AH, OBJ_MR, OBJ_CQ, OBJ_CHANNEL, OBJ_PD };
 		for (size_t k = 0; k < sizeof(order); k++)
 			for (uint32_t h = 0; h < c->nobjs; h++)
 				if (c->objs[h].type == order[k])

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # rdma-core's own pyverbs tests (Debian: python3-pyverbs) under mlx5_simrun:
-# every test file, each in its own process on one simulated device, and a
-# line per file: passed, skipped by the test's own capability check, failed
-# or crashed. A report: it exits 0 whatever the files say, and 2 when it
+# every test file, each in its own process on one simulated device, once on
+# an InfiniBand port and once on a RoCE one, and a line per file and link:
+# passed, skipped by the test's own capability check, failed or crashed. A report: it exits 0 whatever the files say, and 2 when it
 # cannot run at all (no pyverbs, no launcher).
 #
 # usage: mlx5-simrun/scripts/pyverbs.sh [TARGET_DIR]   (default target/release)
@@ -24,11 +24,12 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp -r "$src" "$work/tests"
 gunzip -f "$work"/tests/*.gz 2>/dev/null || true
-printf '%-28s %6s %6s %7s %6s %6s  %s\n' file tests passed skipped failed errors verdict
+printf '%-28s %-5s %6s %6s %7s %6s %6s  %s\n' file link tests passed skipped failed errors verdict
 total_failed=0
+for link in ib roce; do
 for f in "$work"/tests/test_*.py; do
   name=$(basename "$f" .py)
-  out=$(cd "$work/tests" && timeout 300 "$OLDPWD/$simrun" -- "$py" run_tests.py "$name" 2>&1)
+  out=$(cd "$work/tests" && timeout 300 "$OLDPWD/$simrun" --link "$link" -- "$py" run_tests.py "$name" 2>&1)
   rc=$?
   ran=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\} in.*/\1/p' <<<"$out" | tail -1)
   skipped=$(grep -o 'skipped=[0-9]*' <<<"$out" | tail -1 | cut -d= -f2)
@@ -40,6 +41,7 @@ for f in "$work"/tests/test_*.py; do
   elif [ $((failed + errors)) -gt 0 ]; then verdict=failed
   else verdict=ok; fi
   [ "$verdict" = ok ] || total_failed=$((total_failed + 1))
-  printf '%-28s %6s %6s %7s %6s %6s  %s\n' "$name" "$ran" "$passed" "$skipped" "$failed" "$errors" "$verdict"
+  printf '%-28s %-5s %6s %6s %7s %6s %6s  %s\n' "$name" "$link" "$ran" "$passed" "$skipped" "$failed" "$errors" "$verdict"
 done
-echo "pyverbs: $total_failed file(s) with failures or crashes"
+done
+echo "pyverbs: $total_failed file runs with failures or crashes (of 2 per file: InfiniBand, RoCE)"
