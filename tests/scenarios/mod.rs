@@ -284,6 +284,34 @@ pub fn ud_send_recv<B: Backend>(mut t: Bed<B>) {
     assert_eq!(t.b.bytes(40, 256), data, "payload after the 40-byte GRH slot");
 }
 
+/// A UD SEND addressed by the device's own address handle
+/// (`pd.create_av`: `ibv_create_ah` on hardware, where on RoCE the kernel
+/// resolves the peer's MAC): the datagram arrives, its payload after the
+/// GRH slot.
+pub fn ud_with_the_devices_address_handle<B: Backend>(mut t: Bed<B>) {
+    let cfg = QpConfig {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        ..QpConfig::default()
+    };
+    let ua = t.a.ctx.create_ud_qp(&t.a.pd, &t.a.cq, &t.a.cq, None, &cfg).unwrap();
+    let ub = t.b.ctx.create_ud_qp(&t.b.pd, &t.b.cq, &t.b.cq, None, &cfg).unwrap();
+    ua.activate(&ConnectParams { qkey: 0x2222, ..ConnectParams::default() }).unwrap();
+    ub.activate(&ConnectParams { qkey: 0x2222, ..ConnectParams::default() }).unwrap();
+    let av = t.a.pd.create_av(1, &ub.local_info().unwrap()).unwrap();
+    ub.post_recv(8, &[Sge { addr: t.b.mr.addr(), len: 4096, lkey: t.b.mr.lkey() }]).unwrap();
+    let data = t.a.fill(0, 100, 5);
+    let b = ua.wqe_builder(1).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
+    let b = b.datagram(&av, ub.qpn(), 0x2222).unwrap();
+    b.sge(Sge::new(t.a.mr.addr(), 100, t.a.mr.lkey())).unwrap().finish().unwrap();
+    assert_eq!(t.a.wait(1)[0].0.status, Status::Success);
+    let r = t.b.wait(1);
+    assert_eq!((r[0].1, r[0].0.status, r[0].0.byte_len, r[0].0.src_qpn), (8, Status::Success, 140, ua.qpn()));
+    assert_eq!(t.b.bytes(40, 100), data, "payload after the 40-byte GRH slot");
+}
+
 pub fn dc_write_and_send_through_srq<B: Backend>(mut t: Bed<B>) {
     let cfg = QpConfig {
         max_send_wr: 16,
@@ -541,6 +569,7 @@ macro_rules! conformance_suite {
             $(#[$attr])* #[test] fn rc_remote_access_error_then_flush() { scenarios::rc_remote_access_error_then_flush($bed) }
             $(#[$attr])* #[test] fn rc_psn_mismatch_is_retry_exceeded() { scenarios::rc_psn_mismatch_is_retry_exceeded($bed) }
             $(#[$attr])* #[test] fn ud_send_recv() { scenarios::ud_send_recv($bed) }
+            $(#[$attr])* #[test] fn ud_with_the_devices_address_handle() { scenarios::ud_with_the_devices_address_handle($bed) }
             $(#[$attr])* $(#[$dc])* #[test] fn dc_write_and_send_through_srq() { scenarios::dc_write_and_send_through_srq($bed) }
             $(#[$attr])* #[test] fn srq_shared_by_two_rc_qps() { scenarios::srq_shared_by_two_rc_qps($bed) }
             $(#[$attr])* #[test] fn cq_events_scatter_and_poll_into() { scenarios::cq_events_scatter_and_poll_into($bed) }
