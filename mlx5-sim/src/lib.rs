@@ -399,7 +399,7 @@ impl Default for QpInitAttr {
 pub struct SrqInitAttr {
     /// Protection domain.
     pub pdn: u32,
-    /// Number of WQEs (power of two, 2..=32768).
+    /// Number of WQEs (power of two, 1..=32768).
     pub wqe_cnt: u32,
     /// WQE stride in bytes (power of two, 32..=1024): 16-byte next segment + scatter entries.
     pub stride: u32,

@@ -32,8 +32,9 @@ impl Srq {
     /// `user.dbrec` (4 bytes).
     pub(crate) unsafe fn new_in(attr: &SrqInitAttr, user: Option<crate::UserRings>) -> Result<Srq, SimError> {
         let bad = |what| Err(SimError::InvalidArgument { what });
-        if !attr.wqe_cnt.is_power_of_two() || !(2..=32768).contains(&attr.wqe_cnt) {
-            return bad("SRQ wqe_cnt must be a power of two in 2..=32768");
+        // mlx5_ib makes roundup_pow_of_two(max_wr + 1) entries: one for max_wr 0.
+        if !attr.wqe_cnt.is_power_of_two() || !(1..=32768).contains(&attr.wqe_cnt) {
+            return bad("SRQ wqe_cnt must be a power of two in 1..=32768");
         }
         if !attr.stride.is_power_of_two() || !(32..=MAX_SRQ_STRIDE).contains(&attr.stride) {
             return bad("SRQ stride must be a power of two in 32..=1024");

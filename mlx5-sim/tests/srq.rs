@@ -244,7 +244,7 @@ fn srq_control_path() {
     assert!(matches!(b.destroy_srq(srqn), Err(SimError::Busy { .. })));
     assert!(matches!(b.dealloc_pd(p.pdb), Err(SimError::Busy { .. })));
     assert_eq!(b.destroy_srq(0x999), Err(SimError::NoSuchSrq(0x999)));
-    for (cnt, stride) in [(3, 64), (8, 16), (8, 48), (1, 64), (8, 2048)] {
+    for (cnt, stride) in [(3, 64), (8, 16), (8, 48), (0, 64), (65536, 64), (8, 2048)] {
         let r = b.create_srq(&SrqInitAttr { pdn: p.pdb, wqe_cnt: cnt, stride, user_index: 0 });
         assert!(matches!(r, Err(SimError::InvalidArgument { .. })), "{cnt} x {stride}");
     }

@@ -1044,7 +1044,7 @@ static int create_srq(struct ctx *c, const uint8_t *in, size_t in_len, size_t ro
 	 * to a power of two, at least 32 bytes. */
 	/* The limit given at creation is not armed (mlx5_ib arms it through
 	 * MODIFY_SRQ only): accepted and ignored. */
-	if (cmd->max_wr < 1 || cmd->max_wr > 32767 || cmd->max_sge > 63)
+	if (cmd->max_wr > 32767 || cmd->max_sge > 63)
 		return -EINVAL;
 	uint32_t max = 1, desc = 32;
 	while (max < cmd->max_wr + 1)
