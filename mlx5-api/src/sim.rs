@@ -351,6 +351,7 @@ impl Backend for Sim {
             model::AsyncEvent::PortError => crate::AsyncEvent::PortError { port: 1 },
             model::AsyncEvent::PortActive => crate::AsyncEvent::PortActive { port: 1 },
             model::AsyncEvent::DeviceFatal => crate::AsyncEvent::DeviceFatal,
+            model::AsyncEvent::SrqLimitReached { srqn } => crate::AsyncEvent::SrqLimitReached { srqn },
         }))
     }
     fn channel_progress(ch: &SimChannel) -> bool {

@@ -700,6 +700,9 @@ fn consume_recv(host: &mut Host, q: RecvQ) {
         RecvQ::Srq(srqn) => {
             if let Some(srq) = host.srqs.get_mut(&srqn) {
                 srq.consume();
+                if srq.limit_crossed() {
+                    host.push_event(AsyncEvent::SrqLimitReached { srqn });
+                }
             }
         }
     }

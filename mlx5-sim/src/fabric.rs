@@ -1255,6 +1255,28 @@ impl Nic {
         Ok(res)
     }
 
+    /// Arms SRQ `srqn`'s limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): once a receive
+    /// leaves fewer than `limit` WQEs posted, [`AsyncEvent::SrqLimitReached`] is raised
+    /// and the limit disarms. 0 disarms it. A limit of the SRQ's size or more is refused
+    /// (mlx5_ib: EINVAL).
+    pub fn arm_srq_limit(&self, srqn: u32, limit: u32) -> Result<(), SimError> {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        let srq = host.srqs.get_mut(&srqn).ok_or(SimError::NoSuchSrq(srqn))?;
+        if limit >= srq.wqe_cnt {
+            return bad("SRQ limit must be below the SRQ's size");
+        }
+        srq.limit = (limit > 0).then_some(limit as u16);
+        Ok(())
+    }
+
+    /// The SRQ's armed limit (0: none), as `ibv_query_srq` reports it.
+    pub fn srq_limit(&self, srqn: u32) -> Result<u32, SimError> {
+        let st = self.state();
+        let srq = st.hosts[self.host].srqs.get(&srqn).ok_or(SimError::NoSuchSrq(srqn))?;
+        Ok(srq.limit.map_or(0, u32::from))
+    }
+
     /// Destroys an SRQ; `Busy` while a QP or DCT uses it. Its memory is freed.
     pub fn destroy_srq(&self, srqn: u32) -> Result<(), SimError> {
         let mut st = self.state();

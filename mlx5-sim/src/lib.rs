@@ -549,6 +549,12 @@ pub enum AsyncEvent {
     /// The device failed ([`Nic::inject_fatal`]): every QP is in ERR and its work
     /// flushed; nothing works any more.
     DeviceFatal,
+    /// An SRQ armed with a limit ([`Nic::arm_srq_limit`]) has fewer WQEs posted than
+    /// the limit after a receive took one (raised once; the limit disarms).
+    SrqLimitReached {
+        /// SRQ number.
+        srqn: u32,
+    },
 }
 
 /// Objects a NIC holds ([`Nic::objects`]): what a leak check compares

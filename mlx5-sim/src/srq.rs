@@ -21,6 +21,9 @@ pub(crate) struct Srq {
     pub head: u16,
     /// WQEs consumed so far (16 bits, compared with the posted count in dbrec word 0).
     pub consumed: u16,
+    /// The armed limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): when a receive leaves
+    /// fewer WQEs posted than this, the SRQ-limit event fires once and disarms.
+    pub limit: Option<u16>,
 }
 
 impl Srq {
@@ -68,6 +71,7 @@ impl Srq {
             dbrec,
             head: 0,
             consumed: 0,
+            limit: None,
         })
     }
 
@@ -99,5 +103,17 @@ impl Srq {
         let n = SrqNextSeg::new_unchecked(&next[..]).next_wqe_index();
         self.head = n & (self.wqe_cnt as u16).wrapping_sub(1);
         self.consumed = self.consumed.wrapping_add(1);
+    }
+
+    /// After a consumption: whether the armed limit was crossed (fewer WQEs posted than
+    /// the limit); if so the limit disarms, and the caller raises the event.
+    pub(crate) fn limit_crossed(&mut self) -> bool {
+        match self.limit {
+            Some(l) if self.available() < l => {
+                self.limit = None;
+                true
+            }
+            _ => false,
+        }
     }
 }

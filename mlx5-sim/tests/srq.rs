@@ -6,7 +6,8 @@ mod common;
 use common::*;
 use mlx5_sim::wire::{cqe_opcode, syndrome};
 use mlx5_sim::{
-    Fabric, FabricConfig, HostConfig, QpInitAttr, QpModify, QpState, QpType, RcPath, SimError, SrqInitAttr,
+    AsyncEvent, Fabric, FabricConfig, HostConfig, QpInitAttr, QpModify, QpState, QpType, RcPath, SimError,
+    SrqInitAttr,
 };
 
 /// Host a with RC QPs `qa[i]`, host b with RC QPs `qb[i]` receiving from one SRQ.
@@ -273,4 +274,34 @@ fn srq_control_path() {
     b.destroy_srq(srqn).unwrap();
     assert_eq!(b.destroy_srq(srqn), Err(SimError::NoSuchSrq(srqn)));
     let _ = (&p.a, p.pda);
+}
+
+/// The SRQ limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): once a receive
+/// leaves fewer WQEs posted than the limit, `SrqLimitReached` fires once and
+/// the limit disarms (IB spec 11.5.2.4); a limit of the SRQ's size or more is
+/// refused; 0 disarms.
+#[test]
+fn srq_limit_fires_once_below_the_limit() {
+    let mut p = srq_pair(1, 7);
+    let srqn = p.srq.res.srqn;
+    let rbuf = Buf::new(&p.b, p.pdb, 8 * 64, ALL_ACCESS);
+    assert!(matches!(p.b.arm_srq_limit(srqn, 8), Err(SimError::InvalidArgument { .. })));
+    assert_eq!(p.b.arm_srq_limit(0x999, 1), Err(SimError::NoSuchSrq(0x999)));
+    for _ in 0..4 {
+        p.srq.post(&[(rbuf.addr() + u64::from(p.srq.head) * 64, 64, rbuf.keys.lkey)]);
+    }
+    p.b.arm_srq_limit(srqn, 3).unwrap();
+    assert_eq!(p.b.srq_limit(srqn), Ok(3));
+    p.qa[0].post(op::SEND, SIGNALED, [0; 4], &[Seg::Inline(b"one")]);
+    assert_eq!(p.b.take_async_events(), vec![], "3 left: not below the limit");
+    p.qa[0].post(op::SEND, SIGNALED, [0; 4], &[Seg::Inline(b"two")]);
+    assert_eq!(p.b.take_async_events(), vec![AsyncEvent::SrqLimitReached { srqn }], "2 left");
+    assert_eq!(p.b.srq_limit(srqn), Ok(0), "disarmed");
+    p.qa[0].post(op::SEND, SIGNALED, [0; 4], &[Seg::Inline(b"three")]);
+    assert_eq!(p.b.take_async_events(), vec![], "once");
+    p.b.arm_srq_limit(srqn, 2).unwrap();
+    p.b.arm_srq_limit(srqn, 0).unwrap();
+    p.qa[0].post(op::SEND, SIGNALED, [0; 4], &[Seg::Inline(b"four")]);
+    assert_eq!(p.b.take_async_events(), vec![], "0 disarms");
+    assert_eq!(p.rcq_b.poll_all().len(), 4);
 }

@@ -571,11 +571,12 @@ extern "C" {
 fn async_event(e: mlx5_sim::AsyncEvent) -> (u32, u32) {
     use mlx5_sim::AsyncEvent as E;
     match e {
-        E::CqOverrun { cqn } => (0, cqn), // IBV_EVENT_CQ_ERR
-        E::QpFatal { qpn } => (1, qpn),   // IBV_EVENT_QP_FATAL
-        E::DeviceFatal => (8, u32::MAX),  // IBV_EVENT_DEVICE_FATAL
-        E::PortActive => (9, 1),          // IBV_EVENT_PORT_ACTIVE, port 1
-        E::PortError => (10, 1),          // IBV_EVENT_PORT_ERR, port 1
+        E::CqOverrun { cqn } => (0, cqn),          // IBV_EVENT_CQ_ERR
+        E::QpFatal { qpn } => (1, qpn),            // IBV_EVENT_QP_FATAL
+        E::DeviceFatal => (8, u32::MAX),           // IBV_EVENT_DEVICE_FATAL
+        E::PortActive => (9, 1),                   // IBV_EVENT_PORT_ACTIVE, port 1
+        E::PortError => (10, 1),                   // IBV_EVENT_PORT_ERR, port 1
+        E::SrqLimitReached { srqn } => (15, srqn), // IBV_EVENT_SRQ_LIMIT_REACHED
     }
 }
 
@@ -655,5 +656,24 @@ pub unsafe extern "C" fn mlx5sk_resolve_mac(gid: *const u8, mac: *mut u8) -> c_i
             0
         }
         None => -libc::EHOSTUNREACH,
+    }
+}
+
+/// MODIFY_SRQ's limit (IB_SRQ_LIMIT): armed in the simulator, 0 disarms.
+#[no_mangle]
+pub extern "C" fn mlx5sk_arm_srq_limit(dev: c_int, srqn: u32, limit: u32) -> c_int {
+    nic(dev).map_or_else(|e| e, |n| unit(n.arm_srq_limit(srqn, limit)))
+}
+
+/// QUERY_SRQ's limit: the one armed now, 0 once it fired.
+///
+/// # Safety
+/// `limit` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_srq_limit(dev: c_int, srqn: u32, limit: *mut u32) -> c_int {
+    match nic(dev) {
+        // SAFETY: caller contract.
+        Ok(n) => unsafe { give(n.srq_limit(srqn), limit) },
+        Err(e) => e,
     }
 }

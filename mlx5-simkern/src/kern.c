@@ -89,6 +89,8 @@ extern int mlx5sk_create_srq(int dev, uint32_t pdn, uint32_t wqe_cnt, uint32_t s
 			     uint64_t buf, uint64_t db, uint32_t *srqn);
 extern int mlx5sk_destroy_srq(int dev, uint32_t srqn);
 extern int mlx5sk_resolve_mac(const uint8_t *gid, uint8_t *mac);
+extern int mlx5sk_arm_srq_limit(int dev, uint32_t srqn, uint32_t limit);
+extern int mlx5sk_srq_limit(int dev, uint32_t srqn, uint32_t *limit);
 
 /*
  * A context's objects, by handle (the kernel's idr): the handle is the
@@ -1084,14 +1086,15 @@ static int modify_srq(struct ctx *c, const uint8_t *in, size_t in_len)
 	const struct ib_uverbs_modify_srq *cmd = (const void *)in;
 	if (in_len < sizeof(*cmd))
 		return -EINVAL;
-	if (!obj_get(c, cmd->srq_handle, OBJ_SRQ))
+	struct uobj *o = obj_get(c, cmd->srq_handle, OBJ_SRQ);
+	if (!o)
 		return -EINVAL;
 	if (cmd->attr_mask & ~3u)
 		return -EINVAL;
 	if (cmd->attr_mask & 1u) /* IB_SRQ_MAX_WR: mlx5 SRQs do not resize */
 		return -EINVAL;
-	if (cmd->attr_mask & 2u) /* IB_SRQ_LIMIT: the limit event is not modelled yet */
-		return -EOPNOTSUPP;
+	if (cmd->attr_mask & 2u) /* IB_SRQ_LIMIT: armed; below the SRQ's size */
+		return mlx5sk_arm_srq_limit(c->dev, o->num, cmd->srq_limit);
 	return 0;
 }
 
@@ -1103,7 +1106,10 @@ static int query_srq(struct ctx *c, const uint8_t *in, size_t in_len, size_t roo
 	struct uobj *o = obj_get(c, cmd->srq_handle, OBJ_SRQ);
 	if (!o)
 		return -EINVAL;
-	struct ib_uverbs_query_srq_resp r = { .max_wr = o->max_wr, .max_sge = o->max_sge, .srq_limit = 0 };
+	struct ib_uverbs_query_srq_resp r = { .max_wr = o->max_wr, .max_sge = o->max_sge };
+	int e = mlx5sk_srq_limit(c->dev, o->num, &r.srq_limit);
+	if (e)
+		return e;
 	return put(cmd->response, &r, sizeof(r), room);
 }
 
@@ -1574,8 +1580,8 @@ void mlx5sk_comp_event(int dev, uint32_t chan, uint32_t cqn)
 }
 
 /* The forwarder: asynchronous event `type` (IBV_EVENT_*) of the CQ (type
- * 0) or QP (1) numbered `num`, or of the port or device, written to the
- * async fd(s) as ib_uverbs_async_event_desc. */
+ * 0), QP (1) or SRQ (14, 15) numbered `num`, or of the port or device,
+ * written to the async fd(s) as ib_uverbs_async_event_desc. */
 void mlx5sk_async_event(int dev, uint32_t type, uint32_t num)
 {
 	pthread_mutex_lock(&lock);
@@ -1584,8 +1590,8 @@ void mlx5sk_async_event(int dev, uint32_t type, uint32_t num)
 		if (c->fd == -1 || c->dev != dev || c->async_peer < 0)
 			continue;
 		struct ib_uverbs_async_event_desc d = { .event_type = type };
-		if (type == 0 || type == 1) {
-			uint8_t want = type == 0 ? OBJ_CQ : OBJ_QP;
+		if (type == 0 || type == 1 || type == 14 || type == 15) {
+			uint8_t want = type == 0 ? OBJ_CQ : type >= 14 ? OBJ_SRQ : OBJ_QP;
 			for (uint32_t h = 0; h < c->nobjs; h++) {
 				struct uobj *o = &c->objs[h];
 				if (o->type != want || o->num != num)

@@ -81,3 +81,15 @@ fn pcap_captures_the_programs_packets() {
         }
     }
 }
+
+/// An SRQ's limit through libibverbs: `ibv_modify_srq` arms it, receives
+/// consume the SRQ below it, `IBV_EVENT_SRQ_LIMIT_REACHED` naming the SRQ
+/// arrives once on the async fd, `ibv_query_srq` reports it disarmed, and a
+/// limit above the SRQ's size is refused.
+#[test]
+#[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
+fn srq_limit_event_reaches_the_program() {
+    let prog = compile("srq_limit");
+    let out = run_under_simrun(&prog, &[], &[]);
+    assert!(out.contains("all right"), "{out}");
+}
