@@ -565,6 +565,9 @@ extern "C" {
     /// goes to the async fd of the context that owns it (of every context
     /// of the device, for port and device events).
     fn mlx5sk_async_event(dev: c_int, event_type: u32, num: u32);
+    /// `kern.c`: completion channels the program closed, and no CQ uses,
+    /// go.
+    fn mlx5sk_reap_channels();
 }
 
 /// `IBV_EVENT_*` of a simulator event, and the object it names.
@@ -584,7 +587,8 @@ fn async_event(e: mlx5_sim::AsyncEvent) -> (u32, u32) {
 /// events to the program: completion events to the channels' descriptors
 /// (as the kernel's `ib_uverbs_comp_handler` queues them), asynchronous
 /// events to the async fds. It sleeps in `poll(2)` on the channels, and
-/// looks for asynchronous events every 5 ms.
+/// every 5 ms looks for asynchronous events and for channels the program
+/// closed.
 fn start_forwarder() {
     static STARTED: OnceLock<()> = OnceLock::new();
     STARTED.get_or_init(|| {
@@ -606,6 +610,8 @@ fn start_forwarder() {
                     unsafe { mlx5sk_comp_event(dev, ch, cqn) };
                 }
             }
+            // SAFETY: no arguments; kern.c takes its lock.
+            unsafe { mlx5sk_reap_channels() };
             for (dev, n) in devices().nics.iter().enumerate() {
                 while let Some(e) = n.take_async_event() {
                     let (ty, num) = async_event(e);

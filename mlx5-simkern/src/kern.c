@@ -1623,3 +1623,31 @@ int mlx5sk_live_of(int fd)
 	return n;
 }
 
+
+/* The forwarder, now and then: a completion channel whose program end is
+ * closed (ibv_destroy_comp_channel closes it; no command tells the kernel)
+ * goes once no CQ uses it, as the kernel drops the channel's file with its
+ * last reference. */
+void mlx5sk_reap_channels(void)
+{
+	pthread_mutex_lock(&lock);
+	for (int i = 0; ctxs_ready && i < MAX_CTX; i++) {
+		struct ctx *c = &ctxs[i];
+		if (c->fd == -1)
+			continue;
+		for (uint32_t h = 0; h < c->nobjs; h++) {
+			struct uobj *o = &c->objs[h];
+			if (o->type != OBJ_CHANNEL || o->peer < 0)
+				continue;
+			char b;
+			if (recv(o->peer, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 0)
+				continue; /* open (EAGAIN), or not a stream end at all */
+			int used = 0;
+			for (uint32_t k = 0; k < c->nobjs && !used; k++)
+				used = c->objs[k].type == OBJ_CQ && c->objs[k].pd == h;
+			if (!used)
+				obj_destroy(c, h);
+		}
+	}
+	pthread_mutex_unlock(&lock);
+}
