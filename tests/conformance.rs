@@ -61,6 +61,87 @@ conformance_suite!(
     #[ignore = "runs inside mlx5_simrun: the_hardware_suite_runs_on_the_emulated_device starts it"]
 );
 
+/// Port and device events on the hardware backend over the emulated device:
+/// the test takes the simulated port down and up, then fails the device,
+/// through the preload library's test hooks (found with `dlsym`), and reads
+/// what libibverbs delivers (`ibv_get_async_event`).
+#[test]
+#[ignore = "runs inside mlx5_simrun: port_and_device_events_reach_the_hardware_backend starts it"]
+fn emu_port_and_device_events() {
+    type Hook = unsafe extern "C" fn(i32, i32) -> i32;
+    type Fatal = unsafe extern "C" fn(i32) -> i32;
+    // SAFETY: symbol lookups by NUL-terminated name in the process.
+    let (port, fatal) = unsafe {
+        (
+            libc::dlsym(libc::RTLD_DEFAULT, c"mlx5sk_set_port_active".as_ptr()),
+            libc::dlsym(libc::RTLD_DEFAULT, c"mlx5sk_inject_fatal".as_ptr()),
+        )
+    };
+    assert!(!port.is_null() && !fatal.is_null(), "not under mlx5_simrun");
+    // SAFETY: the preload library's functions of these signatures.
+    let (port, fatal) = unsafe {
+        (
+            std::mem::transmute::<*mut libc::c_void, Hook>(port),
+            std::mem::transmute::<*mut libc::c_void, Fatal>(fatal),
+        )
+    };
+    let dev = mlx5::hw::device("mlx5_0").unwrap();
+    let ctx = dev.open().unwrap();
+    let next = || {
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Some(e) = ctx.async_event().unwrap() {
+                return e;
+            }
+            assert!(t0.elapsed() < std::time::Duration::from_secs(10), "no async event");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    };
+    // SAFETY: device 0 exists under the launcher.
+    assert_eq!(unsafe { port(0, 0) }, 0);
+    assert_eq!(next(), mlx5::AsyncEvent::PortError { port: 1 });
+    // SAFETY: as above.
+    assert_eq!(unsafe { port(0, 1) }, 0);
+    assert_eq!(next(), mlx5::AsyncEvent::PortActive { port: 1 });
+    // SAFETY: as above.
+    assert_eq!(unsafe { fatal(0) }, 0);
+    assert_eq!(next(), mlx5::AsyncEvent::DeviceFatal);
+    println!("=== events all right");
+}
+
+/// `emu_port_and_device_events`, inside `mlx5_simrun`.
+#[test]
+#[cfg_attr(
+    emu_skip_no_library,
+    ignore = "libibverbs.so.1 / libmlx5.so.1 not installed (Debian: ibverbs-providers; .ci/run installs them), or cross-compiled"
+)]
+fn port_and_device_events_reach_the_hardware_backend() {
+    let o =
+        emu_run(&["--devices", "1"], &["--ignored", "--exact", "emu_port_and_device_events", "--nocapture"]);
+    assert!(o.contains("=== events all right"), "{o}");
+}
+
+/// This test binary inside `mlx5_simrun` (launcher options `simrun`) with
+/// `args`: its standard output; panics unless it succeeded.
+fn emu_run(simrun: &[&str], args: &[&str]) -> String {
+    use std::process::Command;
+    let me = std::env::current_exe().unwrap();
+    let launcher = me.parent().unwrap().parent().unwrap().join("mlx5_simrun");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // Built now even when present (a no-op when fresh): a stale preload
+    // library would test old code.
+    let ok = Command::new(cargo)
+        .args(["build", "-q", "-p", "mlx5-simrun", "-p", "mlx5-simkern"])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "building mlx5_simrun and the preload library");
+    let o = Command::new(&launcher).args(simrun).arg("--").arg(&me).args(args).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{}\n{out}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    out
+}
+
 /// The differential scenario's transcript on the hardware backend over the
 /// emulated device, printed between markers for
 /// `the_hardware_backend_matches_the_simulator_backend`.
@@ -81,38 +162,18 @@ fn emu_differential_transcript() {
     ignore = "libibverbs.so.1 / libmlx5.so.1 not installed (Debian: ibverbs-providers; .ci/run installs them), or cross-compiled"
 )]
 fn the_hardware_suite_runs_on_the_emulated_device() {
-    use std::process::Command;
-    let me = std::env::current_exe().unwrap();
-    let bin = me.parent().unwrap().parent().unwrap();
-    let simrun = bin.join("mlx5_simrun");
-    {
-        // Built now even when present (a no-op when fresh): a stale preload
-        // library would test old code.
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let ok = Command::new(cargo)
-            .args(["build", "-q", "-p", "mlx5-simrun", "-p", "mlx5-simkern"])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "building mlx5_simrun and the preload library");
-    }
     // Every scenario, on an InfiniBand port and on a RoCE one (GIDs, AVs
     // with MACs), the tests in parallel threads as cargo runs them.
     for link in ["ib", "roce"] {
-        let mut cmd = Command::new(&simrun);
-        cmd.args(["--devices", "1", "--link", link, "--"]).arg(&me).args(["--ignored", "emu::"]);
-        let o = cmd.output().unwrap();
-        let out = String::from_utf8_lossy(&o.stdout);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success(), "{link}: {}\n{out}\n{err}", o.status);
-        // Every scenario of the suite (11 when this was written) ran and passed.
+        let out = emu_run(&["--devices", "1", "--link", link], &["--ignored", "emu::"]);
+        // Every scenario of the suite (12 when this was written) ran and passed.
         let passed: usize = out
             .lines()
             .find_map(|l| l.strip_prefix("test result: ok. ")?.split(' ').next()?.parse().ok())
             .unwrap_or(0);
         assert!(
-            passed >= 11 && out.contains("passed; 0 failed; 0 ignored"),
-            "{link}: {passed} passed\n{out}\n{err}"
+            passed >= 12 && out.contains("passed; 0 failed; 0 ignored"),
+            "{link}: {passed} passed\n{out}"
         );
     }
 }
@@ -127,31 +188,10 @@ fn the_hardware_suite_runs_on_the_emulated_device() {
     ignore = "libibverbs.so.1 / libmlx5.so.1 not installed (Debian: ibverbs-providers; .ci/run installs them), or cross-compiled"
 )]
 fn the_hardware_backend_matches_the_simulator_backend() {
-    use std::process::Command;
     let sim = scenarios::differential_transcript(sim_bed(false, ExecMode::Deterministic));
     assert!(sim.lines().count() > 40, "{sim}");
-    let me = std::env::current_exe().unwrap();
-    let bin = me.parent().unwrap().parent().unwrap();
-    let simrun = bin.join("mlx5_simrun");
-    {
-        // Built now even when present (a no-op when fresh): a stale preload
-        // library would test old code.
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let ok = Command::new(cargo)
-            .args(["build", "-q", "-p", "mlx5-simrun", "-p", "mlx5-simkern"])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "building mlx5_simrun and the preload library");
-    }
-    let o = Command::new(&simrun)
-        .args(["--devices", "1", "--"])
-        .arg(&me)
-        .args(["--ignored", "--exact", "emu_differential_transcript", "--nocapture"])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}\n{out}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    let out =
+        emu_run(&["--devices", "1"], &["--ignored", "--exact", "emu_differential_transcript", "--nocapture"]);
     let hw = out
         .split("=== transcript\n")
         .nth(1)

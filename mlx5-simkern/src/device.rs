@@ -683,3 +683,30 @@ pub unsafe extern "C" fn mlx5sk_srq_limit(dev: c_int, srqn: u32, limit: *mut u32
         Err(e) => e,
     }
 }
+
+/// A test's hand on the device, as a kernel's debug knob would be: port 1
+/// of device `dev` goes down (`active` 0) or comes back up, with the
+/// asynchronous events a NIC raises. Not part of any kernel ABI: a program
+/// under `mlx5_simrun` finds it with `dlsym(RTLD_DEFAULT, ...)`.
+#[no_mangle]
+pub extern "C" fn mlx5sk_set_port_active(dev: c_int, active: c_int) -> c_int {
+    nic(dev).map_or_else(
+        |e| e,
+        |n| {
+            n.set_port_active(active != 0);
+            0
+        },
+    )
+}
+
+/// A test's hand on the device: it fails (`IBV_EVENT_DEVICE_FATAL`).
+#[no_mangle]
+pub extern "C" fn mlx5sk_inject_fatal(dev: c_int) -> c_int {
+    nic(dev).map_or_else(
+        |e| e,
+        |n| {
+            n.inject_fatal();
+            0
+        },
+    )
+}
