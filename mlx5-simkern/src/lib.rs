@@ -10,8 +10,9 @@
 //!   libibverbs enumerates from sysfs (`SYSFS_PATH`), never a real device;
 //! - `open*` and `stat*` of `/dev/infiniband/uverbsN` go to `/dev/zero`,
 //!   whose device number (1:5) the sysfs tree gives: the character-device
-//!   check passes, and every `ioctl` on it fails with `ENOTTY`, which makes
-//!   libibverbs use the `write()` command ABI;
+//!   check passes, and every core `ioctl` on it fails with `ENOTTY`, which
+//!   makes libibverbs use the `write()` command ABI (driver-namespace methods,
+//!   which have no `write()` form, answer `EOPNOTSUPP`: see `ioctl_errno`);
 //! - `write` on such a descriptor is a command (`kern.c`), `close` ends its
 //!   context.
 //!
@@ -278,6 +279,56 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     unsafe { real!("close", Close)(fd) }
 }
 
+/// `RDMA_VERBS_IOCTL` (`rdma/rdma_user_ioctl_cmds.h`): the ioctl framework's
+/// one request.
+const RDMA_VERBS_IOCTL: std::ffi::c_ulong = 0xc018_1b01;
+
+/// The errno of an ioctl on a command fd. The emulated kernel has no ioctl
+/// framework, so libibverbs falls back to the `write()` ABI on the first
+/// ENOTTY (every core object and method). A method in the driver's
+/// namespace (object or method id with `UVERBS_ID_NS_MASK` bits: DEVX,
+/// mkeys, DV port queries, dynamic UARs and VARs, ...) has no `write()`
+/// form at all; it answers EOPNOTSUPP, what a kernel with the framework
+/// answers for a method the device lacks, so that a program (pyverbs'
+/// tests) sees "not supported" rather than "no such ioctl".
+fn ioctl_errno(req: std::ffi::c_ulong, arg: *mut c_void) -> c_int {
+    if req != RDMA_VERBS_IOCTL {
+        return libc::ENOTTY;
+    }
+    // struct ib_uverbs_ioctl_hdr: length, object_id, method_id, num_attrs.
+    let mut hdr = [0u8; 8];
+    let local = libc::iovec { iov_base: hdr.as_mut_ptr().cast(), iov_len: 8 };
+    let remote = libc::iovec { iov_base: arg, iov_len: 8 };
+    // SAFETY: reads 8 bytes of this process at `arg` into `hdr`; a pointer
+    // that is no memory fails the call (EFAULT), never this process.
+    if unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) } != 8 {
+        return libc::EFAULT;
+    }
+    let object = u16::from_ne_bytes([hdr[2], hdr[3]]);
+    let method = u16::from_ne_bytes([hdr[4], hdr[5]]);
+    if (object | method) & 0xf000 != 0 {
+        libc::EOPNOTSUPP
+    } else {
+        libc::ENOTTY
+    }
+}
+
+/// `ioctl(2)` (declared with the one argument every request here takes):
+/// on a command fd, see `ioctl_errno`.
+///
+/// # Safety
+/// As `ioctl(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn ioctl(fd: c_int, req: std::ffi::c_ulong, arg: *mut c_void) -> c_int {
+    if dev_of(fd).is_some() {
+        set_errno(ioctl_errno(req, arg));
+        return -1;
+    }
+    type Ioctl = unsafe extern "C" fn(c_int, std::ffi::c_ulong, *mut c_void) -> c_int;
+    // SAFETY: forwarded.
+    unsafe { real!("ioctl", Ioctl)(fd, req, arg) }
+}
+
 /// The simulated RoCE device `mlx5sim<N>` that `name` names, if any.
 ///
 /// # Safety
@@ -468,3 +519,30 @@ pub unsafe extern "C" fn mlx5sk_dev_info(dev: c_int, out: *mut DevInfo) -> c_int
 
 #[cfg(all(test, not(no_kernel_headers)))]
 mod fuzz;
+
+#[cfg(test)]
+mod ioctl_tests {
+    use super::*;
+
+    /// Core methods get ENOTTY (libibverbs then uses `write()`), the
+    /// driver's namespace EOPNOTSUPP (what a kernel without the method
+    /// answers), any other request ENOTTY, a header that is no memory EFAULT.
+    #[test]
+    fn core_ioctls_are_enotty_and_driver_methods_eopnotsupp() {
+        // ib_uverbs_ioctl_hdr: length, object_id, method_id, num_attrs, ...
+        let hdr = |object: u16, method: u16| {
+            let mut h = [0u8; 24];
+            h[2..4].copy_from_slice(&object.to_ne_bytes());
+            h[4..6].copy_from_slice(&method.to_ne_bytes());
+            h
+        };
+        let mut core = hdr(3, 1); // UVERBS_OBJECT_CQ, CREATE
+        let mut devx = hdr(0x1000, 0x1000); // MLX5_IB_OBJECT_DEVX, DEVX_OTHER
+        let mut dv_port = hdr(0, 0x1000); // UVERBS_OBJECT_DEVICE, MLX5_IB_METHOD_QUERY_PORT
+        assert_eq!(ioctl_errno(RDMA_VERBS_IOCTL, core.as_mut_ptr().cast()), libc::ENOTTY);
+        assert_eq!(ioctl_errno(RDMA_VERBS_IOCTL, devx.as_mut_ptr().cast()), libc::EOPNOTSUPP);
+        assert_eq!(ioctl_errno(RDMA_VERBS_IOCTL, dv_port.as_mut_ptr().cast()), libc::EOPNOTSUPP);
+        assert_eq!(ioctl_errno(0x5421, core.as_mut_ptr().cast()), libc::ENOTTY);
+        assert_eq!(ioctl_errno(RDMA_VERBS_IOCTL, 0x10 as *mut c_void), libc::EFAULT);
+    }
+}
