@@ -1,6 +1,6 @@
 //! The simulated devices behind the emulated kernel: one watch-mode fabric
 //! per process (mlx5_simrun's setup), host `i` being `mlx5_i`, and the calls
-//! `kern.c` makes to create, change and destroy the objects its commands
+//! the C side (`kern.c`, `objects.c`) makes to create, change and destroy the objects its commands
 //! name. Each call returns 0 or a negative errno, the one the kernel gives
 //! for the same refusal (mlx5-api's `sim_errno` mapping, written again here:
 //! this crate does not depend on the front-end).
@@ -143,7 +143,7 @@ pub extern "C" fn mlx5sk_dealloc_pd(dev: c_int, pdn: u32) -> c_int {
 /// `key` is writable. The range is the program's: the simulator accesses
 /// it when an operation names the key, as a NIC would (a range that is not
 /// mapped then faults the program, as DMA to unpinned memory would not;
-/// `kern.c` checks that the range is mapped when it is registered).
+/// `objects.c` checks that the range is mapped when it is registered).
 #[no_mangle]
 pub unsafe extern "C" fn mlx5sk_reg_mr(
     dev: c_int,
@@ -154,7 +154,7 @@ pub unsafe extern "C" fn mlx5sk_reg_mr(
     key: *mut u32,
 ) -> c_int {
     match nic(dev) {
-        // SAFETY: the range stays the program's until DEREG_MR (kern.c
+        // SAFETY: the range stays the program's until DEREG_MR (objects.c
         // checked it is mapped); `key` per caller contract.
         Ok(n) => unsafe { give(n.reg_mr(pdn, addr, len, access).map(|k| k.lkey), key) },
         Err(e) => e,
@@ -174,7 +174,7 @@ pub extern "C" fn mlx5sk_dereg_mr(dev: c_int, key: u32) -> c_int {
 ///
 /// # Safety
 /// `[buf, buf + cqe_cnt * cqe_size)` and `[db, db + 8)` stay the program's
-/// memory until DESTROY_CQ (`kern.c` checked they are mapped); `cqn` is
+/// memory until DESTROY_CQ (`objects.c` checked they are mapped); `cqn` is
 /// writable.
 #[no_mangle]
 pub unsafe extern "C" fn mlx5sk_create_cq(
@@ -210,7 +210,7 @@ pub extern "C" fn mlx5sk_destroy_cq(dev: c_int, cqn: u32) -> c_int {
     nic(dev).map_or_else(|e| e, |n| unit(n.destroy_cq(cqn)))
 }
 
-/// What `kern.c` asks for a new QP (`struct mlx5sk_qp_init`).
+/// What `objects.c` asks for a new QP (`struct mlx5sk_qp_init`).
 #[repr(C)]
 pub struct QpInit {
     /// `IB_QPT_*`: 2 RC, 4 UD; and 0x100 DCI, 0x101 DCT (`IB_QPT_DRIVER`
@@ -290,7 +290,7 @@ pub unsafe extern "C" fn mlx5sk_create_qp(dev: c_int, q: *const QpInit, qpn: *mu
     unsafe { give(r.map(|r| r.qpn), qpn) }
 }
 
-/// What `kern.c` asks of MODIFY_QP (`struct mlx5sk_qp_mod`), from
+/// What `objects.c` asks of MODIFY_QP (`struct mlx5sk_qp_mod`), from
 /// `ib_uverbs_modify_qp`: `mask` is the verbs `attr_mask`.
 #[repr(C)]
 pub struct QpMod {
@@ -457,7 +457,7 @@ pub extern "C" fn mlx5sk_destroy_qp(dev: c_int, qpn: u32) -> c_int {
 ///
 /// # Safety
 /// `[buf, buf + wqe_cnt * stride)` and `[db, db + 4)` stay the program's
-/// memory until DESTROY_SRQ (`kern.c` checked they are mapped); `srqn` is
+/// memory until DESTROY_SRQ (`objects.c` checked they are mapped); `srqn` is
 /// writable.
 #[no_mangle]
 pub unsafe extern "C" fn mlx5sk_create_srq(
@@ -557,15 +557,15 @@ pub extern "C" fn mlx5sk_destroy_channel(dev: c_int, id: u32) -> c_int {
 }
 
 extern "C" {
-    /// `kern.c`: the event of CQ `cqn` on channel `channel` goes to the
+    /// `events.c`: the event of CQ `cqn` on channel `channel` goes to the
     /// program's end of that channel.
     fn mlx5sk_comp_event(dev: c_int, channel: u32, cqn: u32);
-    /// `kern.c`: an asynchronous event (`IBV_EVENT_*`) of the object whose
+    /// `events.c`: an asynchronous event (`IBV_EVENT_*`) of the object whose
     /// number is `num` (a CQN or QPN; for port and device events, none)
     /// goes to the async fd of the context that owns it (of every context
     /// of the device, for port and device events).
     fn mlx5sk_async_event(dev: c_int, event_type: u32, num: u32);
-    /// `kern.c`: completion channels the program closed, and no CQ uses,
+    /// `events.c`: completion channels the program closed, and no CQ uses,
     /// go.
     fn mlx5sk_reap_channels();
 }

@@ -1,6 +1,7 @@
 //! The emulated uverbs kernel, preloaded by `mlx5_simrun` into an
 //! unmodified verbs program: it owns `/dev/infiniband/uverbsN` and answers
-//! the uverbs `write()` command ABI as mlx5_ib would (`kern.c`, against the
+//! the uverbs `write()` command ABI as mlx5_ib would (`kern.c`, `objects.c`
+//! and `events.c`, against the
 //! kernel headers), for the simulated devices `mlx5_simrun` describes in
 //! sysfs.
 //!
