@@ -241,7 +241,7 @@ pub struct QpInit {
 ///
 /// # Safety
 /// `q` is readable; its `buf` (RQ then SQ bytes) and `db` (8 bytes) stay
-/// the program's memory until DESTROY_QP (`kern.c` checked they are
+/// the program's memory until DESTROY_QP (`objects.c` checked they are
 /// mapped); `qpn` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn mlx5sk_create_qp(dev: c_int, q: *const QpInit, qpn: *mut u32) -> c_int {
