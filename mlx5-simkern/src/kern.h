@@ -151,6 +151,7 @@ struct qp_req {
 
 /* kern.c */
 int sk_put(uint64_t dst, const void *src, size_t len, size_t room);
+int sk_mapped(uint64_t addr, uint64_t len);
 
 /* objects.c: 0 / a handle, or -errno. */
 int sk_put2(uint64_t dst, const void *core, size_t core_len, const void *drv, size_t drv_len, size_t room);

@@ -48,24 +48,6 @@ static int obj_lookup_err(struct ctx *c, uint32_t handle)
 	return handle < c->nobjs && c->objs[handle].type != OBJ_FREE ? -EINVAL : -ENOENT;
 }
 
-/* Whether [addr, addr + len) is mapped in this process (the kernel pins an
- * MR's pages and a ring's, and fails with EFAULT where there are none). */
-static int mapped(uint64_t addr, uint64_t len)
-{
-	if (!len || addr + len < addr)
-		return 0;
-	uint64_t page = 4096, start = addr & ~(page - 1), end = (addr + len + page - 1) & ~(page - 1);
-	unsigned char vec[256];
-	for (uint64_t at = start; at < end;) {
-		uint64_t n = (end - at) / page;
-		if (n > sizeof(vec))
-			n = sizeof(vec);
-		if (mincore((void *)(uintptr_t)at, n * page, vec))
-			return 0;
-		at += n * page;
-	}
-	return 1;
-}
 
 /* Tears one object down in the simulator and frees its slot. */
 void sk_obj_destroy(struct ctx *c, uint32_t h)
@@ -176,7 +158,7 @@ int sk_reg_mr(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
 	struct uobj *pd = sk_obj_get(c, cmd->pd_handle, OBJ_PD);
 	if (!pd)
 		return -EINVAL;
-	if (!mapped(cmd->start, cmd->length))
+	if (!sk_mapped(cmd->start, cmd->length))
 		return -EFAULT;
 	int h = obj_new(c, OBJ_MR);
 	if (h < 0)
@@ -290,8 +272,8 @@ int sk_create_cq(struct ctx *c, uint64_t user_handle, uint32_t entries, uint32_t
 		if (chan == UINT32_MAX)
 			return -EINVAL;
 	}
-	if ((u.buf_addr & 63) || (u.db_addr & 7) || !mapped(u.buf_addr, (uint64_t)n * u.cqe_size) ||
-	    !mapped(u.db_addr, 8))
+	if ((u.buf_addr & 63) || (u.db_addr & 7) || !sk_mapped(u.buf_addr, (uint64_t)n * u.cqe_size) ||
+	    !sk_mapped(u.db_addr, 8))
 		return -EFAULT;
 	int h = obj_new(c, OBJ_CQ);
 	if (h < 0)
@@ -385,7 +367,7 @@ int sk_create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata, si
 		if (rq_bytes && rq_bytes < 64)
 			rq_bytes = 64;
 		uint64_t len = rq_bytes + (uint64_t)sq * 64;
-		if ((u.buf_addr & 63) || (u.db_addr & 7) || !mapped(u.buf_addr, len) || !mapped(u.db_addr, 8))
+		if ((u.buf_addr & 63) || (u.db_addr & 7) || !sk_mapped(u.buf_addr, len) || !sk_mapped(u.db_addr, 8))
 			return -EFAULT;
 	}
 	int h = obj_new(c, OBJ_QP);
@@ -614,7 +596,7 @@ int sk_create_srq(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
 		max <<= 1;
 	while (desc < 16 + cmd->max_sge * 16)
 		desc <<= 1;
-	if ((u.buf_addr & 63) || (u.db_addr & 3) || !mapped(u.buf_addr, (uint64_t)max * desc) || !mapped(u.db_addr, 4))
+	if ((u.buf_addr & 63) || (u.db_addr & 3) || !sk_mapped(u.buf_addr, (uint64_t)max * desc) || !sk_mapped(u.db_addr, 4))
 		return -EFAULT;
 	int h = obj_new(c, OBJ_SRQ);
 	if (h < 0)

@@ -104,3 +104,26 @@ fn destroyed_channels_leave_nothing_behind() {
     let out = run_under_simrun(&prog, &[], &[]);
     assert!(out.contains("all right"), "{out}");
 }
+
+/// Where the system refuses `process_vm_writev` (a container's seccomp
+/// profile), responses are copied after a mapping check instead: the RC
+/// program runs the same (the fallback forced by
+/// `MLX5_SIMKERN_NO_PROCESS_VM=1`).
+#[test]
+#[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
+fn responses_reach_the_program_without_process_vm_writev() {
+    let prog = compile("rc_verbs");
+    let o = simrun()
+        .args(["--devices", "2", "--"])
+        .arg(&prog)
+        .env("MLX5_SIMKERN_NO_PROCESS_VM", "1")
+        .output()
+        .expect("run mlx5_simrun");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("all right"),
+        "{}\n{out}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
