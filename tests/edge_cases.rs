@@ -181,6 +181,79 @@ fn connected(cfg: &QpConfig) -> Result<(Pair, RcQp<Sim, u64>), Error> {
     Ok((p, q))
 }
 
+/// The body of `qp_caps_are_honoured_or_refused`, also run on the inputs that
+/// once failed it.
+fn check_qp_caps(
+    send_wr: u32,
+    recv_wr: u32,
+    send_sge: u32,
+    recv_sge: u32,
+    inline: u32,
+) -> Result<(), TestCaseError> {
+    let cfg = QpConfig {
+        max_send_wr: send_wr,
+        max_recv_wr: recv_wr,
+        max_send_sge: send_sge,
+        max_recv_sge: recv_sge,
+        max_inline_data: inline,
+        ..QpConfig::default()
+    };
+    let (mut p, q) = match connected(&cfg) {
+        Ok(x) => x,
+        Err(Error::CapsExceeded { .. } | Error::InvalidArgument(_)) => return Ok(()),
+        Err(e) => return Err(TestCaseError::fail(format!("untyped refusal {e:?}"))),
+    };
+    fill(&p.a.mr, 0, 4096, 5);
+    let (la, lk) = (p.a.mr.addr(), p.a.mr.lkey());
+    let mut sent = Vec::new();
+    // `max_send_wr` may be 1: each SEND completes before the next is posted.
+    let mut done = Vec::new();
+    if inline > 0 {
+        let data = bytes(&p.a.mr, 0, inline.min(4096) as usize);
+        prop_assert!(inline <= 4096);
+        q.wqe_builder(1)
+            .unwrap()
+            .ctrl_send(WqeFlags::SIGNALED)
+            .unwrap()
+            .inline(&data)
+            .unwrap()
+            .finish()
+            .unwrap();
+        sent.push(data);
+        done.extend(p.a.drain());
+    }
+    if send_sge > 0 {
+        let b = q.wqe_builder(2).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
+        let mut b = b;
+        for i in 0..send_sge as u64 {
+            b = b.sge(Sge::new(la + i, 1, lk)).unwrap();
+        }
+        b.finish().unwrap();
+        sent.push(bytes(&p.a.mr, 0, send_sge as usize));
+        done.extend(p.a.drain());
+    }
+    prop_assert_eq!(done.len(), sent.len());
+    prop_assert!(done.iter().all(|(c, _)| c.status == Status::Success), "{:?}", done);
+    for (i, d) in sent.iter().enumerate() {
+        prop_assert_eq!(&bytes(&p.b.mr, 0x8000 * i, d.len()), d, "message {} intact", i);
+    }
+    // The queues hold what they promised.
+    for e in 0..send_wr as u64 {
+        q.wqe_builder(100 + e).unwrap().ctrl_nop(WqeFlags::NONE).unwrap().finish_batch().unwrap();
+    }
+    for e in 0..recv_wr as u64 {
+        q.post_recv(e, &[Sge::new(la, 8, lk)]).unwrap();
+    }
+    Ok(())
+}
+
+/// A 1-entry send queue whose two SENDs (173 inline bytes, 16 SGEs) once were
+/// posted back to back, more than the one WQE it promises.
+#[test]
+fn qp_caps_regression_one_send_wr() {
+    check_qp_caps(1, 0, 16, 0, 173).unwrap();
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
 
@@ -192,50 +265,7 @@ proptest! {
     fn qp_caps_are_honoured_or_refused(
         send_wr in size(), recv_wr in size(), send_sge in size(), recv_sge in size(), inline in size(),
     ) {
-        let cfg = QpConfig {
-            max_send_wr: send_wr,
-            max_recv_wr: recv_wr,
-            max_send_sge: send_sge,
-            max_recv_sge: recv_sge,
-            max_inline_data: inline,
-            ..QpConfig::default()
-        };
-        let (mut p, q) = match connected(&cfg) {
-            Ok(x) => x,
-            Err(Error::CapsExceeded { .. } | Error::InvalidArgument(_)) => return Ok(()),
-            Err(e) => return Err(TestCaseError::fail(format!("untyped refusal {e:?}"))),
-        };
-        fill(&p.a.mr, 0, 4096, 5);
-        let (la, lk) = (p.a.mr.addr(), p.a.mr.lkey());
-        let mut sent = Vec::new();
-        if inline > 0 {
-            let data = bytes(&p.a.mr, 0, inline.min(4096) as usize);
-            prop_assert!(inline <= 4096);
-            q.wqe_builder(1).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap().inline(&data).unwrap().finish().unwrap();
-            sent.push(data);
-        }
-        if send_sge > 0 {
-            let b = q.wqe_builder(2).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap();
-            let mut b = b;
-            for i in 0..send_sge as u64 {
-                b = b.sge(Sge::new(la + i, 1, lk)).unwrap();
-            }
-            b.finish().unwrap();
-            sent.push(bytes(&p.a.mr, 0, send_sge as usize));
-        }
-        let done = p.a.drain();
-        prop_assert_eq!(done.len(), sent.len());
-        prop_assert!(done.iter().all(|(c, _)| c.status == Status::Success), "{:?}", done);
-        for (i, d) in sent.iter().enumerate() {
-            prop_assert_eq!(&bytes(&p.b.mr, 0x8000 * i, d.len()), d, "message {} intact", i);
-        }
-        // The queues hold what they promised.
-        for e in 0..send_wr as u64 {
-            q.wqe_builder(100 + e).unwrap().ctrl_nop(WqeFlags::NONE).unwrap().finish_batch().unwrap();
-        }
-        for e in 0..recv_wr as u64 {
-            q.post_recv(e, &[Sge::new(la, 8, lk)]).unwrap();
-        }
+        check_qp_caps(send_wr, recv_wr, send_sge, recv_sge, inline)?;
     }
 
     /// CQ, SRQ and MR sizes over the whole range: a typed error or a working object.
