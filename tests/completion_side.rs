@@ -657,6 +657,15 @@ proptest! {
         big in any::<bool>(),
     ) {
         let cq_size = if big { 32 } else { 16 };
+        // At least three laps of requester completions, whatever the draw:
+        // signalled SENDs are appended while fewer ops than that are signalled.
+        let mut ops = ops;
+        let signalled = |ops: &[Op]| {
+            ops.iter().filter(|o| !matches!(o, Op::Ring | Op::Send { signaled: false, .. })).count()
+        };
+        while signalled(&ops) < 3 * cq_size as usize {
+            ops.push(Op::Send { len: 8, signaled: true });
+        }
         let (r0, s0, laps) = run_lapping(&ops, burst, cq_size, None, Poller::With);
         prop_assert!(laps >= 3, "the sender's CQ lapped only {} times", laps);
         for f in [None, Some(MiniCqeFormat::Hash), Some(MiniCqeFormat::Csum)] {
