@@ -119,8 +119,12 @@ pub(crate) struct Host {
     pub cq_db_pages: Vec<usize>,
     scratch: Vec<u32>,
     /// The NIC's clock, used as CQE timestamp: one tick per WQE executed or message
-    /// received, per RNR-timer period.
+    /// received, per RNR-timer period. Advanced by [`Host::tick_clock`] only.
     pub clock: u64,
+    /// Pages of the program's where the clock is published as mlx5's free-running
+    /// internal timer (`internal_timer_h`, `_l`: big-endian, at offset 0), by context
+    /// ([`Host::attach_clock_page`]).
+    pub clock_pages: Vec<(u32, crate::mem::DevMem)>,
     /// CQs holding a pending compressed session, written when the host's lock is let go
     /// ([`flush_sessions`]).
     pub dirty: Vec<u32>,
@@ -196,6 +200,7 @@ impl Host {
             cq_db_pages: Vec::new(),
             scratch: Vec::new(),
             clock: 0,
+            clock_pages: Vec::new(),
             dirty: Vec::new(),
             wqe_scratch: None,
         }
@@ -266,6 +271,41 @@ impl Host {
         }
         self.cq_db_pages.push(idx);
         Some(first)
+    }
+
+    /// Advances the clock by one tick and publishes it on the attached clock pages.
+    #[inline]
+    pub(crate) fn tick_clock(&mut self) -> u64 {
+        self.clock += 1;
+        if !self.clock_pages.is_empty() {
+            self.publish_clock();
+        }
+        self.clock
+    }
+
+    #[cold]
+    fn publish_clock(&self) {
+        for (_, page) in &self.clock_pages {
+            page.store_be64(0, self.clock);
+        }
+    }
+
+    /// Attaches a page of the program's where the clock is published (as the internal
+    /// timer that libmlx5 maps with `MLX5_IB_MMAP_CORE_CLOCK` and reads as two
+    /// big-endian words) until `context` closes; it holds the clock at once.
+    ///
+    /// # Safety
+    /// As [`crate::mem::DevMem::borrowed`] for 4096 bytes at `page`, until the context
+    /// closes.
+    pub(crate) unsafe fn attach_clock_page(&mut self, context: u32, page: *mut u8) -> Option<()> {
+        if !self.contexts.contains_key(&context) {
+            return None;
+        }
+        // SAFETY: caller contract.
+        let mem = unsafe { crate::mem::DevMem::borrowed(page, 4096, 4096) }?;
+        mem.store_be64(0, self.clock);
+        self.clock_pages.push((context, mem));
+        Some(())
     }
 
     /// Gives register `r` of `context`'s attached pages to a new QP.
@@ -973,11 +1013,7 @@ pub(crate) fn respond(
     let op = w.ctrl.opcode;
     let endian = st.cfg.atomic_endianness;
     let rh = tgt.h;
-    let ts = {
-        let c = &mut st.hosts[rh].clock;
-        *c += 1;
-        *c
-    };
+    let ts = st.hosts[rh].tick_clock();
     let nak = |synd| Outcome::Fail { synd, responder: tgt.err_on_nak.then_some((rh, tgt.qpn)) };
     let len = w.len;
     let consumes =
@@ -1354,11 +1390,7 @@ fn execute_ud(
         slid: if roce { 0 } else { src_lid },
         flags_rqpn: ud_flags_rqpn(kind, av, qpn),
         byte_cnt: (len + GRH_SLOT) as u32,
-        ts: {
-            let c = &mut st.hosts[rh].clock;
-            *c += 1;
-            *c
-        },
+        ts: st.hosts[rh].tick_clock(),
     };
     complete_recv(st, &tgt, c);
     done
@@ -1459,8 +1491,7 @@ fn process_sq_in(
         };
         let me = &mut st.hosts[h];
         me.stats.wqes_executed += 1;
-        me.clock += 1;
-        let ts = me.clock;
+        let ts = me.tick_clock();
         let outcome = match outcome {
             Outcome::Rnr => {
                 st.hosts[h].stats.rnr_naks += 1;
@@ -1826,7 +1857,7 @@ pub(crate) fn scan(st: &mut FabricState, h: usize) -> bool {
 /// doorbell, flush WQEs posted to QPs in ERR.
 pub(crate) fn tick(st: &mut FabricState, h: usize) {
     scan_uars(st, h);
-    st.hosts[h].clock += 1;
+    st.hosts[h].tick_clock();
     run_qps(st, h, false, true);
 }
 

@@ -1430,6 +1430,27 @@ impl Nic {
         })
     }
 
+    /// Publishes this NIC's clock (the CQE timestamps' counter) in `page`, as the
+    /// free-running internal timer that libmlx5 maps and reads for
+    /// `ibv_query_rt_values_ex`: big-endian at offset 0, updated on every tick, until
+    /// `context` closes.
+    ///
+    /// # Safety
+    /// `page` is 4096 bytes, 4096-aligned and stays mapped and writable until the
+    /// context closes.
+    pub unsafe fn attach_clock_page(&self, context: u32, page: *mut u8) -> Result<(), SimError> {
+        let mut st = self.state();
+        // SAFETY: caller contract.
+        unsafe { st.hosts[self.host].attach_clock_page(context, page) }.ok_or(SimError::InvalidArgument {
+            what: "clock page: no such context, or not a 4096-aligned page",
+        })
+    }
+
+    /// This NIC's clock: the counter its CQE timestamps are read from.
+    pub fn clock(&self) -> u64 {
+        self.state().hosts[self.host].clock
+    }
+
     /// The objects this NIC holds now.
     pub fn objects(&self) -> crate::ObjectCounts {
         let st = self.state();
@@ -1460,6 +1481,7 @@ impl Nic {
             host.uars.remove(r);
         }
         host.cq_db_pages.retain(|p| !c.borrowed_pages.contains(p));
+        host.clock_pages.retain(|(ctx, _)| *ctx != id);
         for &p in &c.borrowed_pages {
             // The program's page is no longer read: a model-owned page takes its slot.
             host.uar_pages[p] = crate::mem::DevMem::new(4096, 4096).ok_or(SimError::OutOfMemory)?;

@@ -8,7 +8,7 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// The page size the model's device memory is laid out in.
 pub(crate) const PAGE: usize = 4096;
@@ -136,6 +136,17 @@ impl DevMem {
         }
         // SAFETY: as in `load_be32`.
         let a = unsafe { AtomicU32::from_ptr(self.ptr().add(off).cast::<u32>()) };
+        a.store(v.to_be(), Ordering::Release)
+    }
+
+    /// Release-stores `v` big-endian in the 8 bytes at `off` (8-aligned) in one store, so
+    /// a reader never sees half of it (a free-running clock's high and low words).
+    pub(crate) fn store_be64(&self, off: usize, v: u64) {
+        if !off.is_multiple_of(8) || off + 8 > self.len() || !(self.ptr() as usize).is_multiple_of(8) {
+            return;
+        }
+        // SAFETY: in range and 8-aligned; the reader only loads it.
+        let a = unsafe { AtomicU64::from_ptr(self.ptr().add(off).cast::<u64>()) };
         a.store(v.to_be(), Ordering::Release)
     }
 

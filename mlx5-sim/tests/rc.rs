@@ -540,3 +540,64 @@ fn a_new_path_to_another_host_is_followed() {
     assert_eq!(&dst_c.read()[..4], b"to c");
     assert_eq!(&dst_b.read()[..5], b"to b\0", "B saw one WRITE only");
 }
+
+/// A 4096-aligned page of the "program's" memory, as an mmap of the command fd gives.
+#[repr(C, align(4096))]
+struct Page([u8; 4096]);
+
+fn clock_word(p: &Page) -> u64 {
+    // SAFETY: the page is 8-aligned; the NIC stores the word atomically.
+    let a = unsafe { std::sync::atomic::AtomicU64::from_ptr(p.0.as_ptr() as *mut u64) };
+    u64::from_be(a.load(std::sync::atomic::Ordering::Acquire))
+}
+
+/// The clock page holds the NIC's clock as mlx5's internal timer (big-endian at offset
+/// 0, hence `internal_timer_h` then `_l`) from the moment it is attached, follows every
+/// tick (a CQE's timestamp is never ahead of it), and is left alone once its context
+/// closes.
+#[test]
+fn the_clock_page_follows_the_cqe_timestamps_until_its_context_closes() {
+    let mut p = Pair::new();
+    let src = Buf::new(&p.a, p.pda, 64, ALL_ACCESS);
+    let dst = Buf::new(&p.b, p.pdb, 64, ALL_ACCESS);
+    let write = |p: &mut Pair| {
+        p.qa.post(
+            op::RDMA_WRITE,
+            SIGNALED,
+            [0; 4],
+            &[
+                Seg::Raddr { raddr: dst.addr(), rkey: dst.keys.rkey },
+                Seg::Data { addr: src.addr(), len: 64, lkey: src.keys.lkey },
+            ],
+        );
+        p.scq_a.expect_one().cqe().timestamp()
+    };
+    let ts0 = write(&mut p);
+    let mut page = Box::new(Page([0xa5; 4096]));
+    let ctx = p.a.open_context();
+    // SAFETY: the page outlives the context (closed below, before the page is dropped).
+    unsafe { p.a.attach_clock_page(ctx, page.0.as_mut_ptr()) }.unwrap();
+    assert_eq!(clock_word(&page), p.a.clock(), "published when attached");
+    assert!(p.a.clock() >= ts0);
+    assert_eq!(page.0[8..], [0xa5; 4088][..], "only the timer's 8 bytes are written");
+    for _ in 0..3 {
+        let ts = write(&mut p);
+        let now = clock_word(&page);
+        assert_eq!(now, p.a.clock());
+        assert!(ts <= now && ts > ts0, "timestamp {ts} within the published clock {now}");
+    }
+    // The high word is the first four bytes (internal_timer_h), as libmlx5 reads it.
+    assert_eq!(u32::from_be_bytes(page.0[4..8].try_into().unwrap()) as u64, p.a.clock() & 0xffff_ffff);
+    p.a.close_context(ctx).unwrap();
+    let frozen = clock_word(&page);
+    write(&mut p);
+    assert!(p.a.clock() > frozen);
+    assert_eq!(clock_word(&page), frozen, "a closed context's page is no longer written");
+    // An unknown context or a misaligned page is refused.
+    let mut other = Box::new(Page([0; 4096]));
+    // SAFETY: refused without being attached.
+    assert!(unsafe { p.a.attach_clock_page(ctx, other.0.as_mut_ptr()) }.is_err());
+    let c2 = p.a.open_context();
+    // SAFETY: as above.
+    assert!(unsafe { p.a.attach_clock_page(c2, other.0.as_mut_ptr().add(8)) }.is_err());
+}

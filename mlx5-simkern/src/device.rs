@@ -522,6 +522,21 @@ pub unsafe extern "C" fn mlx5sk_attach_uar(dev: c_int, ctx: u32, page: *mut u8, 
     }
 }
 
+/// The context's core clock page (the emulated kernel's own mapping of the
+/// page the program maps with `MLX5_IB_MMAP_CORE_CLOCK`): the simulator
+/// publishes its clock there.
+///
+/// # Safety
+/// `page` is 4096 bytes, 4096-aligned, mapped until the context closes.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_attach_clock(dev: c_int, ctx: u32, page: *mut u8) -> c_int {
+    match nic(dev) {
+        // SAFETY: caller contract.
+        Ok(n) => unit(unsafe { n.attach_clock_page(ctx, page) }),
+        Err(e) => e,
+    }
+}
+
 /// Completion channels of the simulator that the forwarder watches:
 /// (device, channel, the descriptor readable while it has events).
 static CHANNELS: Mutex<Vec<(c_int, u32, c_int)>> = Mutex::new(Vec::new());

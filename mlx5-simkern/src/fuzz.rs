@@ -283,6 +283,7 @@ fn a_million_object_commands() {
         libc::ENODEV,
         libc::EMFILE,
         libc::EHOSTUNREACH,
+        libc::ENODATA, // an address naming an empty GID entry
     ];
     let get_context = |c: &mut Cmd, ptr: u64| {
         c.u64(8, ptr).u32(16, 16).u32(20, 4);

@@ -171,8 +171,43 @@ static void fill_query_device(const struct mlx5sk_dev *d, struct ib_uverbs_query
 	r->max_ah = 0x7fffffff;
 }
 
-/* The context's UAR pages: a memfd of `n` pages, mapped here for the
- * simulator, each page attached to the simulator's context. */
+/*
+ * The clock: hca_core_clock (kHz) in EX_QUERY_DEVICE, and cycles to
+ * nanoseconds for the clock info page: 1e6 / 156250 = 6.4 ns per cycle,
+ * as mult >> shift (mult = round(6.4 * 2^16)).
+ */
+#define CORE_CLOCK_KHZ 156250
+#define CLOCK_SHIFT 16
+#define CLOCK_MULT 419430u
+#define CLOCK_MASK ((1ULL << 63) - 1)
+
+/*
+ * The clock info page (struct mlx5_ib_clock_info, V1) mlx5_ib keeps for
+ * mlx5dv_get_clock_info: the simulator's clock `cycles` at wall-clock time
+ * now. The page is written once: the counter is a tick per WQE, message or
+ * RNR period, and overflow_period (delta * mult within 64 bits) is hours.
+ */
+static void clock_info_fill(uint8_t *page, uint64_t cycles)
+{
+	struct mlx5_ib_clock_info ci;
+	struct timespec now;
+	memset(&ci, 0, sizeof(ci));
+	clock_gettime(CLOCK_REALTIME, &now);
+	ci.sign = 0; /* even: not being updated */
+	ci.nsec = (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
+	ci.cycles = cycles;
+	ci.frac = 0;
+	ci.mult = CLOCK_MULT;
+	ci.shift = CLOCK_SHIFT;
+	ci.mask = CLOCK_MASK;
+	ci.overflow_period = (UINT64_MAX / CLOCK_MULT >> 1) * 64 / 10;
+	memcpy(page, &ci, sizeof(ci));
+}
+
+/* The context's pages: a memfd of `n` UAR pages, each attached to the
+ * simulator's context, then the core clock page (the simulator's clock as
+ * the internal timer, MLX5_IB_MMAP_CORE_CLOCK) and the clock info page
+ * (MLX5_IB_MMAP_CLOCK_INFO), all mapped here for the simulator. */
 static int uars_open(struct ctx *c, uint32_t n)
 {
 	if (!n || n > MAX_UAR_PAGES)
@@ -181,15 +216,16 @@ static int uars_open(struct ctx *c, uint32_t n)
 	int r = mlx5sk_open_context(c->dev, &id);
 	if (r)
 		return r;
+	size_t bytes = (size_t)(n + 2) * 4096;
 	int fd = memfd_create("mlx5_simkern-uar", MFD_CLOEXEC);
-	if (fd < 0 || ftruncate(fd, (off_t)n * 4096)) {
+	if (fd < 0 || ftruncate(fd, (off_t)bytes)) {
 		r = -errno;
 		if (fd >= 0)
 			close(fd);
 		mlx5sk_close_context(c->dev, id);
 		return r;
 	}
-	void *p = mmap(NULL, (size_t)n * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		r = -errno;
 		close(fd);
@@ -207,6 +243,15 @@ static int uars_open(struct ctx *c, uint32_t n)
 			return r;
 		}
 	}
+	uint8_t *clock = c->uars + (size_t)n * 4096;
+	r = mlx5sk_attach_clock(c->dev, id, clock);
+	if (r) {
+		uars_close(c);
+		return r;
+	}
+	uint64_t cycles;
+	memcpy(&cycles, clock, sizeof(cycles));
+	clock_info_fill(clock + 4096, be64toh(cycles));
 	return 0;
 }
 
@@ -216,7 +261,7 @@ static void uars_close(struct ctx *c)
 	if (c->memfd < 0)
 		return;
 	mlx5sk_close_context(c->dev, c->sim_ctx);
-	munmap(c->uars, (size_t)c->npages * 4096);
+	munmap(c->uars, (size_t)(c->npages + 2) * 4096);
 	close(c->memfd);
 	c->memfd = -1;
 	c->uars = NULL;
@@ -282,6 +327,11 @@ static int get_context(struct ctx *c, const struct mlx5sk_dev *d, const uint8_t 
 	r.drv.eth_min_inline = d->roce ? MLX5_USER_INLINE_MODE_NONE + 1 : 0;
 	r.drv.log_uar_size = 12;
 	r.drv.num_uars_per_page = 1;
+	/* The internal timer is at offset 0 of its page (internal_timer_h at
+	 * 0x1000 of the init segment), and the clock info page is V1. */
+	r.drv.comp_mask = MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_CORE_CLOCK_OFFSET;
+	r.drv.hca_core_clock_offset = 0;
+	r.drv.clock_info_versions = 1 << MLX5_IB_CLOCK_INFO_V1;
 	if (sk_put(cmd->response, &r, sizeof(r), out_room)) {
 		close(sv[0]);
 		close(sv[1]);
@@ -324,12 +374,13 @@ static int query_port(const struct mlx5sk_dev *d, const uint8_t *in, size_t in_l
 }
 
 /*
- * mmap of a command fd at `off` for `len` bytes: the memfd to map instead,
- * with the offset in `*moff`, or -errno as mlx5_ib_mmap answers. Offsets
- * are (command << 8 | index) pages (MLX5_IB_MMAP_CMD_SHIFT); the regular
- * and non-cached UAR commands map UAR page `index`.
+ * mmap of a command fd at `off` for `len` bytes with `prot` and `flags`: the
+ * memfd to map instead, with the offset in `*moff`, or -errno as mlx5_ib_mmap
+ * answers. Offsets are (command << 8 | index) pages (MLX5_IB_MMAP_CMD_SHIFT):
+ * the regular and non-cached UAR commands map UAR page `index`; the core
+ * clock and the clock info page (V1 only) are read-only pages.
  */
-int mlx5sk_mmap_target(int fd, uint64_t off, size_t len, uint64_t *moff)
+int mlx5sk_mmap_target(int fd, uint64_t off, size_t len, int prot, int flags, uint64_t *moff)
 {
 	pthread_mutex_lock(&lock);
 	struct ctx *c = find(fd, 0, 0);
@@ -339,8 +390,26 @@ int mlx5sk_mmap_target(int fd, uint64_t off, size_t len, uint64_t *moff)
 		ret = -EINVAL;
 	else if (off % 4096 || len != 4096)
 		ret = -EINVAL;
-	else if (cmd != MLX5_IB_MMAP_REGULAR_PAGE && cmd != MLX5_IB_MMAP_NC_PAGE)
-		ret = -EINVAL; /* WC allocation, core clock, clock info: not emulated */
+	else if (cmd == MLX5_IB_MMAP_CORE_CLOCK) {
+		if (prot & PROT_WRITE)
+			ret = -EPERM;
+		else {
+			*moff = (uint64_t)c->npages * 4096;
+			ret = c->memfd;
+		}
+	} else if (cmd == MLX5_IB_MMAP_CLOCK_INFO) {
+		if (!(flags & MAP_SHARED))
+			ret = -EINVAL;
+		else if (idx != MLX5_IB_CLOCK_INFO_V1)
+			ret = -EOPNOTSUPP;
+		else if (prot & (PROT_WRITE | PROT_EXEC))
+			ret = -EPERM;
+		else {
+			*moff = (uint64_t)(c->npages + 1) * 4096;
+			ret = c->memfd;
+		}
+	} else if (cmd != MLX5_IB_MMAP_REGULAR_PAGE && cmd != MLX5_IB_MMAP_NC_PAGE)
+		ret = -EINVAL; /* WC allocation, device memory: not emulated */
 	else if (idx >= c->npages)
 		ret = -EINVAL;
 	else {
@@ -501,8 +570,8 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 			memset(&r, 0, sizeof(r));
 			fill_query_device(&d, &r.base);
 			r.response_length = out_core < sizeof(r) ? (uint32_t)out_core : sizeof(r);
-			r.timestamp_mask = (1ULL << 63) - 1;
-			r.hca_core_clock = 156250; /* kHz */
+			r.timestamp_mask = CLOCK_MASK;
+			r.hca_core_clock = CORE_CLOCK_KHZ;
 			r.max_wq_type_rq = 0;
 			if (sk_put(ex.response, &r, sizeof(r), out_core)) {
 				ret = -EFAULT;

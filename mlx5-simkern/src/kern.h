@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
+#include <endian.h>
+#include <time.h>
 #include <string.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -57,6 +59,7 @@ extern int mlx5sk_dct_number(int dev, uint32_t qpn, uint32_t *dctn);
 extern int mlx5sk_open_context(int dev, uint32_t *id);
 extern int mlx5sk_close_context(int dev, uint32_t id);
 extern int mlx5sk_attach_uar(int dev, uint32_t ctx, void *page, uint32_t *reg);
+extern int mlx5sk_attach_clock(int dev, uint32_t ctx, void *page);
 struct mlx5sk_qp_mod {
 	uint32_t mask, state, port, access, dest_qpn, dlid, is_global, sl;
 	uint8_t dgid[16];
@@ -121,7 +124,7 @@ struct ctx {
 	 * and that the simulator watches through this process's own mapping
 	 * (`uars`), so the program's doorbells and BlueFlame writes reach it. */
 	uint32_t sim_ctx;
-	int memfd;
+	int memfd; /* npages UAR pages, then the core clock page, then the clock info page */
 	uint8_t *uars;
 	uint32_t npages, first_reg[MAX_UAR_PAGES];
 	uint32_t medium_lo, medium_hi, next_bfreg; /* compact bfreg indices handed to QPs, in turn */

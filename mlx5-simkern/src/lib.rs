@@ -410,17 +410,32 @@ pub unsafe extern "C" fn if_indextoname(index: c_uint, buf: *mut c_char) -> *mut
 
 #[cfg(not(no_kernel_headers))]
 extern "C" {
-    fn mlx5sk_mmap_target(fd: c_int, off: u64, len: usize, moff: *mut u64) -> c_int;
+    fn mlx5sk_mmap_target(
+        fd: c_int,
+        off: u64,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        moff: *mut u64,
+    ) -> c_int;
 }
 
 /// See the other `mlx5sk_mmap_target`.
 #[cfg(no_kernel_headers)]
-unsafe fn mlx5sk_mmap_target(_fd: c_int, _off: u64, _len: usize, _moff: *mut u64) -> c_int {
+unsafe fn mlx5sk_mmap_target(
+    _fd: c_int,
+    _off: u64,
+    _len: usize,
+    _prot: c_int,
+    _flags: c_int,
+    _moff: *mut u64,
+) -> c_int {
     -libc::EINVAL
 }
 
-/// `mmap` of a command fd: a UAR page is a page of the context's memfd,
-/// which the simulator watches through its own mapping (`kern.c`).
+/// `mmap` of a command fd: a UAR page, the core clock page or the clock
+/// info page is a page of the context's memfd, which the simulator watches
+/// or writes through its own mapping (`kern.c`).
 ///
 /// # Safety
 /// As `mmap(2)`.
@@ -434,7 +449,7 @@ unsafe fn map_uar(
 ) -> *mut c_void {
     let mut moff = 0u64;
     // SAFETY: `moff` is writable.
-    let memfd = unsafe { mlx5sk_mmap_target(fd, off as u64, len, &mut moff) };
+    let memfd = unsafe { mlx5sk_mmap_target(fd, off as u64, len, prot, flags, &mut moff) };
     if memfd < 0 {
         set_errno(-memfd);
         return libc::MAP_FAILED;

@@ -451,6 +451,23 @@ int sk_create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata, si
 	return h;
 }
 
+/*
+ * An address vector's source GID as the kernel checks it before the driver
+ * sees it (rdma_check_ah_attr, rdma_get_gid_attr): a RoCE port needs a GRH
+ * (-EINVAL); a GRH's sgid_index past the 16-entry table is -EINVAL and an
+ * empty entry -ENODATA. The device has one GID, at index 0.
+ */
+static int check_av(const struct mlx5sk_dev *d, int is_global, unsigned sgid_index)
+{
+	if (d->roce && !is_global)
+		return -EINVAL;
+	if (!is_global)
+		return 0;
+	if (sgid_index >= 16)
+		return -EINVAL;
+	return sgid_index == 0 ? 0 : -ENODATA;
+}
+
 int sk_modify_qp(struct ctx *c, const struct ib_uverbs_modify_qp *cmd)
 {
 	struct uobj *o = sk_obj_get(c, cmd->qp_handle, OBJ_QP);
@@ -464,6 +481,15 @@ int sk_modify_qp(struct ctx *c, const struct ib_uverbs_modify_qp *cmd)
 		return -EINVAL;
 	if ((mask & (1u << 7)) && cmd->dest.port_num > 1)
 		return -EINVAL;
+	if ((mask & (1u << 7)) && o->qp_kind < 0x100) {
+		struct mlx5sk_dev d;
+		int r = mlx5sk_dev_info(c->dev, &d);
+		if (r)
+			return r;
+		r = check_av(&d, cmd->dest.is_global, cmd->dest.sgid_index);
+		if (r)
+			return r;
+	}
 	struct mlx5sk_qp_mod m = {
 		.mask = mask,
 		.state = cmd->qp_state,
@@ -679,7 +705,8 @@ int sk_destroy_srq(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
 /* CREATE_AH: an address handle of the PD. On RoCE the kernel resolves the
  * destination MAC of the GID (mlx5_ib_create_ah_resp.dmac, which libmlx5
  * puts in its address vector): here, the simulated port with that GID;
- * none is EHOSTUNREACH. A RoCE address needs its GRH (EINVAL). The address
+ * none is EHOSTUNREACH. A RoCE address needs its GRH, and a GRH a source
+ * GID the port has (check_av). The address
  * vector itself is the library's: the device keeps nothing of it. */
 int sk_create_ah(struct ctx *c, const struct mlx5sk_dev *d, const uint8_t *in, size_t in_len, size_t room)
 {
@@ -694,10 +721,11 @@ int sk_create_ah(struct ctx *c, const struct mlx5sk_dev *d, const uint8_t *in, s
 	struct mlx5_ib_create_ah_resp drv;
 	memset(&drv, 0, sizeof(drv));
 	drv.response_length = sizeof(drv);
+	int r = check_av(d, cmd->attr.is_global, cmd->attr.grh.sgid_index);
+	if (r)
+		return r;
 	if (d->roce) {
-		if (!cmd->attr.is_global)
-			return -EINVAL;
-		int r = mlx5sk_resolve_mac(cmd->attr.grh.dgid, drv.dmac);
+		r = mlx5sk_resolve_mac(cmd->attr.grh.dgid, drv.dmac);
 		if (r)
 			return r;
 	}
@@ -708,7 +736,7 @@ int sk_create_ah(struct ctx *c, const struct mlx5sk_dev *d, const uint8_t *in, s
 	c->objs[h].user_handle = cmd->user_handle;
 	c->objs[cmd->pd_handle].users++;
 	struct ib_uverbs_create_ah_resp core = { .ah_handle = (uint32_t)h };
-	int r = sk_put2(cmd->response, &core, sizeof(core), &drv, sizeof(drv), room);
+	r = sk_put2(cmd->response, &core, sizeof(core), &drv, sizeof(drv), room);
 	if (r)
 		sk_obj_destroy(c, (uint32_t)h);
 	return r;

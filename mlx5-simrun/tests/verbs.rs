@@ -14,6 +14,11 @@ use std::process::Command;
 /// Compiles `tests/c/<name>.c` against libibverbs into the test's target
 /// directory; the executable's path.
 fn compile(name: &str) -> PathBuf {
+    compile_with(name, &[])
+}
+
+/// As [`compile`], linked with `libs` as well (`-lmlx5`).
+fn compile_with(name: &str, libs: &[&str]) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -21,6 +26,7 @@ fn compile(name: &str) -> PathBuf {
         .args(["-O1", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
         .arg(&out)
         .arg(&src)
+        .args(libs)
         .arg("-libverbs")
         .output()
         .expect("run the C compiler");
@@ -79,6 +85,36 @@ fn pcap_captures_the_programs_packets() {
         ] {
             assert!(text.contains(what), "{link}: no {what} in\n{text}");
         }
+    }
+}
+
+/// The device clock as libmlx5 reads it: the internal timer page
+/// (`ibv_query_rt_values_ex`) brackets a completion's timestamp, the clock
+/// info page (`mlx5dv_get_clock_info`) converts it to wall-clock time as
+/// libmlx5's own wall-clock CQ does, and the mmaps mlx5_ib refuses for those
+/// pages (writable, executable, private, a later version) are refused with
+/// its errno; on InfiniBand and RoCE.
+#[test]
+#[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
+fn the_device_clock_reaches_the_program() {
+    let prog = compile_with("clock", &["-lmlx5"]);
+    for link in ["ib", "roce"] {
+        let out = run_under_simrun(&prog, &["--link", link], &[]);
+        assert!(out.contains("all right"), "{link}: {out}");
+    }
+}
+
+/// Address vectors are checked as the kernel checks them before mlx5_ib
+/// sees them: an empty source GID entry is ENODATA, one past the table
+/// EINVAL, a RoCE address without a GRH EINVAL; for `ibv_modify_qp` and
+/// `ibv_create_ah`, on InfiniBand and RoCE.
+#[test]
+#[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
+fn address_vectors_are_checked_as_the_kernel_checks_them() {
+    let prog = compile("address");
+    for link in ["ib", "roce"] {
+        let out = run_under_simrun(&prog, &["--link", link], &[]);
+        assert!(out.contains("all right"), "{link}: {out}");
     }
 }
 
