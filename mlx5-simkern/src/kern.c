@@ -206,8 +206,9 @@ static void clock_info_fill(uint8_t *page, uint64_t cycles)
 
 /* The context's pages: a memfd of `n` UAR pages, each attached to the
  * simulator's context, then the core clock page (the simulator's clock as
- * the internal timer, MLX5_IB_MMAP_CORE_CLOCK) and the clock info page
- * (MLX5_IB_MMAP_CLOCK_INFO), all mapped here for the simulator. */
+ * the internal timer, MLX5_IB_MMAP_CORE_CLOCK), the clock info page
+ * (MLX5_IB_MMAP_CLOCK_INFO) and the dynamic UAR pages (attached when
+ * mapped), all mapped here for the simulator. */
 static int uars_open(struct ctx *c, uint32_t n)
 {
 	if (!n || n > MAX_UAR_PAGES)
@@ -216,7 +217,7 @@ static int uars_open(struct ctx *c, uint32_t n)
 	int r = mlx5sk_open_context(c->dev, &id);
 	if (r)
 		return r;
-	size_t bytes = (size_t)(n + 2) * 4096;
+	size_t bytes = (size_t)(n + 2 + DYN_UAR_PAGES) * 4096; /* sparse: pages are made when touched */
 	int fd = memfd_create("mlx5_simkern-uar", MFD_CLOEXEC);
 	if (fd < 0 || ftruncate(fd, (off_t)bytes)) {
 		r = -errno;
@@ -236,6 +237,7 @@ static int uars_open(struct ctx *c, uint32_t n)
 	c->memfd = fd;
 	c->uars = p;
 	c->npages = n;
+	memset(c->dyn_mapped, 0, sizeof(c->dyn_mapped));
 	for (uint32_t i = 0; i < n; i++) {
 		r = mlx5sk_attach_uar(c->dev, id, c->uars + (size_t)i * 4096, &c->first_reg[i]);
 		if (r) {
@@ -261,7 +263,7 @@ static void uars_close(struct ctx *c)
 	if (c->memfd < 0)
 		return;
 	mlx5sk_close_context(c->dev, c->sim_ctx);
-	munmap(c->uars, (size_t)(c->npages + 2) * 4096);
+	munmap(c->uars, (size_t)(c->npages + 2 + DYN_UAR_PAGES) * 4096);
 	close(c->memfd);
 	c->memfd = -1;
 	c->uars = NULL;
@@ -329,6 +331,7 @@ static int get_context(struct ctx *c, const struct mlx5sk_dev *d, const uint8_t 
 	r.drv.num_uars_per_page = 1;
 	/* The internal timer is at offset 0 of its page (internal_timer_h at
 	 * 0x1000 of the init segment), and the clock info page is V1. */
+	r.drv.num_dyn_bfregs = DYN_UAR_PAGES * 2;
 	r.drv.comp_mask = MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_CORE_CLOCK_OFFSET;
 	r.drv.hca_core_clock_offset = 0;
 	r.drv.clock_info_versions = 1 << MLX5_IB_CLOCK_INFO_V1;
@@ -378,14 +381,18 @@ static int query_port(const struct mlx5sk_dev *d, const uint8_t *in, size_t in_l
  * memfd to map instead, with the offset in `*moff`, or -errno as mlx5_ib_mmap
  * answers. Offsets are (command << 8 | index) pages (MLX5_IB_MMAP_CMD_SHIFT):
  * the regular and non-cached UAR commands map UAR page `index`; the core
- * clock and the clock info page (V1 only) are read-only pages.
+ * clock and the clock info page (V1 only) are read-only pages; ALLOC_WC
+ * maps dynamic UAR page `extended index`, once, attaching it to the
+ * simulator so that doorbells and BlueFlame writes there are seen.
  */
 int mlx5sk_mmap_target(int fd, uint64_t off, size_t len, int prot, int flags, uint64_t *moff)
 {
 	pthread_mutex_lock(&lock);
 	struct ctx *c = find(fd, 0, 0);
 	int ret;
-	uint64_t pg = off / 4096, cmd = pg >> 8, idx = pg & 0xff;
+	/* get_command, get_index and get_extended_index of mlx5_ib */
+	uint64_t pg = off / 4096, cmd = (pg >> 8) & 0xff, idx = pg & 0xff;
+	uint64_t ext = idx | ((pg >> 16) & 0xff) << 8;
 	if (!c || !c->has_ucontext || c->memfd < 0)
 		ret = -EINVAL;
 	else if (off % 4096 || len != 4096)
@@ -408,8 +415,21 @@ int mlx5sk_mmap_target(int fd, uint64_t off, size_t len, int prot, int flags, ui
 			*moff = (uint64_t)(c->npages + 1) * 4096;
 			ret = c->memfd;
 		}
+	} else if (cmd == MLX5_IB_MMAP_ALLOC_WC) {
+		/* A dynamic UAR page, each index once (mlx5_ib: "idx is busy"). */
+		if (ext >= DYN_UAR_PAGES || c->dyn_mapped[ext])
+			ret = -EINVAL;
+		else {
+			uint64_t at = (uint64_t)(c->npages + 2 + ext) * 4096;
+			ret = mlx5sk_attach_uar(c->dev, c->sim_ctx, c->uars + at, &c->dyn_reg[ext]);
+			if (!ret) {
+				c->dyn_mapped[ext] = 1;
+				*moff = at;
+				ret = c->memfd;
+			}
+		}
 	} else if (cmd != MLX5_IB_MMAP_REGULAR_PAGE && cmd != MLX5_IB_MMAP_NC_PAGE)
-		ret = -EINVAL; /* WC allocation, device memory: not emulated */
+		ret = -EINVAL; /* the contiguous pages, device memory: not emulated */
 	else if (idx >= c->npages)
 		ret = -EINVAL;
 	else {
@@ -747,6 +767,17 @@ void mlx5sk_close(int fd)
 			close(c->async_peer);
 		c->fd = -1;
 	}
+	pthread_mutex_unlock(&lock);
+}
+
+/* The command fd `fd` closes while a duplicate `to` of it stays open: the
+ * context is the same file's, and lives on under `to`. */
+void mlx5sk_rekey(int fd, int to)
+{
+	pthread_mutex_lock(&lock);
+	struct ctx *c = find(fd, 0, 0);
+	if (c)
+		c->fd = to;
 	pthread_mutex_unlock(&lock);
 }
 

@@ -109,6 +109,10 @@ struct uobj {
 
 /* UAR pages of a context: total_num_bfregs / 2 (mlx5_ib's limit, 512 bfregs). */
 #define MAX_UAR_PAGES 256
+/* Dynamic UAR pages of a context (mlx5_ib's MLX5_MAX_DYN_BFREGS, 1024
+ * bfregs, 2 per page): libmlx5 maps them one by one with
+ * MLX5_IB_MMAP_ALLOC_WC for thread domains and mlx5dv_devx_alloc_uar. */
+#define DYN_UAR_PAGES 512
 
 /* Per command fd: the device and the context GET_CONTEXT made. */
 struct ctx {
@@ -124,9 +128,13 @@ struct ctx {
 	 * and that the simulator watches through this process's own mapping
 	 * (`uars`), so the program's doorbells and BlueFlame writes reach it. */
 	uint32_t sim_ctx;
-	int memfd; /* npages UAR pages, then the core clock page, then the clock info page */
+	int memfd; /* npages UAR pages, the core clock page, the clock info page, DYN_UAR_PAGES */
 	uint8_t *uars;
 	uint32_t npages, first_reg[MAX_UAR_PAGES];
+	/* Dynamic UAR pages, after the clock pages in the memfd: mapped once
+	 * each (dyn_mapped), their first register the simulator's dyn_reg. */
+	uint32_t dyn_reg[DYN_UAR_PAGES];
+	uint8_t dyn_mapped[DYN_UAR_PAGES];
 	uint32_t medium_lo, medium_hi, next_bfreg; /* compact bfreg indices handed to QPs, in turn */
 };
 

@@ -25,25 +25,15 @@
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 mod device;
+mod fds;
+
+use fds::dev_of;
 
 const NETLINK_RDMA: c_int = 20;
 const UVERBS_PREFIX: &[u8] = b"/dev/infiniband/uverbs";
-
-/// Per descriptor below 4096: 0, or the device index + 1 of a command fd.
-static FDS: [AtomicU8; 4096] = [const { AtomicU8::new(0) }; 4096];
-
-/// The device a command fd belongs to.
-fn dev_of(fd: c_int) -> Option<usize> {
-    let i = usize::try_from(fd).ok().filter(|&i| i < FDS.len())?;
-    match FDS[i].load(Ordering::Acquire) {
-        0 => None,
-        d => Some(usize::from(d) - 1),
-    }
-}
 
 /// The device index of `/dev/infiniband/uverbsN`, if `path` is one.
 ///
@@ -91,17 +81,12 @@ fn open_device(i: u8, flags: c_int) -> c_int {
     // SAFETY: the C library's open has this signature; a NUL-terminated
     // path; the flags of the caller's open (no O_CREAT).
     let fd = unsafe { real!("open", Open)(c"/dev/zero".as_ptr(), flags & !libc::O_CREAT, 0) };
-    if fd >= 0 {
-        match usize::try_from(fd).ok().filter(|&f| f < FDS.len()) {
-            Some(f) => FDS[f].store(i + 1, Ordering::Release),
-            None => {
-                type Close = unsafe extern "C" fn(c_int) -> c_int;
-                // SAFETY: the descriptor just opened.
-                unsafe { real!("close", Close)(fd) };
-                set_errno(libc::EMFILE);
-                return -1;
-            }
-        }
+    if fd >= 0 && !fds::opened(fd, i) {
+        type Close = unsafe extern "C" fn(c_int) -> c_int;
+        // SAFETY: the descriptor just opened.
+        unsafe { real!("close", Close)(fd) };
+        set_errno(libc::EMFILE);
+        return -1;
     }
     fd
 }
@@ -231,6 +216,7 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_
 extern "C" {
     fn mlx5sk_write(fd: c_int, dev: c_int, buf: *const c_void, len: usize) -> c_int;
     fn mlx5sk_close(fd: c_int);
+    fn mlx5sk_rekey(fd: c_int, to: c_int);
 }
 
 /// Built without the kernel headers (or cross-compiled): no command is
@@ -244,6 +230,10 @@ unsafe fn mlx5sk_write(_fd: c_int, _dev: c_int, _buf: *const c_void, _len: usize
 #[cfg(no_kernel_headers)]
 unsafe fn mlx5sk_close(_fd: c_int) {}
 
+/// See the other `mlx5sk_write`.
+#[cfg(no_kernel_headers)]
+unsafe fn mlx5sk_rekey(_fd: c_int, _to: c_int) {}
+
 /// `write(2)`: a command on a command fd.
 ///
 /// # Safety
@@ -252,7 +242,7 @@ unsafe fn mlx5sk_close(_fd: c_int) {}
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: usize) -> isize {
     if let Some(dev) = dev_of(fd) {
         // SAFETY: `buf` holds `len` bytes (caller contract).
-        let r = unsafe { mlx5sk_write(fd, dev as c_int, buf, len) };
+        let r = unsafe { mlx5sk_write(fds::primary(fd), dev as c_int, buf, len) };
         if r < 0 {
             set_errno(-r);
             return -1;
@@ -270,14 +260,113 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: usize) -> isi
 /// As `close(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if dev_of(fd).is_some() {
-        FDS[fd as usize].store(0, Ordering::Release);
-        // SAFETY: the descriptor is ours.
-        unsafe { mlx5sk_close(fd) };
-    }
+    forget(fd);
     type Close = unsafe extern "C" fn(c_int) -> c_int;
     // SAFETY: forwarded.
     unsafe { real!("close", Close)(fd) }
+}
+
+/// Command fd `fd` is closed (by `close`, or by `dup2` over it): its
+/// context ends with the file's last descriptor.
+fn forget(fd: c_int) {
+    if dev_of(fd).is_none() {
+        return;
+    }
+    match fds::closing(fd) {
+        // SAFETY: the descriptor is the context's primary, being closed.
+        fds::Closed::Last => unsafe { mlx5sk_close(fd) },
+        // SAFETY: as above; `to` is a duplicate that stays open.
+        fds::Closed::Stays(Some(to)) => unsafe { mlx5sk_rekey(fd, to) },
+        fds::Closed::Stays(None) => {}
+    }
+}
+
+/// `newfd` (or -1) is a duplicate of `old`: a command fd's duplicate names
+/// the same context. Returns what the call returns.
+fn dup_result(old: c_int, newfd: c_int) -> c_int {
+    if newfd >= 0 && dev_of(old).is_some() && !fds::duplicated(old, newfd) {
+        type Close = unsafe extern "C" fn(c_int) -> c_int;
+        // SAFETY: the descriptor just made.
+        unsafe { real!("close", Close)(newfd) };
+        set_errno(libc::EMFILE);
+        return -1;
+    }
+    newfd
+}
+
+/// `dup(2)`.
+///
+/// # Safety
+/// As `dup(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn dup(old: c_int) -> c_int {
+    type Dup = unsafe extern "C" fn(c_int) -> c_int;
+    // SAFETY: forwarded.
+    dup_result(old, unsafe { real!("dup", Dup)(old) })
+}
+
+/// `dup2(2)`: a command fd at `new` is closed first, as the call does.
+///
+/// # Safety
+/// As `dup2(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    type Dup2 = unsafe extern "C" fn(c_int, c_int) -> c_int;
+    // SAFETY: forwarded.
+    let r = unsafe { real!("dup2", Dup2)(old, new) };
+    if r < 0 || old == new {
+        return r;
+    }
+    forget(new);
+    dup_result(old, r)
+}
+
+/// `dup3(2)`: as `dup2`.
+///
+/// # Safety
+/// As `dup3(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    type Dup3 = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
+    // SAFETY: forwarded.
+    let r = unsafe { real!("dup3", Dup3)(old, new, flags) };
+    if r < 0 {
+        return r;
+    }
+    forget(new);
+    dup_result(old, r)
+}
+
+/// `fcntl(2)` (declared with the one argument every command takes, an
+/// integer or a pointer, in the same register): `F_DUPFD` and
+/// `F_DUPFD_CLOEXEC` (Python's `os.dup`) of a command fd make a duplicate.
+///
+/// # Safety
+/// As `fcntl(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: std::ffi::c_ulong) -> c_int {
+    type Fcntl = unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
+    // SAFETY: forwarded with its argument.
+    let r = unsafe { real!("fcntl", Fcntl)(fd, cmd, arg) };
+    if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+        return dup_result(fd, r);
+    }
+    r
+}
+
+/// `fcntl64`: as `fcntl` (the name glibc's headers may call it by).
+///
+/// # Safety
+/// As `fcntl(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: std::ffi::c_ulong) -> c_int {
+    type Fcntl = unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
+    // SAFETY: forwarded with its argument.
+    let r = unsafe { real!("fcntl64", Fcntl)(fd, cmd, arg) };
+    if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+        return dup_result(fd, r);
+    }
+    r
 }
 
 /// `RDMA_VERBS_IOCTL` (`rdma/rdma_user_ioctl_cmds.h`): the ioctl framework's
@@ -286,12 +375,15 @@ const RDMA_VERBS_IOCTL: std::ffi::c_ulong = 0xc018_1b01;
 
 /// The errno of an ioctl on a command fd. The emulated kernel has no ioctl
 /// framework, so libibverbs falls back to the `write()` ABI on the first
-/// ENOTTY (every core object and method). A method in the driver's
-/// namespace (object or method id with `UVERBS_ID_NS_MASK` bits: DEVX,
-/// mkeys, DV port queries, dynamic UARs and VARs, ...) has no `write()`
-/// form at all; it answers EOPNOTSUPP, what a kernel with the framework
-/// answers for a method the device lacks, so that a program (pyverbs'
-/// tests) sees "not supported" rather than "no such ioctl".
+/// ENOTTY (every core object and method that has a `write()` form). A
+/// method with no `write()` form answers as a kernel with the framework
+/// answers for a method it lacks, so that a program (pyverbs' tests) sees
+/// "not supported" rather than "no such ioctl": in the driver's namespace
+/// (object or method id with `UVERBS_ID_NS_MASK` bits: DEVX, mkeys, DV
+/// port queries, dynamic UARs and VARs, ...) EOPNOTSUPP, as for mlx5_ib's
+/// disabled DEVX objects; a core method that only the ioctl ABI has
+/// ([`ioctl_only`]: importing a context or MR, device memory, counters,
+/// ...) EPROTONOSUPPORT, `uapi_get_method`'s answer for one it lacks.
 fn ioctl_errno(req: std::ffi::c_ulong, arg: *mut c_void) -> c_int {
     if req != RDMA_VERBS_IOCTL {
         return libc::ENOTTY;
@@ -317,8 +409,31 @@ fn ioctl_errno(req: std::ffi::c_ulong, arg: *mut c_void) -> c_int {
     let method = u16::from_ne_bytes([hdr[4], hdr[5]]);
     if (object | method) & 0xf000 != 0 {
         libc::EOPNOTSUPP
+    } else if ioctl_only(object, method) {
+        libc::EPROTONOSUPPORT
     } else {
         libc::ENOTTY
+    }
+}
+
+/// Core methods (`rdma/ib_user_ioctl_cmds.h`) that have no `write()`
+/// command, so no fallback: libibverbs calls them through the ioctl alone.
+fn ioctl_only(object: u16, method: u16) -> bool {
+    const DEVICE: u16 = 0;
+    const QP: u16 = 4;
+    const MR: u16 = 7;
+    match object {
+        // INFO_HANDLES, QUERY_CONTEXT (ibv_import_device), QUERY_PORT_SPEED,
+        // QUERY_COMP_CNTR_CAPS; not QUERY_GID_TABLE / _ENTRY (sysfs is their
+        // fallback) nor the methods with write() forms.
+        DEVICE => matches!(method, 1 | 4 | 7 | 8),
+        // QP_ATTACH_COMP_CNTR.
+        QP => method == 2,
+        // DM_MR_REG, ADVISE_MR, QUERY_MR (ibv_import_mr), REG_DMABUF_MR.
+        MR => matches!(method, 0 | 2 | 3 | 4),
+        // FLOW_ACTION, DM, COUNTERS, ASYNC_EVENT, DMAH, DMABUF, COMP_CNTR.
+        13..=19 => true,
+        _ => false,
     }
 }
 
@@ -449,7 +564,7 @@ unsafe fn map_uar(
 ) -> *mut c_void {
     let mut moff = 0u64;
     // SAFETY: `moff` is writable.
-    let memfd = unsafe { mlx5sk_mmap_target(fd, off as u64, len, prot, flags, &mut moff) };
+    let memfd = unsafe { mlx5sk_mmap_target(fds::primary(fd), off as u64, len, prot, flags, &mut moff) };
     if memfd < 0 {
         set_errno(-memfd);
         return libc::MAP_FAILED;
@@ -565,7 +680,7 @@ mod ioctl_tests {
     /// driver's namespace EOPNOTSUPP (what a kernel without the method
     /// answers), any other request ENOTTY, a header that is no memory EFAULT.
     #[test]
-    fn core_ioctls_are_enotty_and_driver_methods_eopnotsupp() {
+    fn ioctls_answer_enotty_or_as_a_kernel_lacking_the_method() {
         // ib_uverbs_ioctl_hdr: length, object_id, method_id, num_attrs, ...
         let hdr = |object: u16, method: u16| {
             let mut h = [0u8; 24];
@@ -573,13 +688,25 @@ mod ioctl_tests {
             h[4..6].copy_from_slice(&method.to_ne_bytes());
             h
         };
-        let mut core = hdr(3, 1); // UVERBS_OBJECT_CQ, CREATE
+        let mut core = hdr(3, 1); // UVERBS_OBJECT_CQ, DESTROY
         let mut devx = hdr(0x1000, 0x1000); // MLX5_IB_OBJECT_DEVX, DEVX_OTHER
         let mut dv_port = hdr(0, 0x1000); // UVERBS_OBJECT_DEVICE, MLX5_IB_METHOD_QUERY_PORT
         assert_eq!(ioctl_errno(RDMA_VERBS_IOCTL, core.as_mut_ptr().cast()), libc::ENOTTY);
         assert_eq!(ioctl_errno(RDMA_VERBS_IOCTL, devx.as_mut_ptr().cast()), libc::EOPNOTSUPP);
         assert_eq!(ioctl_errno(RDMA_VERBS_IOCTL, dv_port.as_mut_ptr().cast()), libc::EOPNOTSUPP);
         assert_eq!(ioctl_errno(0x5421, core.as_mut_ptr().cast()), libc::ENOTTY);
+        // Methods without a write() form: absent, as uapi_get_method says.
+        for (object, method, errno) in [
+            (0, 3, libc::ENOTTY),           // GET_CONTEXT: write() has it
+            (0, 6, libc::ENOTTY),           // QUERY_GID_ENTRY: sysfs is its fallback
+            (7, 5, libc::ENOTTY),           // REG_MR: write() has it
+            (0, 4, libc::EPROTONOSUPPORT),  // QUERY_CONTEXT (ibv_import_device)
+            (7, 3, libc::EPROTONOSUPPORT),  // QUERY_MR (ibv_import_mr)
+            (14, 0, libc::EPROTONOSUPPORT), // DM_ALLOC
+        ] {
+            let mut h = hdr(object, method);
+            assert_eq!(ioctl_errno(RDMA_VERBS_IOCTL, h.as_mut_ptr().cast()), errno, "{object}/{method}");
+        }
         assert_eq!(ioctl_errno(RDMA_VERBS_IOCTL, 0x10 as *mut c_void), libc::EFAULT);
     }
 }

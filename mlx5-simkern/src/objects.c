@@ -322,12 +322,19 @@ int sk_create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata, si
 	if (udata_len < offsetof(struct mlx5_ib_create_qp, sq_buf_addr))
 		return -EFAULT;
 	memcpy(&u, udata, udata_len < sizeof(u) ? udata_len : sizeof(u));
-	/* MLX5_QP_FLAG_BFREG_INDEX names a dynamically allocated UAR (thread
-	 * domains), which only the ioctl ABI allocates: not here. */
+	/* MLX5_QP_FLAG_BFREG_INDEX names a register of a dynamic UAR page the
+	 * library mapped (thread domains: bfreg_index = page * 2 + register);
+	 * MLX5_QP_FLAG_UAR_PAGE_INDEX one the ioctl ABI allocated, which is
+	 * never here, so no such page. */
 	uint32_t known = MLX5_QP_FLAG_SCATTER_CQE | MLX5_QP_FLAG_ALLOW_SCATTER_CQE | MLX5_QP_FLAG_TYPE_DCI |
-			 MLX5_QP_FLAG_TYPE_DCT;
+			 MLX5_QP_FLAG_TYPE_DCT | MLX5_QP_FLAG_BFREG_INDEX | MLX5_QP_FLAG_UAR_PAGE_INDEX;
 	if (u.flags & ~known)
 		return -EOPNOTSUPP;
+	if (u.flags & MLX5_QP_FLAG_UAR_PAGE_INDEX)
+		return -EINVAL;
+	if ((u.flags & MLX5_QP_FLAG_BFREG_INDEX) &&
+	    (u.bfreg_index / 2 >= DYN_UAR_PAGES || !c->dyn_mapped[u.bfreg_index / 2]))
+		return -EINVAL; /* bfregn_to_uar_index: no such dynamic page */
 	uint32_t kind = q->qp_type;
 	if (q->qp_type == 0xff) { /* IB_QPT_DRIVER: mlx5_ib's type comes from the flags */
 		uint32_t dc = u.flags & (MLX5_QP_FLAG_TYPE_DCI | MLX5_QP_FLAG_TYPE_DCT);
@@ -385,10 +392,16 @@ int sk_create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata, si
 	 * hands those out, shared and locked, when no low-latency one is asked
 	 * for), its index in the library's numbering (4 per UAR page, of which
 	 * the first 2 are not fast-path: adjust_bfregn). */
-	uint32_t span = c->medium_hi - c->medium_lo;
-	uint32_t compact = span ? c->medium_lo + c->next_bfreg++ % span : 0;
-	uint32_t bfreg = compact / 2 * 4 + compact % 2;
-	uint32_t reg = c->first_reg[compact / 2] + compact % 2;
+	uint32_t bfreg, reg;
+	if (u.flags & MLX5_QP_FLAG_BFREG_INDEX) {
+		bfreg = 0; /* mlx5_ib reports no static bfreg; the library uses its own */
+		reg = c->dyn_reg[u.bfreg_index / 2] + u.bfreg_index % 2;
+	} else {
+		uint32_t span = c->medium_hi - c->medium_lo;
+		uint32_t compact = span ? c->medium_lo + c->next_bfreg++ % span : 0;
+		bfreg = compact / 2 * 4 + compact % 2;
+		reg = c->first_reg[compact / 2] + compact % 2;
+	}
 	struct mlx5sk_qp_init init = {
 		.context = c->sim_ctx,
 		.reg = dct ? UINT32_MAX : reg,

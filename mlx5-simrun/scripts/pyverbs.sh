@@ -2,7 +2,8 @@
 # rdma-core's own pyverbs tests (Debian: python3-pyverbs) under mlx5_simrun:
 # every test file, each in its own process on one simulated device, once on
 # an InfiniBand port and once on a RoCE one, and a line per file and link:
-# passed, skipped by the test's own capability check, failed or crashed. A report: it exits 0 whatever the files say, and 2 when it
+# passed, skipped by the test's own capability check (each reason below
+# it, with its count), failed or crashed. A report: it exits 0 whatever the files say, and 2 when it
 # cannot run at all (no pyverbs, no launcher).
 #
 # usage: mlx5-simrun/scripts/pyverbs.sh [TARGET_DIR]   (default target/release)
@@ -29,7 +30,7 @@ total_failed=0
 for link in ib roce; do
 for f in "$work"/tests/test_*.py; do
   name=$(basename "$f" .py)
-  out=$(cd "$work/tests" && timeout 300 "$OLDPWD/$simrun" --link "$link" -- "$py" run_tests.py "$name" 2>&1)
+  out=$(cd "$work/tests" && timeout 300 "$OLDPWD/$simrun" --link "$link" -- "$py" run_tests.py -v "$name" 2>&1)
   rc=$?
   ran=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\} in.*/\1/p' <<<"$out" | tail -1)
   skipped=$(grep -o 'skipped=[0-9]*' <<<"$out" | tail -1 | cut -d= -f2)
@@ -42,6 +43,9 @@ for f in "$work"/tests/test_*.py; do
   else verdict=ok; fi
   [ "$verdict" = ok ] || total_failed=$((total_failed + 1))
   printf '%-28s %-5s %6s %6s %7s %6s %6s  %s\n' "$name" "$link" "$ran" "$passed" "$skipped" "$failed" "$errors" "$verdict"
+  # Each distinct reason the file's own checks gave for a skip, with its count.
+  sed -n "s/.*\.\.\. skipped '\(.*\)'\$/\1/p" <<<"$out" | sort | uniq -c | sort -rn |
+    while read -r count reason; do printf '%36s %3s x %s\n' skipped "$count" "$reason"; done
 done
 done
 echo "pyverbs: $total_failed file runs with failures or crashes (of 2 per file: InfiniBand, RoCE)"

@@ -10,6 +10,7 @@ mod common;
 use common::simrun;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Mutex;
 
 /// Compiles `tests/c/<name>.c` against libibverbs into the test's target
 /// directory; the executable's path.
@@ -17,8 +18,15 @@ fn compile(name: &str) -> PathBuf {
     compile_with(name, &[])
 }
 
-/// As [`compile`], linked with `libs` as well (`-lmlx5`).
+/// As [`compile`], linked with `libs` as well (`-lmlx5`). Each program is
+/// compiled once per test run: tests that share one (they run in parallel
+/// threads) must not execute it while another rewrites it.
 fn compile_with(name: &str, libs: &[&str]) -> PathBuf {
+    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = built.iter().find(|(n, _)| n == name) {
+        return p.clone();
+    }
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -31,6 +39,7 @@ fn compile_with(name: &str, libs: &[&str]) -> PathBuf {
         .output()
         .expect("run the C compiler");
     assert!(o.status.success(), "compiling {name}.c:\n{}", String::from_utf8_lossy(&o.stderr));
+    built.push((name.to_string(), out.clone()));
     out
 }
 
@@ -116,6 +125,33 @@ fn address_vectors_are_checked_as_the_kernel_checks_them() {
         let out = run_under_simrun(&prog, &["--link", link], &[]);
         assert!(out.contains("all right"), "{link}: {out}");
     }
+}
+
+/// Thread domains: libmlx5 maps a dynamic UAR page per domain
+/// (`MLX5_IB_MMAP_ALLOC_WC`) and names its register when it creates a QP of
+/// a parent domain (`MLX5_QP_FLAG_BFREG_INDEX`); BlueFlame and doorbell
+/// WRITEs of two such QPs, interleaved, all land and complete.
+#[test]
+#[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
+fn thread_domains_ring_their_own_uar() {
+    let prog = compile("thread_domain");
+    for link in ["ib", "roce"] {
+        let out = run_under_simrun(&prog, &["--link", link], &[]);
+        assert!(out.contains("all right"), "{link}: {out}");
+    }
+}
+
+/// A duplicated command fd names the same context, as in the kernel:
+/// commands through `dup`, `fcntl(F_DUPFD_CLOEXEC)` and `dup2` duplicates
+/// reach its objects, the context outlives its first descriptor, and
+/// `ibv_import_device` on a duplicate is EPROTONOSUPPORT (no ioctl-only
+/// QUERY_CONTEXT), which pyverbs' shared-PD test reads as "not supported".
+#[test]
+#[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
+fn duplicated_command_fds_name_the_same_context() {
+    let prog = compile("dup");
+    let out = run_under_simrun(&prog, &[], &[]);
+    assert!(out.contains("all right"), "{out}");
 }
 
 /// An SRQ's limit through libibverbs: `ibv_modify_srq` arms it, receives
