@@ -13,6 +13,8 @@ use crate::wire::cqe::OP_OWN_OFFSET;
 
 /// Initial `op_own` of every slot: opcode INVALID, owner 0 (spec §5.5).
 pub(crate) const OP_OWN_INIT: u8 = 0xf0;
+/// CQE opcode that ends the old ring of a resized CQ (spec §5.2, `MLX5_CQE_RESIZE_CQ`).
+const RESIZE_CQ: u8 = 5;
 
 /// Most completions in one compressed session (the model's `cqe_comp max_num`).
 pub const MAX_SESSION: usize = 64;
@@ -341,6 +343,38 @@ impl Cq {
         }
     }
 
+    /// RESIZE_CQ over a new ring `mem` of `cnt` entries of the same size: the pending
+    /// session is written, a RESIZE CQE (opcode 5, spec §5.2) takes the producer's slot in
+    /// the old ring, and CQEs go on in the new ring from the slot after it. The driver
+    /// copies each unpolled CQE `c` of the old ring to slot `c + 1` of the new one and
+    /// steps over the RESIZE CQE (libmlx5's `mlx5_cq_resize_copy_cqes`), so producer and
+    /// consumer keep counting as before. Refused when the old ring has no room for the
+    /// RESIZE CQE or the new one is smaller than what is unpolled, and for a CQ in error.
+    pub(crate) fn resize(&mut self, mem: DevMem, cnt: u32) -> Result<(), Overrun> {
+        if self.error || !cnt.is_power_of_two() || mem.len() < cnt as usize * self.cqe_size as usize {
+            return Err(Overrun);
+        }
+        self.flush();
+        self.ci_seen = self.consumer_index();
+        let unpolled = self.pi.wrapping_sub(self.ci_seen) & 0xff_ffff;
+        if unpolled >= self.cqe_cnt || unpolled > cnt {
+            return Err(Overrun);
+        }
+        let idx = self.pi;
+        let proper = self.slot(idx);
+        if self.cqe_size == 128 {
+            self.mem.write(proper - 64, &[0u8; 64]);
+        }
+        self.mem.write(proper, &[0u8; OP_OWN_OFFSET]);
+        self.mem.store_u8_release(proper + OP_OWN_OFFSET, RESIZE_CQ << 4 | self.owner(idx));
+        self.mem = mem;
+        self.cqe_cnt = cnt;
+        self.log_cnt = cnt.trailing_zeros();
+        self.pi = self.pi.wrapping_add(1);
+        self.last_solicited = self.last_solicited.map(|e| e.wrapping_add(1));
+        Ok(())
+    }
+
     /// Whether an event is due; clears it.
     pub(crate) fn take_event(&mut self) -> bool {
         std::mem::take(&mut self.event)
@@ -385,6 +419,43 @@ mod tests {
         let mut b = [0u8; 64];
         cq.mem.read(cq.slot(slot), &mut b);
         b
+    }
+
+    /// RESIZE_CQ: the RESIZE CQE (opcode 5, owner of its pass) at the producer's slot of
+    /// the old ring, later CQEs in the new ring from the slot after it with the new
+    /// ring's owner bit; refused when the new ring cannot hold what is unpolled.
+    #[test]
+    fn resize_ends_the_old_ring_with_a_resize_cqe_and_goes_on_in_the_new_one() {
+        let ring = DevMem::new(4 * 64, 4096).unwrap();
+        // SAFETY: `ring` outlives the CQ's view of it, and is read below after the CQ
+        // moved to its new ring.
+        let view = unsafe { DevMem::borrowed(ring.ptr(), 4 * 64, 64) }.unwrap();
+        let mut cq = Cq::with_mem(view, DevMem::new(64, 64).unwrap(), 4, 64, None, None);
+        let mut b = [0u8; 64];
+        b[0] = 0xab;
+        for _ in 0..3 {
+            cq.push(&b).unwrap();
+        }
+        cq.dbrec.store_be32(0, 1); // one CQE polled, two unpolled
+        assert_eq!(cq.resize(DevMem::new(64, 64).unwrap(), 1), Err(Overrun), "1 entry < 2 unpolled");
+        cq.resize(DevMem::new(8 * 64, 64).unwrap(), 8).unwrap();
+        let mut slot = [0u8; 64];
+        ring.read(3 * 64, &mut slot);
+        assert_eq!(slot[63], 5 << 4, "RESIZE CQE at producer slot 3, first pass (owner 0)");
+        assert!(slot[..63].iter().all(|&x| x == 0));
+        cq.push(&b).unwrap(); // counter 4: slot 4 of the new 8-entry ring, first pass
+        assert_eq!(read(&cq, 4)[0], 0xab);
+        assert_eq!(read(&cq, 4)[63], 0, "owner of counter 4 in an 8-entry ring");
+        for _ in 0..4 {
+            cq.push(&b).unwrap();
+        }
+        assert_eq!(read(&cq, 8)[63], 1, "counter 8: the new ring's second pass");
+        // Room is counted in the new ring: the driver at 4 after taking the copied 2.
+        cq.dbrec.store_be32(0, 4);
+        for _ in 0..3 {
+            cq.push(&b).unwrap();
+        }
+        assert_eq!(cq.push(&b), Err(Overrun), "pi 12, ci 4: 8 entries full");
     }
 
     #[test]

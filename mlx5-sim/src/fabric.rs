@@ -866,6 +866,52 @@ impl Nic {
         Ok(MrKeys { lkey: key, rkey: key })
     }
 
+    /// Re-registers the MR of `lkey` in place (REREG_MR): `pdn` moves it to another PD,
+    /// `range` to other memory, `access` changes its rights; what is `None` stays. Its
+    /// keys stay (mlx5_ib may keep the mkey, and does when it can). Checked as
+    /// [`Nic::reg_mr`]; on an error the MR is as it was.
+    ///
+    /// # Safety
+    /// With `range`, `[addr, addr+len)` must stay valid host memory until `dereg_mr` or
+    /// the next re-registration, as for [`Nic::reg_mr`].
+    pub unsafe fn rereg_mr(
+        &self,
+        lkey: u32,
+        pdn: Option<u32>,
+        range: Option<(u64, u64)>,
+        access: Option<u32>,
+    ) -> Result<MrKeys, SimError> {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        let old = host.mrs.remove(lkey).ok_or(SimError::NoSuchMr(lkey))?;
+        let mut mr = old;
+        if let Some(p) = pdn {
+            mr.pdn = p;
+        }
+        if let Some((addr, len)) = range {
+            (mr.addr, mr.len) = (addr, len);
+        }
+        if let Some(a) = access {
+            mr.access = a;
+        }
+        let refused = if !host.pds.contains(&mr.pdn) {
+            Some(SimError::NoSuchPd(mr.pdn))
+        } else if mr.len == 0 || mr.addr.checked_add(mr.len).is_none() || mr.addr == 0 {
+            Some(SimError::InvalidArgument { what: "MR range must be non-empty, non-null and not wrap" })
+        } else if mr.access & !0xf != 0 || !dma::valid_mr_access(mr.access) {
+            Some(SimError::InvalidArgument {
+                what: "MR access: unknown bits, or remote write/atomic without local write",
+            })
+        } else {
+            None
+        };
+        host.mrs.insert(lkey, if refused.is_some() { old } else { mr });
+        match refused {
+            Some(e) => Err(e),
+            None => Ok(MrKeys { lkey, rkey: lkey }),
+        }
+    }
+
     /// Deregisters an MR by lkey.
     pub fn dereg_mr(&self, lkey: u32) -> Result<(), SimError> {
         let mut st = self.state();
@@ -995,6 +1041,36 @@ impl Nic {
             .get_mut(&id)
             .ok_or(SimError::InvalidArgument { what: "no such channel" })?;
         Ok(ch.take())
+    }
+
+    /// Resizes CQ `cqn` onto a ring of `cqe_cnt` entries in the program's memory at
+    /// `buf` (RESIZE_CQ as mlx5_ib performs it over the ring libmlx5 allocated; entries of
+    /// the CQ's size): a RESIZE CQE (opcode 5) ends the old ring at the producer's slot,
+    /// and CQEs go on in the new ring from the slot after it, where the driver moves the
+    /// unpolled ones. Doorbells rung before the call are executed first ([`Nic::quiesce`]).
+    /// Refused when the CQ is in error, the new ring cannot hold the unpolled CQEs, or
+    /// the old ring has no slot left for the RESIZE CQE.
+    ///
+    /// # Safety
+    /// `buf` is 64-aligned, `cqe_cnt * cqe_size` bytes, mapped and writable until the CQ
+    /// is destroyed or resized again.
+    pub unsafe fn resize_cq_in(&self, cqn: u32, buf: *mut u8, cqe_cnt: u32) -> Result<(), SimError> {
+        if !cqe_cnt.is_power_of_two() || !(2..=4_194_304).contains(&cqe_cnt) {
+            return bad("cqe_cnt must be a power of two in 2..=4194304");
+        }
+        // Doorbells rung before the command are executed first, so that what is
+        // unpolled is what the program has caused.
+        self.quiesce();
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        let cq = host.cqs.get_mut(&cqn).ok_or(SimError::NoSuchCq(cqn))?;
+        let len = cqe_cnt as usize * cq.cqe_size as usize;
+        // SAFETY: caller contract.
+        let mem = unsafe { crate::mem::DevMem::borrowed(buf, len, 64) }
+            .ok_or(SimError::InvalidArgument { what: "CQ buffer: null or misaligned" })?;
+        cq.resize(mem, cqe_cnt).map_err(|_| SimError::InvalidArgument {
+            what: "CQ in error, or its unpolled CQEs do not fit the new ring",
+        })
     }
 
     /// Destroys a CQ; `Busy` while a QP uses it. Its memory is freed.

@@ -463,3 +463,61 @@ fn a_peer_reached_before_its_port_went_down_is_unreachable_after() {
     expect_failure(&mut p, idx, op::RDMA_WRITE, syndrome::TRANSPORT_RETRY_EXC_ERR, 0x81);
     assert_eq!(&dst.read()[..7], b"first\0\0", "nothing lands on a host whose port is down");
 }
+
+/// REREG_MR in place: a new range takes the rkey with it (a WRITE lands there, and one to
+/// the old range is a remote access error), new rights are enforced at once, and a
+/// refused re-registration (an unknown PD, remote write without local write) leaves the
+/// MR as it was; an unknown key is `NoSuchMr`.
+#[test]
+fn a_reregistered_mr_moves_its_key_and_rights() {
+    // A new range: the WRITE lands in the new memory.
+    let mut p = Pair::new();
+    let mut src = Buf::new(&p.a, p.pda, 64, ALL_ACCESS);
+    let dst = Buf::new(&p.b, p.pdb, 64, ALL_ACCESS);
+    let mut moved = vec![0u8; 64].into_boxed_slice();
+    let key = dst.keys.rkey;
+    // SAFETY: `moved` lives until the end of the test, after the pair.
+    let k = unsafe { p.b.rereg_mr(key, None, Some((moved.as_mut_ptr() as u64, 64)), None) }.unwrap();
+    assert_eq!((k.lkey, k.rkey), (key, key), "the keys stay");
+    src.fill(|_| 7);
+    p.qa.post(
+        op::RDMA_WRITE,
+        SIGNALED,
+        [0; 4],
+        &write_segs(moved.as_ptr() as u64, key, src.addr(), 8, src.keys.lkey),
+    );
+    assert_eq!(p.scq_a.expect_one().opcode(), cqe_opcode::REQ);
+    assert_eq!(&moved[..8], &[7u8; 8]);
+    // The old range is no longer the key's.
+    let idx = p.qa.post(
+        op::RDMA_WRITE,
+        SIGNALED,
+        [0; 4],
+        &write_segs(dst.addr(), key, src.addr(), 8, src.keys.lkey),
+    );
+    expect_failure(&mut p, idx, op::RDMA_WRITE, syndrome::REMOTE_ACCESS_ERR, 0x88);
+    assert!(dst.read().iter().all(|&b| b == 0));
+
+    // New rights: without REMOTE_WRITE the next WRITE is refused.
+    let mut p = Pair::new();
+    let src = Buf::new(&p.a, p.pda, 64, ALL_ACCESS);
+    let dst = Buf::new(&p.b, p.pdb, 64, ALL_ACCESS);
+    let key = dst.keys.rkey;
+    // SAFETY: no new range.
+    unsafe { p.b.rereg_mr(key, None, None, Some(access::LOCAL_WRITE | access::REMOTE_READ)) }.unwrap();
+    // Refused changes leave it as it was: an unknown PD, remote write without local write.
+    // SAFETY: as above.
+    assert_eq!(unsafe { p.b.rereg_mr(key, Some(0x999), None, None) }, Err(SimError::NoSuchPd(0x999)));
+    // SAFETY: as above.
+    assert!(unsafe { p.b.rereg_mr(key, None, None, Some(access::REMOTE_WRITE)) }.is_err());
+    // SAFETY: as above.
+    assert_eq!(unsafe { p.b.rereg_mr(0x4242, None, None, None) }, Err(SimError::NoSuchMr(0x4242)));
+    let idx = p.qa.post(
+        op::RDMA_WRITE,
+        SIGNALED,
+        [0; 4],
+        &write_segs(dst.addr(), key, src.addr(), 8, src.keys.lkey),
+    );
+    expect_failure(&mut p, idx, op::RDMA_WRITE, syndrome::REMOTE_ACCESS_ERR, 0x88);
+    assert!(dst.read().iter().all(|&b| b == 0));
+}

@@ -161,6 +161,39 @@ pub unsafe extern "C" fn mlx5sk_reg_mr(
     }
 }
 
+/// REREG_MR in place: `pdn`, `[addr, addr + len)` and `access` replace the
+/// MR's where `what` has IB_MR_REREG_PD (2), _TRANS (1), _ACCESS (4).
+///
+/// # Safety
+/// With _TRANS, the new range stays the program's until DEREG_MR or the
+/// next REREG_MR (`objects.c` checked it is mapped).
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_rereg_mr(
+    dev: c_int,
+    key: u32,
+    what: u32,
+    pdn: u32,
+    addr: u64,
+    len: u64,
+    access: u32,
+) -> c_int {
+    match nic(dev) {
+        // SAFETY: caller contract.
+        Ok(n) => unit(
+            unsafe {
+                n.rereg_mr(
+                    key,
+                    (what & 2 != 0).then_some(pdn),
+                    (what & 1 != 0).then_some((addr, len)),
+                    (what & 4 != 0).then_some(access),
+                )
+            }
+            .map(|_| ()),
+        ),
+        Err(e) => e,
+    }
+}
+
 /// DEREG_MR.
 #[no_mangle]
 pub extern "C" fn mlx5sk_dereg_mr(dev: c_int, key: u32) -> c_int {
@@ -202,6 +235,20 @@ pub unsafe extern "C" fn mlx5sk_create_cq(
     let user = UserRings { buf: buf as *mut u8, dbrec: db as *mut u8 };
     // SAFETY: caller contract.
     unsafe { give(n.create_cq_in(&attr, user).map(|r| r.cqn), cqn) }
+}
+
+/// RESIZE_CQ onto the program's new ring of `cqe_cnt` entries at `buf`.
+///
+/// # Safety
+/// `[buf, buf + cqe_cnt * cqe_size)` stays the program's memory until the
+/// CQ is destroyed or resized again (`objects.c` checked it is mapped).
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_resize_cq(dev: c_int, cqn: u32, buf: u64, cqe_cnt: u32) -> c_int {
+    match nic(dev) {
+        // SAFETY: caller contract.
+        Ok(n) => unit(unsafe { n.resize_cq_in(cqn, buf as *mut u8, cqe_cnt) }),
+        Err(e) => e,
+    }
 }
 
 /// DESTROY_CQ.

@@ -386,9 +386,21 @@ fn a_million_object_commands() {
                 c
             }
             3 => {
-                let mut c = Cmd::legacy(13, 4, 0); // DEREG_MR
-                c.u32(8, handle(&mut rng));
-                c
+                if rng.below(2) == 0 {
+                    let mut c = Cmd::legacy(13, 4, 0); // DEREG_MR
+                    c.u32(8, handle(&mut rng));
+                    c
+                } else {
+                    // REREG_MR: any of TRANS, PD, ACCESS (and unknown bits).
+                    let len = 1 + rng.below(1 << 16);
+                    let start = arena.addr(&mut rng, len, 1);
+                    keep = &[(24, 48)];
+                    let mut c = Cmd::legacy(11, 48, out);
+                    c.u64(8, ptr).u32(16, handle(&mut rng)).u32(20, rng.below(9) as u32);
+                    c.u64(24, start).u64(32, len).u64(40, start);
+                    c.u32(48, handle(&mut rng)).u32(52, rng.below(16) as u32);
+                    c
+                }
             }
             4 => {
                 let mut c = Cmd::legacy(17, 8, out); // CREATE_COMP_CHANNEL
@@ -407,9 +419,21 @@ fn a_million_object_commands() {
                 c
             }
             7 => {
-                let mut c = Cmd::legacy(20, 16, out); // DESTROY_CQ
-                c.u64(8, ptr).u32(16, handle(&mut rng));
-                c
+                if rng.below(2) == 0 {
+                    let mut c = Cmd::legacy(20, 16, out); // DESTROY_CQ
+                    c.u64(8, ptr).u32(16, handle(&mut rng));
+                    c
+                } else {
+                    // RESIZE_CQ + mlx5_ib_resize_cq onto a ring in the arena.
+                    let cqe = count(&mut rng);
+                    let size = if rng.below(2) == 0 { 64 } else { 128 };
+                    let bytes = (u64::from(cqe) + 1).next_power_of_two() * size;
+                    keep = &[(20, 36)];
+                    let mut c = Cmd::legacy(19, 32, out);
+                    c.u64(8, ptr).u32(16, handle(&mut rng)).u32(20, cqe);
+                    c.u64(24, arena.addr(&mut rng, bytes, 4096)).u32(32, size as u32);
+                    c
+                }
             }
             8 | 9 => {
                 let (sq, rq, shift) = (count(&mut rng), count(&mut rng), 4 + rng.below(4) as u32);

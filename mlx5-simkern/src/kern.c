@@ -606,8 +606,8 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 			break;
 		}
 		default:
-			/* A command this device does not implement (XRC, AH, MW,
-			 * RESIZE_CQ, flows, WQs, ...): uapi_get_method's EOPNOTSUPP. */
+			/* A command this device does not implement (XRC, MW, flows,
+			 * WQs, ...): uapi_get_method's EOPNOTSUPP. */
 			ret = -EOPNOTSUPP;
 		}
 	} else {
@@ -652,6 +652,9 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 		case IB_USER_VERBS_CMD_DEREG_MR:
 			ret = sk_dereg_mr(c, in, in_len);
 			break;
+		case IB_USER_VERBS_CMD_REREG_MR:
+			ret = sk_rereg_mr(c, in, in_len, out_room);
+			break;
 		case IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL:
 			ret = sk_create_comp_channel(c, in, in_len, out_room);
 			break;
@@ -677,6 +680,9 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 		}
 		case IB_USER_VERBS_CMD_DESTROY_CQ:
 			ret = sk_destroy_cq(c, in, in_len, out_room);
+			break;
+		case IB_USER_VERBS_CMD_RESIZE_CQ:
+			ret = sk_resize_cq(c, in, in_len, out_room);
 			break;
 		case IB_USER_VERBS_CMD_CREATE_QP: {
 			const struct ib_uverbs_create_qp *q = (const void *)in;
@@ -734,8 +740,8 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 			ret = sk_destroy_srq(c, in, in_len, out_room);
 			break;
 		default:
-			/* A command this device does not implement (XRC, AH, MW,
-			 * RESIZE_CQ, flows, WQs, ...): uapi_get_method's EOPNOTSUPP. */
+			/* A command this device does not implement (XRC, MW, flows,
+			 * WQs, ...): uapi_get_method's EOPNOTSUPP. */
 			ret = -EOPNOTSUPP;
 		}
 	}

@@ -59,6 +59,9 @@ extern int mlx5sk_dct_number(int dev, uint32_t qpn, uint32_t *dctn);
 extern int mlx5sk_open_context(int dev, uint32_t *id);
 extern int mlx5sk_close_context(int dev, uint32_t id);
 extern int mlx5sk_attach_uar(int dev, uint32_t ctx, void *page, uint32_t *reg);
+extern int mlx5sk_resize_cq(int dev, uint32_t cqn, uint64_t buf, uint32_t cqe_cnt);
+extern int mlx5sk_rereg_mr(int dev, uint32_t key, uint32_t what, uint32_t pdn, uint64_t addr, uint64_t len,
+			   uint32_t access);
 extern int mlx5sk_attach_clock(int dev, uint32_t ctx, void *page);
 struct mlx5sk_qp_mod {
 	uint32_t mask, state, port, access, dest_qpn, dlid, is_global, sl;
@@ -98,7 +101,7 @@ struct uobj {
 	uint32_t num;        /* pdn, key, cqn, qpn; the channel's fd */
 	uint32_t users;      /* objects that name this one (a PD's MRs and QPs, a CQ's QPs) */
 	uint32_t pd, scq, rcq, srq; /* handles this object names (srq: UINT32_MAX for none) */
-	uint32_t max_wr, max_sge; /* SRQ: what QUERY_SRQ reports */
+	uint32_t max_wr, max_sge; /* SRQ: what QUERY_SRQ reports; CQ: max_wr its entries, max_sge its CQE size */
 	int peer;            /* channel: our end */
 	uint32_t sim_chan;   /* channel: the simulator's */
 	uint64_t user_handle; /* CQ, QP, SRQ: the library's pointer, named by events */
@@ -175,6 +178,8 @@ int sk_dereg_mr(struct ctx *c, const uint8_t *in, size_t in_len);
 int sk_create_comp_channel(struct ctx *c, const uint8_t *in, size_t in_len, size_t room);
 int sk_create_cq(struct ctx *c, uint64_t user_handle, uint32_t entries, uint32_t comp_vector, int32_t channel,
 		 const uint8_t *udata, size_t udata_len, uint32_t *cqe, uint32_t *cqn);
+int sk_resize_cq(struct ctx *c, const uint8_t *in, size_t in_len, size_t room);
+int sk_rereg_mr(struct ctx *c, const uint8_t *in, size_t in_len, size_t room);
 int sk_destroy_cq(struct ctx *c, const uint8_t *in, size_t in_len, size_t room);
 int sk_create_qp(struct ctx *c, const struct qp_req *q, const uint8_t *udata, size_t udata_len,
 		 struct ib_uverbs_create_qp_resp *resp, struct mlx5_ib_create_qp_resp *drv);

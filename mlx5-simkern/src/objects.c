@@ -180,6 +180,59 @@ int sk_reg_mr(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
 	return r;
 }
 
+/* REREG_MR (ib_uverbs_rereg_mr, then mlx5_ib_rereg_user_mr): the MR keeps
+ * its keys and takes a new PD, range or rights, checked as REG_MR checks
+ * them. */
+int sk_rereg_mr(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
+{
+	const struct ib_uverbs_rereg_mr *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	enum { TRANS = 1, PD = 2, ACCESS = 4 }; /* IB_MR_REREG_* */
+	if (!cmd->flags)
+		return -EINVAL;
+	if (cmd->flags & ~(uint32_t)(TRANS | PD | ACCESS))
+		return -EOPNOTSUPP;
+	if ((cmd->flags & TRANS) && (cmd->start & 0xfff) != (cmd->hca_va & 0xfff))
+		return -EINVAL;
+	struct uobj *mr = sk_obj_get(c, cmd->mr_handle, OBJ_MR);
+	if (!mr)
+		return obj_lookup_err(c, cmd->mr_handle);
+	uint32_t access = cmd->access_flags & ~IB_UVERBS_ACCESS_OPTIONAL_RANGE;
+	if (cmd->flags & ACCESS) {
+		if (access & ~0xffu)
+			return -EINVAL;
+		if ((access & (IB_UVERBS_ACCESS_REMOTE_WRITE | IB_UVERBS_ACCESS_REMOTE_ATOMIC)) &&
+		    !(access & IB_UVERBS_ACCESS_LOCAL_WRITE))
+			return -EINVAL;
+		if (access & ~0xfu)
+			return -EOPNOTSUPP;
+	}
+	uint32_t pd_handle = mr->pd;
+	if (cmd->flags & PD) {
+		if (!sk_obj_get(c, cmd->pd_handle, OBJ_PD))
+			return -EINVAL;
+		pd_handle = cmd->pd_handle;
+	}
+	if (cmd->flags & TRANS) {
+		if (cmd->hca_va != cmd->start)
+			return -EOPNOTSUPP;
+		if (!cmd->length || !sk_mapped(cmd->start, cmd->length))
+			return -EFAULT;
+	}
+	int r = mlx5sk_rereg_mr(c->dev, mr->num, cmd->flags, c->objs[pd_handle].num, cmd->start, cmd->length,
+				access);
+	if (r)
+		return r;
+	if (pd_handle != mr->pd) {
+		c->objs[mr->pd].users--;
+		c->objs[pd_handle].users++;
+		mr->pd = pd_handle;
+	}
+	struct ib_uverbs_rereg_mr_resp resp = { .lkey = mr->num, .rkey = mr->num };
+	return sk_put(cmd->response, &resp, sizeof(resp), room);
+}
+
 int sk_dereg_mr(struct ctx *c, const uint8_t *in, size_t in_len)
 {
 	const struct ib_uverbs_dereg_mr *cmd = (const void *)in;
@@ -287,8 +340,52 @@ int sk_create_cq(struct ctx *c, uint64_t user_handle, uint32_t entries, uint32_t
 	c->objs[h].num = *cqn;
 	c->objs[h].pd = chan;
 	c->objs[h].user_handle = user_handle;
+	c->objs[h].max_wr = n;
+	c->objs[h].max_sge = u.cqe_size;
 	*cqe = n - 1;
 	return h;
+}
+
+/* RESIZE_CQ (mlx5_ib_resize_cq over the ring libmlx5 allocated, udata
+ * mlx5_ib_resize_cq): roundup_pow_of_two(entries + 1) entries, the same
+ * count is nothing to do; the CQE size stays the CQ's (libmlx5 never
+ * changes it; another is EINVAL here). The simulator ends the old ring
+ * with a RESIZE CQE; a new ring too small for the unpolled CQEs, or a CQ
+ * in error, is EINVAL, as the firmware's refusal of MODIFY_CQ is. */
+int sk_resize_cq(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
+{
+	const struct ib_uverbs_resize_cq *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	struct uobj *o = sk_obj_get(c, cmd->cq_handle, OBJ_CQ);
+	if (!o)
+		return obj_lookup_err(c, cmd->cq_handle);
+	struct mlx5sk_dev d;
+	if (mlx5sk_dev_info(c->dev, &d))
+		return -ENODEV;
+	uint32_t entries = cmd->cqe;
+	if (entries < 1 || entries > d.max_cqe || entries > (1u << 22) - 1)
+		return -EINVAL;
+	uint32_t n = 1;
+	while (n < entries + 1)
+		n <<= 1;
+	if (n != o->max_wr) {
+		struct mlx5_ib_resize_cq u = {0};
+		size_t udata_len = in_len - sizeof(*cmd);
+		if (udata_len < sizeof(u))
+			return -EFAULT; /* ib_copy_from_udata of too little */
+		memcpy(&u, in + sizeof(*cmd), sizeof(u));
+		if (u.reserved0 || u.reserved1 || u.cqe_size != o->max_sge)
+			return -EINVAL;
+		if ((u.buf_addr & 63) || !sk_mapped(u.buf_addr, (uint64_t)n * u.cqe_size))
+			return -EFAULT;
+		int r = mlx5sk_resize_cq(c->dev, o->num, u.buf_addr, n);
+		if (r)
+			return r;
+		o->max_wr = n;
+	}
+	struct ib_uverbs_resize_cq_resp resp = { .cqe = o->max_wr - 1 };
+	return sk_put(cmd->response, &resp, sizeof(resp), room);
 }
 
 int sk_destroy_cq(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)

@@ -154,6 +154,33 @@ fn duplicated_command_fds_name_the_same_context() {
     assert!(out.contains("all right"), "{out}");
 }
 
+/// `ibv_resize_cq`: libmlx5's new ring, the kernel's RESIZE_CQ and the
+/// simulator's RESIZE CQE, after which libmlx5 copies the unpolled
+/// completions across; growing and shrinking with CQEs unpolled, the same
+/// size, and a shrink below what is unpolled (EINVAL), on IB and RoCE.
+#[test]
+#[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
+fn resized_cqs_keep_their_completions() {
+    let prog = compile("resize_cq");
+    for link in ["ib", "roce"] {
+        let out = run_under_simrun(&prog, &["--link", link], &[]);
+        assert!(out.contains("all right"), "{link}: {out}");
+    }
+}
+
+/// `ibv_rereg_mr`: a new translation, PD or rights for an MR, its keys
+/// kept; WRITEs follow the new range and are refused without the right;
+/// PD use is accounted; bad requests are refused; on IB and RoCE.
+#[test]
+#[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
+fn reregistered_mrs_move_and_change_rights() {
+    let prog = compile("rereg_mr");
+    for link in ["ib", "roce"] {
+        let out = run_under_simrun(&prog, &["--link", link], &[]);
+        assert!(out.contains("all right"), "{link}: {out}");
+    }
+}
+
 /// An SRQ's limit through libibverbs: `ibv_modify_srq` arms it, receives
 /// consume the SRQ below it, `IBV_EVENT_SRQ_LIMIT_REACHED` naming the SRQ
 /// arrives once on the async fd, `ibv_query_srq` reports it disarmed, and a
