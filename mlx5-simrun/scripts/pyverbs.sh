@@ -44,7 +44,7 @@ for f in "$work"/tests/test_*.py; do
   [ "$verdict" = ok ] || total_failed=$((total_failed + 1))
   printf '%-28s %-5s %6s %6s %7s %6s %6s  %s\n' "$name" "$link" "$ran" "$passed" "$skipped" "$failed" "$errors" "$verdict"
   # Each distinct reason the file's own checks gave for a skip, with its count.
-  sed -n "s/.*\.\.\. skipped '\(.*\)'\$/\1/p" <<<"$out" | sort | uniq -c | sort -rn |
+  sed -n "s/.*\.\.\. skipped ['\"]\(.*\)['\"]\$/\1/p" <<<"$out" | sort | uniq -c | sort -rn |
     while read -r count reason; do printf '%36s %3s x %s\n' skipped "$count" "$reason"; done
 done
 done
