@@ -9,11 +9,14 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
+use crate::completer;
 use crate::cq::Cq;
 use crate::dma::{self, Mr};
-use crate::engine::{self, Host, BF_SIZE};
+use crate::engine;
+use crate::host::{self, Host, BF_SIZE};
 use crate::hosts::{FabricState, Shared};
 use crate::qp::Qp;
+use crate::requester;
 use crate::srq::Srq;
 use crate::{
     AsyncEvent, CqInitAttr, CqResources, ExecMode, FabricConfig, HostConfig, MrKeys, NicCaps, NicInfo,
@@ -519,9 +522,9 @@ fn handle(st: &mut FabricState, link: &Link, msg: &Msg) {
         Msg::Bf { uar, offset, len, valid_len, slot, epoch } => {
             link.take_bf(*slot, *len, |data| bf_write(st, h, *uar, *offset, data, *valid_len, Some(*epoch)))
         }
-        Msg::CqDb { value } => engine::cq_doorbell(st, h, *value),
+        Msg::CqDb { value } => completer::cq_doorbell(&mut st.hosts[h], *value),
         Msg::Tick => engine::tick(st, h),
-        Msg::Run { qpn } => engine::process_sq(st, h, *qpn, false),
+        Msg::Run { qpn } => requester::process_sq(st, h, *qpn, false),
     }
 }
 
@@ -806,7 +809,7 @@ impl Nic {
             gid: c.gid,
             mac: c.mac,
             link_layer: c.link_layer,
-            active_mtu: engine::active_mtu(c.link_layer),
+            active_mtu: requester::active_mtu(c.link_layer),
             grh_required: c.grh_required,
             caps: NicCaps { bf_size: BF_SIZE, ..c.caps },
         }
@@ -1002,7 +1005,7 @@ impl Nic {
     /// word (`sn << 28 | cmd << 24 | ci`), BE32 CQN.
     pub fn cq_uar_write64(&self, value: [u8; 8]) {
         match &self.link {
-            None => engine::cq_doorbell(&mut self.state(), self.host, value),
+            None => completer::cq_doorbell(&mut self.state().hosts[self.host], value),
             Some(l) => l.post(Msg::CqDb { value }),
         }
     }
@@ -1014,7 +1017,7 @@ impl Nic {
         use std::os::fd::AsRawFd;
         let mut st = self.state();
         let host = &mut st.hosts[self.host];
-        let ch = engine::Channel::new().map_err(|_| SimError::OutOfMemory)?;
+        let ch = host::Channel::new().map_err(|_| SimError::OutOfMemory)?;
         let id = host.next_channel;
         host.next_channel += 1;
         let fd = ch.rx.as_raw_fd();
@@ -1251,10 +1254,10 @@ impl Nic {
                 }
                 qp.reset();
             }
-            QpState::Err => engine::enter_err(&mut st, h, qpn),
+            QpState::Err => completer::enter_err(&mut st.hosts[h], qpn),
             QpState::Rts => {
                 qp.state = to;
-                engine::process_sq(&mut st, h, qpn, false);
+                requester::process_sq(&mut st, h, qpn, false);
             }
             QpState::Rtr if qp.qp_type == QpType::Dct && from == QpState::Init => {
                 let n = host.next_dct;
@@ -1662,7 +1665,7 @@ impl Nic {
         let mut qpns: Vec<u32> = st.hosts[h].qps.keys().copied().collect();
         qpns.sort_unstable();
         for qpn in qpns {
-            engine::enter_err(&mut st, h, qpn);
+            completer::enter_err(&mut st.hosts[h], qpn);
         }
     }
 

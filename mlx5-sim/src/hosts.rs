@@ -24,7 +24,8 @@ use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
-use crate::engine::{flush_sessions, Host};
+use crate::completer::flush_sessions;
+use crate::host::Host;
 use crate::net::Net;
 use crate::slots::Slots;
 use crate::{ExecMode, FabricConfig, LinkLayer};

@@ -17,18 +17,23 @@
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 mod arena;
+mod completer;
 mod cq;
 pub mod dissect;
 pub mod dma;
 mod engine;
 mod fabric;
 mod fabric_net;
+mod host;
 mod hosts;
 mod idmap;
 mod lossy;
 mod mem;
 mod net;
+mod psn;
 mod qp;
+mod requester;
+mod responder;
 mod shared;
 mod slots;
 mod srq;

@@ -4,11 +4,12 @@
 //! runs. The engine enters here only when faults are configured or a capture runs.
 
 use crate::dma::{self, Sgl, Src};
-use crate::engine::{self, Outcome, Target};
 use crate::hosts::FabricState;
 use crate::net::packet::{self, aeth, op, AtomicEth, Packet, Pos, Reth};
 use crate::net::transport::{self, Delivery, Ends, Msg, Wire};
 use crate::net::PACKET_GAP_NS;
+use crate::psn;
+use crate::responder::{self, Outcome, Target};
 use crate::wire::{opcode, syndrome};
 use crate::wqe::SendWqe;
 use crate::QpType;
@@ -43,7 +44,7 @@ struct MsgEnds<'a, 'w> {
 
 impl Ends for MsgEnds<'_, '_> {
     fn commit(&mut self, st: &mut FabricState) -> Outcome {
-        let o = engine::respond(
+        let o = responder::respond(
             st,
             self.tgt,
             self.w,
@@ -186,7 +187,7 @@ impl Ends for MsgEnds<'_, '_> {
                 let mut b = [0u8; 8];
                 let n = data.len().min(8);
                 b[..n].copy_from_slice(&data[..n]);
-                p.atomic_ack = Some(engine::load_u64(b, st.cfg.atomic_endianness));
+                p.atomic_ack = Some(responder::load_u64(b, st.cfg.atomic_endianness));
                 p
             }
         };
@@ -219,10 +220,10 @@ pub(crate) fn execute(
     req_scatter: u64,
 ) -> Outcome {
     let op_ = w.ctrl.opcode;
-    let mtu = engine::path_mtu_of(st, h, qpn);
+    let mtu = psn::path_mtu_of(st, h, qpn);
     let len = w.len as u32;
     let Some(me) = st.hosts[h].qps.get(&qpn) else {
-        return engine::fail(syndrome::LOCAL_QP_OP_ERR);
+        return responder::fail(syndrome::LOCAL_QP_OP_ERR);
     };
     let (qtype, base_psn, timeout, retry_cnt) =
         (me.qp_type, me.attrs.sq_psn, me.attrs.timeout, me.attrs.retry_cnt);
@@ -249,7 +250,7 @@ pub(crate) fn execute(
     };
     let d = transport::deliver(st, &m, &mut ends);
     if qtype == QpType::Rc && matches!(ends.committed, Some((true, _))) {
-        engine::advance_psns(st, (h, qpn), (tgt.h, tgt.qpn), engine::packets(op_, len, mtu));
+        psn::advance_psns(st, (h, qpn), (tgt.h, tgt.qpn), psn::packets(op_, len, mtu));
     }
     match d {
         Delivery::Answered(o) => o,

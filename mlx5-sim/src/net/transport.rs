@@ -20,8 +20,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::PACKET_GAP_NS;
-use crate::engine::Outcome;
 use crate::hosts::FabricState;
+use crate::responder::Outcome;
 
 /// What one message needs from the network.
 #[derive(Debug, Clone, Copy)]
@@ -325,7 +325,7 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::Host;
+    use crate::host::Host;
     use crate::hosts::{FabricState, Shared};
     use crate::{FabricConfig, HostConfig, NicStats};
 

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The simulator's engine against another commit's, in one run: `sim_scaling`
+# built at BASE (in a git worktree under target/) and from the working tree,
+# run in turn RUNS times each (base, new, base, new, ...), the best of each
+# figure kept, and new / base printed per row. Step 11's figures are taken
+# against its starting commit, the default BASE (docs/engine-by-role.md).
+#
+# usage: benches/engine_ab.sh [BASE] [RUNS] [-- SIM_SCALING_ARGS...]
+#   default arguments: --rate-only --deterministic-only
+#   e.g.  benches/engine_ab.sh e00793c 5 -- --bandwidth-only
+#         benches/engine_ab.sh e00793c 5 -- --rate-only --threaded-only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+base=${1:-e00793c}
+runs=${2:-5}
+shift $(($# < 2 ? $# : 2))
+[ "${1:-}" = "--" ] && shift
+args=("$@")
+[ ${#args[@]} -eq 0 ] && args=(--rate-only --deterministic-only)
+
+sha=$(git rev-parse --short=12 "$base^{commit}")
+tree=target/engine-base/$sha
+if [ ! -d "$tree" ]; then
+  git worktree add --detach "$tree" "$sha" >/dev/null
+fi
+(cd "$tree" && CARGO_TARGET_DIR="$PWD/target" cargo build -q --release -p mlx5-tools --example sim_scaling)
+cargo build -q --release -p mlx5-tools --example sim_scaling
+old="$tree/target/release/examples/sim_scaling"
+new=target/release/examples/sim_scaling
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+for i in $(seq "$runs"); do
+  "$old" --json --runs 1 "${args[@]}" >"$out/base.$i"
+  "$new" --json --runs 1 "${args[@]}" >"$out/new.$i"
+done
+
+python3 - "$out" "$runs" "$sha" <<'EOF'
+import json, sys
+out, runs, sha = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def load(side):
+    return [json.load(open(f"{out}/{side}.{i}")) for i in range(1, runs + 1)]
+base, new = load("base"), load("new")
+def best(docs, table, key, value, lower_better):
+    rows = {}
+    for d in docs:
+        for r in d.get(table, []):
+            k = key(r)
+            v = r[value]
+            if k not in rows or (v < rows[k] if lower_better else v > rows[k]):
+                rows[k] = v
+    return rows
+print(f"base {sha}, best of {runs} runs each, interleaved")
+rate_key = lambda r: (r["mode"], r["hosts"], r["qps"], r["sq_depth"])
+b, n = best(base, "rate", rate_key, "ns_per_msg", True), best(new, "rate", rate_key, "ns_per_msg", True)
+if b:
+    print(f"{'mode':14} {'hosts':>5} {'QPs':>5} {'SQ':>4} {'base ns':>9} {'new ns':>9} {'rate new/base':>14}")
+    for k in b:
+        if k in n:
+            print(f"{k[0]:14} {k[1]:5} {k[2]:5} {k[3]:4} {b[k]:9.1f} {n[k]:9.1f} {b[k] / n[k]:14.2f}")
+bw_key = lambda r: r["bytes"]
+for what in ("write_Bps", "read_Bps"):
+    b, n = best(base, "bandwidth", bw_key, what, False), best(new, "bandwidth", bw_key, what, False)
+    m = best(new, "bandwidth", bw_key, "memcpy_Bps", False)
+    for k in b:
+        if k in n:
+            print(f"{what[:-4]:6} {k:>9} B: base {b[k] / 1e9:6.2f} GB/s, new {n[k] / 1e9:6.2f} GB/s,"
+                  f" new/base {n[k] / b[k]:.2f}, new/memcpy {n[k] / m[k]:.2f}")
+EOF

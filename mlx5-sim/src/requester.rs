@@ -1,0 +1,665 @@
+//! The requester: a send queue's WQEs to executed messages (spec §2–§4, §7): resolving the
+//! destination, executing RC / DC operations through the responder (directly, or over the
+//! network model's packets), UD datagrams, RNR waits, and the requester's completion.
+
+use crate::hosts::{FabricState, Found};
+
+use crate::completer::*;
+use crate::dma::{self, Sgl, Src, SrcList, MAX_SGL};
+use crate::psn::*;
+use crate::qp::MAX_RQ_STRIDE;
+use crate::responder::*;
+use crate::wire::{cqe_opcode, opcode, syndrome, DatagramSeg, DS_SIZE, MAX_WQE_DS};
+use crate::wqe::{self, Piece, SendWqe};
+use crate::{access, ExecMode, LinkLayer, QpState, QpType, RcPath};
+
+/// Finds the host an RC path leads to: DLID on IB; DGID on RoCE, and the host's MAC must
+/// equal `dmac` when one is given.
+fn resolve<'a>(
+    st: &FabricState<'a>,
+    h: usize,
+    dlid: u16,
+    dgid: Option<[u8; 16]>,
+    dmac: Option<[u8; 6]>,
+) -> Option<Found<'a>> {
+    let ll = st.hosts[h].cfg.link_layer;
+    if !st.hosts[h].reachable() {
+        return None;
+    }
+    st.find_host(|o| {
+        o.link_layer == ll
+            && match ll {
+                LinkLayer::InfiniBand => o.lid == dlid && dlid != 0,
+                LinkLayer::Ethernet => Some(o.gid) == dgid && dmac.is_none_or(|m| m == o.mac),
+            }
+    })
+}
+
+/// [`resolve`] for RC QP `qpn`'s path `p`, through the QP's cache of the host it found
+/// last (`peer`, as read from `Qp::peer` with the path): kept while nothing [`FabricState::find_host`] sees has changed since
+/// (the fabric's address epoch) and the path is the same (a new path forgets it).
+#[inline]
+fn resolve_peer<'a>(
+    st: &mut FabricState<'a>,
+    h: usize,
+    qpn: u32,
+    p: &RcPath,
+    peer: u32,
+) -> Option<Found<'a>> {
+    let epoch = st.addr_epoch();
+    if u64::from(peer >> 16) == epoch && st.hosts[h].reachable() {
+        return Some(st.found((peer & 0xffff) as usize));
+    }
+    let found = resolve(st, h, p.dlid, p.dgid, p.dmac)?;
+    if found.h < 1 << 16 && epoch < 1 << 16 {
+        if let Some(me) = st.hosts[h].qps.get_mut(&qpn) {
+            me.peer = (epoch as u32) << 16 | found.h as u32;
+        }
+    }
+    Some(found)
+}
+
+/// Finds the host an address vector leads to (spec §3.6): IB by `rlid`, and when the GRH
+/// bit is set also by `rgid`; RoCE by `rgid`, and `rmac` must be the host's MAC.
+fn resolve_av<'a>(st: &FabricState<'a>, h: usize, av: &DatagramSeg<&[u8]>) -> Option<Found<'a>> {
+    let ll = st.hosts[h].cfg.link_layer;
+    let (rlid, rgid, rmac, grh) = (av.rlid(), av.rgid(), av.rmac(), av.grh());
+    if !st.hosts[h].reachable() {
+        return None;
+    }
+    st.find_host(|o| {
+        o.link_layer == ll
+            && match ll {
+                LinkLayer::InfiniBand => rlid != 0 && o.lid == rlid && (!grh || o.gid == rgid),
+                LinkLayer::Ethernet => o.gid == rgid && o.mac == rmac,
+            }
+    })
+}
+
+/// Copies the address vector at DS 1 of `wqe` into a 48-byte buffer; a legacy 16-byte AV
+/// (ext bit clear, spec §3.6) leaves bytes 16..47 zero (no GRH, no MAC, no GID).
+fn read_av(wqe: &[u8]) -> [u8; 48] {
+    let mut av = [0u8; 48];
+    let Some(first) = wqe.get(DS_SIZE..2 * DS_SIZE) else {
+        return av;
+    };
+    av[..DS_SIZE].copy_from_slice(first);
+    if DatagramSeg::new_unchecked(&av[..]).ext() {
+        if let Some(rest) = wqe.get(2 * DS_SIZE..4 * DS_SIZE) {
+            av[DS_SIZE..].copy_from_slice(rest);
+        }
+    }
+    av
+}
+
+/// Executes the validated WQE `w` (bytes in `wqe`) of QP `qpn` on host `h`, including the
+/// responder side (the model's simplification: the requester's NIC runs both ends, holding
+/// the requester's and the responder's hosts, see [`crate::hosts`]). Nothing is written to
+/// memory unless every check passed.
+///
+/// Choices where the spec is silent (see README.md): zero-length SGEs are 0 bytes and not
+/// checked [unverified, §11.4]; a zero-length RDMA WRITE/READ does not check the rkey; an
+/// unreachable or unconnected destination fails at once with TRANSPORT_RETRY_EXC_ERR
+/// (retries assumed exhausted instantly); every NAK the responder causes moves an RC
+/// responder QP to ERR [IB semantics, unverified on mlx5, §6.2], never a DCT.
+fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) -> Outcome {
+    let op = w.ctrl.opcode;
+    if op == opcode::NOP {
+        return Outcome::Done { byte_cnt: 0 };
+    }
+    let Some(me) = st.hosts[h].qps.get(&qpn) else {
+        return fail(syndrome::LOCAL_QP_OP_ERR);
+    };
+    let (pdn, path, peer, qtype, mtu, sq_psn) =
+        (me.pdn, me.attrs.path, me.peer, me.qp_type, me.attrs.path_mtu.max(256), me.attrs.sq_psn);
+    // Requester scatter-to-CQE: RC only, and only for a signaled WQE (an unsignaled one
+    // has no CQE to carry the data, so it goes to memory) [model choice, spec §5.7].
+    let req_scatter = if qtype == QpType::Rc && me.scatter_to_cqe && w.ctrl.fm_ce_se & 0x08 != 0 {
+        scatter_limit(st, h, me.send_cqn)
+    } else {
+        0
+    };
+
+    // 1. Local side: gather sources (SEND/WRITE) or scatter sinks (READ/atomic).
+    let gather = matches!(
+        op,
+        opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL | opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM
+    );
+    let mut srcs = SrcList::new();
+    let mut sink = Sgl::new();
+    let mut local_err = false;
+    {
+        let mrs = &st.hosts[h].mrs;
+        wqe::data_pieces(w, wqe, |p| {
+            if local_err {
+                return;
+            }
+            match p {
+                Piece::Inline { off, len } => {
+                    // At most MAX_SGL pieces fit a WQE: never full here.
+                    let _ = srcs.push(Src::Bytes(&wqe[off..off + len]));
+                }
+                Piece::Sge { len: 0, .. } => {} // zero-length SGE: 0 bytes, not checked
+                Piece::Sge { len, lkey, addr } => {
+                    let need = if gather { 0 } else { access::LOCAL_WRITE };
+                    match mrs.check(lkey, addr, u64::from(len), need, pdn) {
+                        Ok(r) if gather && srcs.push(Src::Mem(r)) => {}
+                        Ok(r) if !gather && sink.push(r) => {}
+                        _ => local_err = true,
+                    }
+                }
+            }
+        });
+    }
+    if local_err {
+        return fail(syndrome::LOCAL_PROT_ERR);
+    }
+    let srcs = srcs.as_slice();
+    let src_lid = st.hosts[h].cfg.lid;
+
+    // 2. Destination.
+    let tgt = match qtype {
+        QpType::Ud => {
+            let av = read_av(wqe);
+            return execute_ud(st, h, qpn, w, srcs, &DatagramSeg::new_unchecked(&av[..]));
+        }
+        // RC: host by path, QP by dest_qpn; it must be a connected RC QP in RTR/RTS
+        // pointing back at us, else packets are lost and retries run out.
+        QpType::Rc => {
+            let Some(p) = path else {
+                return unanswered(st, h, qpn);
+            };
+            let Some(found) = resolve_peer(st, h, qpn, &p, peer) else {
+                return unanswered(st, h, qpn);
+            };
+            if st.need(found).is_err() {
+                return Outcome::Restart;
+            }
+            let rh = found.h;
+            let Some(r) = st.hosts[rh].qps.get(&p.dest_qpn) else {
+                return unanswered(st, h, qpn);
+            };
+            if !matches!(r.state, QpState::Rtr | QpState::Rts)
+                || r.qp_type != QpType::Rc
+                || r.attrs.path.map(|rp| rp.dest_qpn) != Some(qpn)
+            {
+                return unanswered(st, h, qpn);
+            }
+            // PSNs (IB spec 9.7): the responder executes only the PSN it expects. Ahead of
+            // it, it answers a PSN sequence error NAK naming a PSN the requester never
+            // sent; behind it, the request is a duplicate it does not execute again.
+            // Either way nothing the requester can retransmit fixes it: its retries run
+            // out [model: at once, as for an unreachable peer; step 7 models the retries
+            // on a clock].
+            if r.attrs.rq_psn != sq_psn {
+                st.hosts[rh].stats.psn_errors += 1;
+                return unanswered(st, h, qpn);
+            }
+            Target::of(rh, r, r.qpn)
+        }
+        // DCI: host by the AV, DCT by its number; a wrong DC key is dropped by the DCT
+        // (counted there) and looks like silence to the DCI: retries exhausted at once
+        // [unverified].
+        QpType::Dci => {
+            let avb = read_av(wqe);
+            let av = DatagramSeg::new_unchecked(&avb[..]);
+            let me = &st.hosts[h].cfg;
+            if me.grh_required && me.link_layer == LinkLayer::InfiniBand && !av.grh() {
+                return unanswered(st, h, qpn);
+            }
+            let Some(found) = resolve_av(st, h, &av) else {
+                return unanswered(st, h, qpn);
+            };
+            if st.need(found).is_err() {
+                return Outcome::Restart;
+            }
+            let rh = found.h;
+            let num = av.dqpn();
+            let Some(r) = st.hosts[rh].dcts.get(&num).and_then(|d| st.hosts[rh].qps.get(d)) else {
+                return unanswered(st, h, qpn);
+            };
+            if r.state != QpState::Rtr || r.qp_type != QpType::Dct {
+                return unanswered(st, h, qpn);
+            }
+            if r.dc_key != av.dc_key() {
+                st.hosts[rh].stats.dc_key_violations += 1;
+                return unanswered(st, h, qpn);
+            }
+            Target::of(rh, r, num)
+        }
+        QpType::Dct => return fail(syndrome::LOCAL_QP_OP_ERR),
+    };
+    if st.lossy() {
+        return crate::lossy::execute(st, h, qpn, tgt, w, srcs, &sink, src_lid, req_scatter);
+    }
+    let (rh, rqpn) = (tgt.h, tgt.qpn);
+    let out = respond(st, tgt, w, srcs, &sink, qpn, src_lid, req_scatter);
+    if qtype == QpType::Rc {
+        if let Outcome::Done { byte_cnt } | Outcome::DoneInline { byte_cnt, .. } = out {
+            advance_psns(st, (h, qpn), (rh, rqpn), packets(op, byte_cnt, mtu));
+        }
+    }
+    out
+}
+
+/// A request nobody answers (no such peer, not connected, wrong PSN or DC key): the
+/// requester's retries run out (on the simulated clock when the network model runs).
+fn unanswered(st: &mut FabricState, h: usize, qpn: u32) -> Outcome {
+    if st.lossy() {
+        crate::lossy::silent_peer(st, h, qpn);
+    }
+    fail(syndrome::TRANSPORT_RETRY_EXC_ERR)
+}
+
+/// Size of the GRH slot at the start of every UD receive buffer (spec §6.6).
+const GRH_SLOT: u64 = 40;
+
+/// The network header a UD receive finds in its GRH slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UdL3 {
+    /// IB without GRH: the slot is left untouched.
+    None,
+    /// IB GRH (40 bytes).
+    IbGrh,
+    /// RoCE v2 over IPv6 (40-byte IPv6 header).
+    Ipv6,
+    /// RoCE v2 over IPv4 (20-byte IPv4 header in slot bytes 20..39).
+    Ipv4,
+}
+
+/// Bytes after the network header as on the wire: UD transport headers (BTH 12, DETH 8,
+/// ImmDt 4), payload, pad to 4 bytes, ICRC 4 [unverified: the model reports wire lengths].
+fn ud_transport_len(len: u64, imm: bool) -> u64 {
+    12 + 8 + if imm { 4 } else { 0 } + len + (4 - len % 4) % 4 + 4
+}
+
+fn ipv4_checksum(h: &[u8; 20]) -> u16 {
+    let mut sum: u32 = 0;
+    for c in h.chunks_exact(2) {
+        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Builds the GRH / IPv6 (40 bytes) or IPv4 (20 bytes) header of a UD datagram.
+fn ud_header(kind: UdL3, av: &DatagramSeg<&[u8]>, sgid: [u8; 16], len: u64, imm: bool) -> ([u8; 40], usize) {
+    let mut hdr = [0u8; 40];
+    let t = ud_transport_len(len, imm);
+    match kind {
+        UdL3::None => (hdr, 0),
+        UdL3::IbGrh | UdL3::Ipv6 => {
+            let (paylen, next) = if kind == UdL3::IbGrh { (t, 0x1b) } else { (8 + t, 17) };
+            let w0 = (6u32 << 28) | (u32::from(av.tclass()) << 20) | av.flow_label();
+            hdr[0..4].copy_from_slice(&w0.to_be_bytes());
+            hdr[4..6].copy_from_slice(&(paylen as u16).to_be_bytes());
+            hdr[6] = next;
+            hdr[7] = av.hop_limit();
+            hdr[8..24].copy_from_slice(&sgid);
+            hdr[24..40].copy_from_slice(&av.rgid());
+            (hdr, 40)
+        }
+        UdL3::Ipv4 => {
+            let mut v4 = [0u8; 20];
+            v4[0] = 0x45;
+            v4[1] = av.tclass();
+            v4[2..4].copy_from_slice(&((20 + 8 + t) as u16).to_be_bytes());
+            v4[6] = 0x40; // DF
+            v4[8] = av.hop_limit();
+            v4[9] = 17; // UDP
+            v4[12..16].copy_from_slice(&sgid[12..16]);
+            v4[16..20].copy_from_slice(&av.rgid()[12..16]);
+            let csum = ipv4_checksum(&v4);
+            v4[10..12].copy_from_slice(&csum.to_be_bytes());
+            hdr[..20].copy_from_slice(&v4);
+            (hdr, 20)
+        }
+    }
+}
+
+fn is_ipv4_mapped(gid: &[u8; 16]) -> bool {
+    gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff
+}
+
+/// Executes a UD SEND / SEND_IMM: unreliable, so every delivery problem is a silent drop
+/// (counted in `ud_dropped`) and the sender completes successfully. A message longer than the
+/// port's active MTU fails with LOCAL_LENGTH_ERR (the caller moves the QP to SQE).
+fn execute_ud(
+    st: &mut FabricState,
+    h: usize,
+    qpn: u32,
+    w: &SendWqe,
+    srcs: &[Src<'_>],
+    av: &DatagramSeg<&[u8]>,
+) -> Outcome {
+    let op = w.ctrl.opcode;
+    if !matches!(op, opcode::SEND | opcode::SEND_IMM) {
+        return fail(syndrome::LOCAL_QP_OP_ERR);
+    }
+    let len = w.len;
+    let done = Outcome::Done { byte_cnt: len as u32 };
+    let me = &st.hosts[h];
+    let (ll, src_lid, sgid) = (me.cfg.link_layer, me.cfg.lid, me.cfg.gid);
+    if len > u64::from(active_mtu(ll)) {
+        return fail(syndrome::LOCAL_LENGTH_ERR);
+    }
+    let own_qkey = me.qps.get(&qpn).map_or(0, |q| q.attrs.qkey);
+    // A port that requires a GRH puts no packet without one on the wire
+    // [unverified: dropped, as the switch or PF does for a VF].
+    if me.cfg.grh_required && ll == LinkLayer::InfiniBand && !av.grh() {
+        st.hosts[h].stats.ud_dropped += 1;
+        return done;
+    }
+    let Some(found) = resolve_av(st, h, av) else {
+        st.hosts[h].stats.ud_dropped += 1;
+        return done;
+    };
+    if st.need(found).is_err() {
+        return Outcome::Restart;
+    }
+    let rh = found.h;
+    // IB rule: a Q_Key with the high-order bit set means "use the sender QP's own Q_Key".
+    let qkey = if av.qkey() & 0x8000_0000 != 0 { own_qkey } else { av.qkey() };
+    let rqpn = av.dqpn();
+    if st.lossy() && !crate::lossy::datagram(st, h, rh, qpn, rqpn, qkey, w, srcs) {
+        return done; // lost on the link: nothing else changes
+    }
+    let tgt = match st.hosts[rh].qps.get(&rqpn) {
+        // An SQE QP still receives (spec §7: the RQ keeps working).
+        Some(r)
+            if r.qp_type == QpType::Ud
+                && matches!(r.state, QpState::Rtr | QpState::Rts | QpState::Sqe)
+                && r.attrs.qkey == qkey =>
+        {
+            Target::of(rh, r, rqpn)
+        }
+        _ => {
+            st.hosts[rh].stats.ud_dropped += 1;
+            return done;
+        }
+    };
+    let mut rbuf = [0u8; MAX_RQ_STRIDE as usize];
+    let Some((counter, from, to)) = peek_recv(&st.hosts[rh], tgt.recv, &mut rbuf) else {
+        st.hosts[rh].stats.ud_dropped += 1; // no RNR for UD
+        return done;
+    };
+    let imm = op == opcode::SEND_IMM;
+    let sgl = recv_sgl(&st.hosts[rh].mrs, &rbuf[from..to], tgt.pdn);
+    let resp_err = match &sgl {
+        None => Some(syndrome::LOCAL_PROT_ERR),
+        Some(s) if len + GRH_SLOT > s.total() => Some(syndrome::LOCAL_LENGTH_ERR),
+        Some(_) => None,
+    };
+    let (Some(sgl), None) = (sgl, resp_err) else {
+        // The receive WQE completes in error; the UD QP stays operational [unverified,
+        // spec §11.9]; the sender still succeeds.
+        let synd = resp_err.unwrap_or(syndrome::LOCAL_PROT_ERR);
+        let cqe = err_cqe(cqe_opcode::RESP_ERR, synd, tgt.uidx, 0, rqpn, counter);
+        consume_recv(&mut st.hosts[rh], tgt.recv);
+        push_cqe(&mut st.hosts[rh], tgt.cqn, &cqe, None);
+        return done;
+    };
+    let roce = ll == LinkLayer::Ethernet;
+    let kind = match (roce, av.grh()) {
+        (false, false) => UdL3::None,
+        (false, true) => UdL3::IbGrh,
+        (true, _) if is_ipv4_mapped(&av.rgid()) => UdL3::Ipv4,
+        (true, _) => UdL3::Ipv6,
+    };
+    let (hdr, hlen) = ud_header(kind, av, sgid, len, imm);
+    // Skip the untouched part of the slot: all 40 bytes without a GRH, 20 before IPv4.
+    let skip = GRH_SLOT - hlen as u64;
+    let dst = sgl.skip(skip);
+    let mut all = [Src::Bytes(&[]); MAX_SGL + 1];
+    all[0] = Src::Bytes(&hdr[..hlen]);
+    all[1..=srcs.len()].copy_from_slice(srcs);
+    dma::stream(&all[..=srcs.len()], dst.regions());
+    let c = RecvCqe {
+        cop: if imm { cqe_opcode::RESP_SEND_IMM } else { cqe_opcode::RESP_SEND },
+        se: w.ctrl.fm_ce_se & 2 != 0,
+        imm: w.ctrl.imm,
+        counter,
+        slid: if roce { 0 } else { src_lid },
+        flags_rqpn: ud_flags_rqpn(kind, av, qpn),
+        byte_cnt: (len + GRH_SLOT) as u32,
+        ts: st.hosts[rh].tick_clock(),
+    };
+    complete_recv(st, &tgt, c);
+    done
+}
+
+/// UD responder `flags_rqpn` (spec §5.1, §6.6): `g` (bits 29..28) = 1 when a GRH / IP
+/// header is present; IB: SL (bits 27..24) from the AV's `stat_rate_sl`; RoCE: L3 type
+/// (bits 25..24: 1 IPv6, 2 IPv4); bits 23..0 the source QPN.
+fn ud_flags_rqpn(kind: UdL3, av: &DatagramSeg<&[u8]>, src_qpn: u32) -> u32 {
+    let g = if kind == UdL3::None { 0 } else { 1u32 << 28 };
+    let low = match kind {
+        UdL3::None | UdL3::IbGrh => u32::from(av.stat_rate_sl() & 0xf) << 24,
+        UdL3::Ipv6 => 1 << 24,
+        UdL3::Ipv4 => 2 << 24,
+    };
+    g | low | (src_qpn & 0xff_ffff)
+}
+
+/// Active MTU of a port (what `NicInfo::active_mtu` reports).
+pub(crate) fn active_mtu(ll: LinkLayer) -> u32 {
+    match ll {
+        LinkLayer::InfiniBand => 4096,
+        LinkLayer::Ethernet => 1024,
+    }
+}
+
+/// Executes WQEs of QP `qpn` from its hardware counter up to the producer in dbrec word 1.
+/// `retry`: retry the WQE the SQ is RNR-blocked at (one tick elapsed).
+pub(crate) fn process_sq(st: &mut FabricState, h: usize, qpn: u32, retry: bool) {
+    // A WQE's copy: a buffer kept in the fabric state, not a fresh zeroed array per
+    // call (a nested call, if one ever happens, gets a new one).
+    let mut buf = st.hosts[h].wqe_scratch.take().unwrap_or_else(|| Box::new([0u8; MAX_WQE_DS * DS_SIZE]));
+    process_sq_in(st, h, qpn, retry, &mut buf);
+    st.hosts[h].wqe_scratch = Some(buf);
+}
+
+fn process_sq_in(
+    st: &mut FabricState,
+    h: usize,
+    qpn: u32,
+    mut retry: bool,
+    buf: &mut [u8; MAX_WQE_DS * DS_SIZE],
+) {
+    // Whether this runs in the driver's thread (deterministic mode, or threaded mode's
+    // `try_host` run), not a NIC thread: see the prefetch below.
+    let posters = st.cfg.mode == ExecMode::Deterministic || st.nowait();
+    // The producer last read, while WQEs it covers wait: the doorbell record is read
+    // once per run of WQEs, not once per WQE (in threaded mode the driver's core
+    // writes it with every post, so that each read is a trip between cores).
+    let mut known: Option<u16> = None;
+    loop {
+        let Some(qp) = st.hosts[h].qps.get(&qpn) else {
+            return;
+        };
+        match qp.state {
+            QpState::Err | QpState::Sqe => return flush_sq(&mut st.hosts[h], qpn),
+            QpState::Rts if qp.sq_wqe_cnt != 0 => {}
+            _ => return,
+        }
+        let qtype = qp.qp_type;
+        let producer = match known.take() {
+            Some(p) => p,
+            None => qp.sq_producer(),
+        };
+        let counter = qp.sq_ci;
+        if counter == producer || (qp.rnr.is_some() && !retry) {
+            return;
+        }
+        let avail = producer.wrapping_sub(counter);
+        let (ctrl, len) = qp.fetch_wqe(counter, buf);
+        let parsed = match len {
+            None => Err("WQE larger than the ring"),
+            Some(_) if ctrl.qpn != qpn => Err("QPN in ctrl is not this QP"),
+            Some(_) if ctrl.wqe_index != counter => Err("wqe_index is not the hardware counter"),
+            Some(_) if ctrl.wqebbs() > avail => Err("WQE extends past the producer"),
+            Some(l) => wqe::parse_with_ctrl(qtype, ctrl, &buf[..l]),
+        };
+        let nbb = ctrl.wqebbs().min(avail);
+        let outcome = match &parsed {
+            Err(_) => {
+                st.hosts[h].stats.malformed_wqes += 1;
+                fail(syndrome::LOCAL_QP_OP_ERR)
+            }
+            Ok(w) => {
+                let l = usize::from(w.ctrl.ds) * DS_SIZE;
+                match execute(st, h, qpn, &buf[..l], w) {
+                    // A host it needs was busy, and this operation does not wait
+                    // (`Shared::try_host`): the WQE is left as it was, for the NIC.
+                    Outcome::Restart if st.deferred() => return,
+                    // Home was let go for a moment: look at the QP afresh.
+                    Outcome::Restart => continue,
+                    o => o,
+                }
+            }
+        };
+        let me = &mut st.hosts[h];
+        me.stats.wqes_executed += 1;
+        let ts = me.tick_clock();
+        let outcome = match outcome {
+            Outcome::Rnr => {
+                st.hosts[h].stats.rnr_naks += 1;
+                let Some(qp) = st.hosts[h].qps.get_mut(&qpn) else {
+                    return;
+                };
+                let limit = qp.attrs.rnr_retry;
+                let tries = match qp.rnr {
+                    Some(n) => n.saturating_add(1),
+                    None => 0,
+                };
+                if limit == 0 || (limit != 7 && tries >= limit) {
+                    fail(syndrome::RNR_RETRY_EXC_ERR)
+                } else {
+                    qp.rnr = Some(tries);
+                    return;
+                }
+            }
+            o => o,
+        };
+        let Some(qp) = st.hosts[h].qps.get_mut(&qpn) else {
+            return;
+        };
+        record_shadow(qp, counter, nbb);
+        qp.sq_ci = counter.wrapping_add(nbb);
+        qp.rnr = None;
+        // Whether WQEs wait behind this one: up to the producer read before, or else
+        // read again while the QP is at hand. One posted after this read comes with a
+        // doorbell (or a doorbell-record move a watching NIC sees) of its own.
+        let more = if producer != qp.sq_ci {
+            known = Some(producer);
+            true
+        } else {
+            qp.sq_producer() != qp.sq_ci
+        };
+        if !more && posters {
+            // The driver writes this QP's next WQEs there (see `prefetch_next`): into
+            // this thread's caches when it is the driver's, never a NIC thread's,
+            // where it would only move the lines away from the driver's core.
+            qp.prefetch_next(nbb);
+        }
+        match outcome {
+            Outcome::Done { byte_cnt } => {
+                // CE = 2 or 3 asks for a CQE; CE = 1 ("only on first error") is treated like
+                // CE = 0 on success [unverified, spec §2.2]. byte_cnt: message length for
+                // SEND/WRITE [unverified, §6.3], bytes read for READ, 8 for atomics.
+                if ctrl.fm_ce_se & 0x08 != 0 {
+                    let cqe = req_cqe(qp, ctrl.opcode, counter, byte_cnt, ts);
+                    let cqn = qp.send_cqn;
+                    push_cqe(&mut st.hosts[h], cqn, &cqe, None);
+                }
+            }
+            Outcome::DoneInline { byte_cnt, data } => {
+                let cqe = req_cqe(qp, ctrl.opcode, counter, byte_cnt, ts);
+                let cqn = qp.send_cqn;
+                push_cqe_data(&mut st.hosts[h], cqn, &cqe, Some(&data[..byte_cnt as usize]), None);
+            }
+            Outcome::Fail { synd, responder } => {
+                let cqe = err_cqe(cqe_opcode::REQ_ERR, synd, qp.user_index, ctrl.opcode, qpn, counter);
+                let cqn = qp.send_cqn;
+                push_cqe(&mut st.hosts[h], cqn, &cqe, Some(qpn));
+                if let Some((rh, rqpn)) = responder {
+                    enter_err(&mut st.hosts[rh], rqpn);
+                }
+                return fail_qp(&mut st.hosts[h], qpn);
+            }
+            Outcome::Rnr | Outcome::Restart => return,
+        }
+        if !more {
+            return;
+        }
+        retry = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::completer::tests::{hex, through_cq};
+    use crate::responder::{recv_cqe, RecvCqe, RecvQ, Target};
+    use crate::wire::cqe_opcode;
+
+    #[test]
+    fn ipv4_header_checksum_verifies() {
+        let mut avb = [0u8; 48];
+        avb[26] = 0xb8; // tclass
+        avb[27] = 64;
+        avb[42..44].copy_from_slice(&[0xff, 0xff]);
+        avb[44..48].copy_from_slice(&[10, 0, 0, 2]);
+        let av = DatagramSeg::new_unchecked(&avb[..]);
+        let mut sgid = [0u8; 16];
+        sgid[10..12].copy_from_slice(&[0xff, 0xff]);
+        sgid[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        let (h, n) = ud_header(UdL3::Ipv4, &av, sgid, 100, false);
+        assert_eq!(n, 20);
+        let mut v4 = [0u8; 20];
+        v4.copy_from_slice(&h[..20]);
+        // A header including its checksum sums to 0xffff (checksum of it is 0).
+        assert_eq!(ipv4_checksum(&v4), 0);
+        // Total length: IPv4 20 + UDP 8 + BTH 12 + DETH 8 + 100 + ICRC 4.
+        assert_eq!(u16::from_be_bytes([v4[2], v4[3]]), 152);
+    }
+
+    #[test]
+    fn golden_c2_from_the_engine_writer() {
+        // UD RESP_SEND_IMM, IB without GRH: SL 5 from the AV, source QPN 0x777, LID 0x11,
+        // 64 payload bytes + the 40-byte GRH slot, RQ counter 3, CQ index 7.
+        let mut avb = [0u8; 48];
+        avb[12] = 0x05; // stat_rate_sl: SL 5
+        let av = DatagramSeg::new_unchecked(&avb[..]);
+        let tgt = Target {
+            h: 0,
+            qpn: 0x456,
+            report_qpn: 0x456,
+            pdn: 1,
+            access: 0,
+            cqn: 1,
+            uidx: 2,
+            recv: RecvQ::Rq(0x456),
+            err_on_nak: true,
+            scatter: false,
+        };
+        let c = RecvCqe {
+            cop: cqe_opcode::RESP_SEND_IMM,
+            se: false,
+            imm: [0x12, 0x34, 0x56, 0x78],
+            counter: 3,
+            slid: 0x11,
+            flags_rqpn: ud_flags_rqpn(UdL3::None, &av, 0x777),
+            byte_cnt: (64 + GRH_SLOT) as u32,
+            ts: 0,
+        };
+        let got = through_cq(&recv_cqe(&tgt, &c), 256, 7);
+        let want = hex("00 00 00 00  00 00 00 00  00 00 00 00  00 00 00 00
+             00 00 00 00  00 00 00 11  05 00 07 77  00 00 00 00
+             00 00 00 02  12 34 56 78  00 00 00 00  00 00 00 68
+             00 00 00 00  00 00 00 00  00 00 04 56  00 03 00 30");
+        assert_eq!(got[..], want[..]);
+    }
+}
