@@ -44,16 +44,10 @@ struct MsgEnds<'a, 'w> {
 
 impl Ends for MsgEnds<'_, '_> {
     fn commit(&mut self, st: &mut FabricState) -> Outcome {
-        let o = responder::respond(
-            st,
-            self.tgt,
-            self.w,
-            self.srcs,
-            self.sink,
-            self.qpn,
-            self.src_lid,
-            self.req_scatter,
-        );
+        let rq =
+            responder::Request::of(self.w, self.srcs, self.sink, self.qpn, self.src_lid, self.req_scatter);
+        let endian = st.cfg.atomic_endianness;
+        let o = responder::respond(&mut st.hosts[self.tgt.h], endian, self.tgt, &rq);
         match &o {
             Outcome::Done { .. } => {
                 self.committed = Some((true, 0));

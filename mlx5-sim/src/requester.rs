@@ -5,9 +5,8 @@
 use crate::hosts::{FabricState, Found};
 
 use crate::completer::*;
-use crate::dma::{self, Sgl, Src, SrcList, MAX_SGL};
+use crate::dma::{Sgl, Src, SrcList};
 use crate::psn::*;
-use crate::qp::MAX_RQ_STRIDE;
 use crate::responder::*;
 use crate::wire::{cqe_opcode, opcode, syndrome, DatagramSeg, DS_SIZE, MAX_WQE_DS};
 use crate::wqe::{self, Piece, SendWqe};
@@ -115,7 +114,7 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
     // Requester scatter-to-CQE: RC only, and only for a signaled WQE (an unsignaled one
     // has no CQE to carry the data, so it goes to memory) [model choice, spec §5.7].
     let req_scatter = if qtype == QpType::Rc && me.scatter_to_cqe && w.ctrl.fm_ce_se & 0x08 != 0 {
-        scatter_limit(st, h, me.send_cqn)
+        scatter_limit(&st.hosts[h], me.send_cqn)
     } else {
         0
     };
@@ -176,26 +175,10 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
                 return Outcome::Restart;
             }
             let rh = found.h;
-            let Some(r) = st.hosts[rh].qps.get(&p.dest_qpn) else {
-                return unanswered(st, h, qpn);
-            };
-            if !matches!(r.state, QpState::Rtr | QpState::Rts)
-                || r.qp_type != QpType::Rc
-                || r.attrs.path.map(|rp| rp.dest_qpn) != Some(qpn)
-            {
-                return unanswered(st, h, qpn);
+            match accept_rc(&mut st.hosts[rh], rh, p.dest_qpn, qpn, sq_psn) {
+                Some(t) => t,
+                None => return unanswered(st, h, qpn),
             }
-            // PSNs (IB spec 9.7): the responder executes only the PSN it expects. Ahead of
-            // it, it answers a PSN sequence error NAK naming a PSN the requester never
-            // sent; behind it, the request is a duplicate it does not execute again.
-            // Either way nothing the requester can retransmit fixes it: its retries run
-            // out [model: at once, as for an unreachable peer; step 7 models the retries
-            // on a clock].
-            if r.attrs.rq_psn != sq_psn {
-                st.hosts[rh].stats.psn_errors += 1;
-                return unanswered(st, h, qpn);
-            }
-            Target::of(rh, r, r.qpn)
         }
         // DCI: host by the AV, DCT by its number; a wrong DC key is dropped by the DCT
         // (counted there) and looks like silence to the DCI: retries exhausted at once
@@ -214,18 +197,10 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
                 return Outcome::Restart;
             }
             let rh = found.h;
-            let num = av.dqpn();
-            let Some(r) = st.hosts[rh].dcts.get(&num).and_then(|d| st.hosts[rh].qps.get(d)) else {
-                return unanswered(st, h, qpn);
-            };
-            if r.state != QpState::Rtr || r.qp_type != QpType::Dct {
-                return unanswered(st, h, qpn);
+            match accept_dc(&mut st.hosts[rh], rh, av.dqpn(), av.dc_key()) {
+                Some(t) => t,
+                None => return unanswered(st, h, qpn),
             }
-            if r.dc_key != av.dc_key() {
-                st.hosts[rh].stats.dc_key_violations += 1;
-                return unanswered(st, h, qpn);
-            }
-            Target::of(rh, r, num)
         }
         QpType::Dct => return fail(syndrome::LOCAL_QP_OP_ERR),
     };
@@ -233,7 +208,9 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
         return crate::lossy::execute(st, h, qpn, tgt, w, srcs, &sink, src_lid, req_scatter);
     }
     let (rh, rqpn) = (tgt.h, tgt.qpn);
-    let out = respond(st, tgt, w, srcs, &sink, qpn, src_lid, req_scatter);
+    let rq = Request::of(w, srcs, &sink, qpn, src_lid, req_scatter);
+    let endian = st.cfg.atomic_endianness;
+    let out = respond(&mut st.hosts[rh], endian, tgt, &rq);
     if qtype == QpType::Rc {
         if let Outcome::Done { byte_cnt } | Outcome::DoneInline { byte_cnt, .. } = out {
             advance_psns(st, (h, qpn), (rh, rqpn), packets(op, byte_cnt, mtu));
@@ -250,9 +227,6 @@ fn unanswered(st: &mut FabricState, h: usize, qpn: u32) -> Outcome {
     }
     fail(syndrome::TRANSPORT_RETRY_EXC_ERR)
 }
-
-/// Size of the GRH slot at the start of every UD receive buffer (spec §6.6).
-const GRH_SLOT: u64 = 40;
 
 /// The network header a UD receive finds in its GRH slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -366,41 +340,7 @@ fn execute_ud(
     if st.lossy() && !crate::lossy::datagram(st, h, rh, qpn, rqpn, qkey, w, srcs) {
         return done; // lost on the link: nothing else changes
     }
-    let tgt = match st.hosts[rh].qps.get(&rqpn) {
-        // An SQE QP still receives (spec §7: the RQ keeps working).
-        Some(r)
-            if r.qp_type == QpType::Ud
-                && matches!(r.state, QpState::Rtr | QpState::Rts | QpState::Sqe)
-                && r.attrs.qkey == qkey =>
-        {
-            Target::of(rh, r, rqpn)
-        }
-        _ => {
-            st.hosts[rh].stats.ud_dropped += 1;
-            return done;
-        }
-    };
-    let mut rbuf = [0u8; MAX_RQ_STRIDE as usize];
-    let Some((counter, from, to)) = peek_recv(&st.hosts[rh], tgt.recv, &mut rbuf) else {
-        st.hosts[rh].stats.ud_dropped += 1; // no RNR for UD
-        return done;
-    };
     let imm = op == opcode::SEND_IMM;
-    let sgl = recv_sgl(&st.hosts[rh].mrs, &rbuf[from..to], tgt.pdn);
-    let resp_err = match &sgl {
-        None => Some(syndrome::LOCAL_PROT_ERR),
-        Some(s) if len + GRH_SLOT > s.total() => Some(syndrome::LOCAL_LENGTH_ERR),
-        Some(_) => None,
-    };
-    let (Some(sgl), None) = (sgl, resp_err) else {
-        // The receive WQE completes in error; the UD QP stays operational [unverified,
-        // spec §11.9]; the sender still succeeds.
-        let synd = resp_err.unwrap_or(syndrome::LOCAL_PROT_ERR);
-        let cqe = err_cqe(cqe_opcode::RESP_ERR, synd, tgt.uidx, 0, rqpn, counter);
-        consume_recv(&mut st.hosts[rh], tgt.recv);
-        push_cqe(&mut st.hosts[rh], tgt.cqn, &cqe, None);
-        return done;
-    };
     let roce = ll == LinkLayer::Ethernet;
     let kind = match (roce, av.grh()) {
         (false, false) => UdL3::None,
@@ -409,24 +349,18 @@ fn execute_ud(
         (true, _) => UdL3::Ipv6,
     };
     let (hdr, hlen) = ud_header(kind, av, sgid, len, imm);
-    // Skip the untouched part of the slot: all 40 bytes without a GRH, 20 before IPv4.
-    let skip = GRH_SLOT - hlen as u64;
-    let dst = sgl.skip(skip);
-    let mut all = [Src::Bytes(&[]); MAX_SGL + 1];
-    all[0] = Src::Bytes(&hdr[..hlen]);
-    all[1..=srcs.len()].copy_from_slice(srcs);
-    dma::stream(&all[..=srcs.len()], dst.regions());
-    let c = RecvCqe {
-        cop: if imm { cqe_opcode::RESP_SEND_IMM } else { cqe_opcode::RESP_SEND },
+    let dg = Datagram {
+        imm: imm.then_some(w.ctrl.imm),
         se: w.ctrl.fm_ce_se & 2 != 0,
-        imm: w.ctrl.imm,
-        counter,
+        len,
+        qkey,
+        dqpn: rqpn,
+        hdr: &hdr[..hlen],
         slid: if roce { 0 } else { src_lid },
         flags_rqpn: ud_flags_rqpn(kind, av, qpn),
-        byte_cnt: (len + GRH_SLOT) as u32,
-        ts: st.hosts[rh].tick_clock(),
+        srcs,
     };
-    complete_recv(st, &tgt, c);
+    receive_datagram(&mut st.hosts[rh], rh, &dg);
     done
 }
 

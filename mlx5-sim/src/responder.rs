@@ -2,15 +2,13 @@
 //! consumption (RQ or SRQ), memory access through the checked DMA layer, atomics, the
 //! receive CQE, and the NAK a failed check causes. [`Outcome`] is what the requester learns.
 
-use crate::hosts::FabricState;
-
 use crate::completer::*;
-use crate::dma::{self, MrTable, Region, Sgl, Src};
+use crate::dma::{self, MrTable, Region, Sgl, Src, MAX_SGL};
 use crate::host::*;
 use crate::qp::{Qp, MAX_RQ_STRIDE};
 use crate::wire::{cqe_opcode, opcode, syndrome, Cqe64, CqeRepr, RecvDataSeg, DS_SIZE};
 use crate::wqe::SendWqe;
-use crate::{access, AsyncEvent, AtomicEndianness, QpType};
+use crate::{access, AsyncEvent, AtomicEndianness, QpState, QpType};
 
 #[derive(Debug)]
 pub(crate) enum Outcome {
@@ -170,49 +168,220 @@ impl Target {
     }
 }
 
-/// Most bytes scatter-to-CQE puts into a CQE of CQ `cqn`: 32 with 64-byte CQEs, 64 with
-/// 128-byte CQEs (spec §5.7).
-pub(crate) fn scatter_limit(st: &FabricState, h: usize, cqn: u32) -> u64 {
-    st.hosts[h].cqs.get(&cqn).map_or(0, |c| u64::from(c.cqe_size / 2))
+/// Whether RC QP `dest_qpn` of `host` (host `h`) takes a request from QP `src_qpn` with
+/// PSN `psn`: it must be a connected RC QP in RTR or RTS pointing back at that QP, and
+/// expect that PSN. `None`: no answer, and the requester's retries run out.
+///
+/// PSNs (IB spec 9.7): the responder executes only the PSN it expects. Ahead of it, it
+/// answers a PSN sequence error NAK naming a PSN the requester never sent; behind it, the
+/// request is a duplicate it does not execute again. Either way nothing the requester can
+/// retransmit fixes it [model: its retries run out at once, as for an unreachable peer;
+/// the network model runs them on a clock]. Such a request is counted (`psn_errors`).
+pub(crate) fn accept_rc(host: &mut Host, h: usize, dest_qpn: u32, src_qpn: u32, psn: u32) -> Option<Target> {
+    let r = host.qps.get(&dest_qpn)?;
+    if !matches!(r.state, QpState::Rtr | QpState::Rts)
+        || r.qp_type != QpType::Rc
+        || r.attrs.path.map(|rp| rp.dest_qpn) != Some(src_qpn)
+    {
+        return None;
+    }
+    if r.attrs.rq_psn != psn {
+        host.stats.psn_errors += 1;
+        return None;
+    }
+    Some(Target::of(h, r, r.qpn))
 }
 
-/// The responder side of an RC or DC operation. `req_scatter`: how many bytes of a READ
-/// response or atomic result may go into the requester's CQE (0: none).
-#[allow(clippy::too_many_arguments)]
+/// Whether DCT number `num` of `host` (host `h`) takes a request with DC key `key`: a DCT
+/// in RTR with that key. A wrong key is dropped by the DCT and counted
+/// (`dc_key_violations`); to the DCI it is silence [unverified]. `None`: no answer.
+pub(crate) fn accept_dc(host: &mut Host, h: usize, num: u32, key: u64) -> Option<Target> {
+    let r = host.dcts.get(&num).and_then(|d| host.qps.get(d))?;
+    if r.state != QpState::Rtr || r.qp_type != QpType::Dct {
+        return None;
+    }
+    if r.dc_key != key {
+        host.stats.dc_key_violations += 1;
+        return None;
+    }
+    Some(Target::of(h, r, num))
+}
+
+/// A UD datagram as it arrives: the header bytes its receive buffer's 40-byte GRH slot
+/// takes (none on IB without a GRH, an IPv4 header on RoCE v2 over IPv4, else a GRH or
+/// IPv6 header), the fields the receive CQE reports from its headers, and its payload.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Datagram<'a, 'w> {
+    /// SEND with immediate: the immediate.
+    pub imm: Option<[u8; 4]>,
+    /// Solicited event.
+    pub se: bool,
+    pub len: u64,
+    pub qkey: u32,
+    /// Destination QP.
+    pub dqpn: u32,
+    pub hdr: &'a [u8],
+    /// What the receive CQE reports: source LID (0 on RoCE) and `flags_rqpn`.
+    pub slid: u16,
+    pub flags_rqpn: u32,
+    pub srcs: &'a [Src<'w>],
+}
+
+/// Size of the GRH slot at the start of every UD receive buffer (spec §6.6).
+pub(crate) const GRH_SLOT: u64 = 40;
+
+/// A UD datagram arriving at `host` (host `h`): a UD QP in RTR, RTS or SQE (an SQE QP
+/// still receives, spec §7) with the datagram's Q_Key takes it into its next receive,
+/// header bytes at the end of the GRH slot, payload after it; else it is dropped and
+/// counted (`ud_dropped`; no RNR for UD). A receive too short or naming memory it may
+/// not write completes in error and the QP stays operational [unverified, spec §11.9].
+pub(crate) fn receive_datagram(host: &mut Host, h: usize, dg: &Datagram<'_, '_>) {
+    let tgt = match host.qps.get(&dg.dqpn) {
+        Some(r)
+            if r.qp_type == QpType::Ud
+                && matches!(r.state, QpState::Rtr | QpState::Rts | QpState::Sqe)
+                && r.attrs.qkey == dg.qkey =>
+        {
+            Target::of(h, r, dg.dqpn)
+        }
+        _ => {
+            host.stats.ud_dropped += 1;
+            return;
+        }
+    };
+    let mut rbuf = [0u8; MAX_RQ_STRIDE as usize];
+    let Some((counter, from, to)) = peek_recv(host, tgt.recv, &mut rbuf) else {
+        host.stats.ud_dropped += 1;
+        return;
+    };
+    let sgl = recv_sgl(&host.mrs, &rbuf[from..to], tgt.pdn);
+    let resp_err = match &sgl {
+        None => Some(syndrome::LOCAL_PROT_ERR),
+        Some(s) if dg.len + GRH_SLOT > s.total() => Some(syndrome::LOCAL_LENGTH_ERR),
+        Some(_) => None,
+    };
+    let (Some(sgl), None) = (sgl, resp_err) else {
+        let synd = resp_err.unwrap_or(syndrome::LOCAL_PROT_ERR);
+        let cqe = err_cqe(cqe_opcode::RESP_ERR, synd, tgt.uidx, 0, dg.dqpn, counter);
+        consume_recv(host, tgt.recv);
+        push_cqe(host, tgt.cqn, &cqe, None);
+        return;
+    };
+    // Skip the untouched part of the slot: all 40 bytes without a GRH, 20 before IPv4.
+    let dst = sgl.skip(GRH_SLOT - dg.hdr.len() as u64);
+    let mut all = [Src::Bytes(&[]); MAX_SGL + 1];
+    all[0] = Src::Bytes(dg.hdr);
+    all[1..=dg.srcs.len()].copy_from_slice(dg.srcs);
+    dma::stream(&all[..=dg.srcs.len()], dst.regions());
+    let c = RecvCqe {
+        cop: if dg.imm.is_some() { cqe_opcode::RESP_SEND_IMM } else { cqe_opcode::RESP_SEND },
+        se: dg.se,
+        imm: dg.imm.unwrap_or_default(),
+        counter,
+        slid: dg.slid,
+        flags_rqpn: dg.flags_rqpn,
+        byte_cnt: (dg.len + GRH_SLOT) as u32,
+        ts: host.tick_clock(),
+    };
+    complete_recv(host, &tgt, c);
+}
+
+/// Most bytes scatter-to-CQE puts into a CQE of CQ `cqn`: 32 with 64-byte CQEs, 64 with
+/// 128-byte CQEs (spec §5.7).
+pub(crate) fn scatter_limit(host: &Host, cqn: u32) -> u64 {
+    host.cqs.get(&cqn).map_or(0, |c| u64::from(c.cqe_size / 2))
+}
+
+/// What arrives at a responder: one RC or DC request message as the requester's NIC sends
+/// it (its operation, RETH or AtomicETH fields, immediate, payload), and where a READ
+/// response or an atomic's original value goes back to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request<'a, 'w> {
+    /// The operation, as the mlx5 WQE opcode that asked for it (spec §2.3).
+    pub op: u8,
+    /// Payload bytes (SEND / WRITE), or bytes asked for (READ; 8 for an atomic).
+    pub len: u64,
+    /// Solicited event.
+    pub se: bool,
+    pub imm: [u8; 4],
+    pub raddr: u64,
+    pub rkey: u32,
+    pub compare: u64,
+    /// Compare-and-swap: the swap value; fetch-and-add: the addend.
+    pub swap_add: u64,
+    /// SEND / WRITE payload: the requester's memory or the WQE's inline bytes.
+    pub srcs: &'a [Src<'w>],
+    /// READ / atomic: where the response lands (the requester's scatter list).
+    pub sink: &'a Sgl,
+    pub src_qpn: u32,
+    pub src_lid: u16,
+    /// Bytes of a READ response or atomic result that go into the requester's CQE
+    /// instead of its memory (requester scatter-to-CQE; 0: none).
+    pub req_scatter: u64,
+}
+
+impl<'a, 'w> Request<'a, 'w> {
+    /// The message WQE `w` sends.
+    pub(crate) fn of(
+        w: &SendWqe,
+        srcs: &'a [Src<'w>],
+        sink: &'a Sgl,
+        src_qpn: u32,
+        src_lid: u16,
+        req_scatter: u64,
+    ) -> Request<'a, 'w> {
+        Request {
+            op: w.ctrl.opcode,
+            len: w.len,
+            se: w.ctrl.fm_ce_se & 2 != 0,
+            imm: w.ctrl.imm,
+            raddr: w.raddr,
+            rkey: w.rkey,
+            compare: w.compare,
+            swap_add: w.swap_add,
+            srcs,
+            sink,
+            src_qpn,
+            src_lid,
+            req_scatter,
+        }
+    }
+}
+
+/// The responder side of an RC or DC request `rq` arriving at `tgt` on its own `host`:
+/// everything it does touches that host's state and the message, nothing else (the
+/// requester's memory only as the message's sources and response sink).
 pub(crate) fn respond(
-    st: &mut FabricState,
+    host: &mut Host,
+    endian: AtomicEndianness,
     tgt: Target,
-    w: &SendWqe,
-    srcs: &[Src<'_>],
-    sink: &Sgl,
-    src_qpn: u32,
-    src_lid: u16,
-    req_scatter: u64,
+    rq: &Request<'_, '_>,
 ) -> Outcome {
-    let op = w.ctrl.opcode;
-    let endian = st.cfg.atomic_endianness;
+    let op = rq.op;
     let rh = tgt.h;
-    let ts = st.hosts[rh].tick_clock();
+    let (srcs, sink, src_qpn, src_lid, req_scatter) =
+        (rq.srcs, rq.sink, rq.src_qpn, rq.src_lid, rq.req_scatter);
+    let ts = host.tick_clock();
     let nak = |synd| Outcome::Fail { synd, responder: tgt.err_on_nak.then_some((rh, tgt.qpn)) };
-    let len = w.len;
+    let len = rq.len;
     let consumes =
         matches!(op, opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL | opcode::RDMA_WRITE_IMM);
     // The receive WQE's copy, zeroed only when a receive is consumed (not per WRITE).
     let mut rbuf_store: Option<[u8; MAX_RQ_STRIDE as usize]> = None;
     let recv = if consumes {
         let b = rbuf_store.insert([0u8; MAX_RQ_STRIDE as usize]);
-        peek_recv(&st.hosts[rh], tgt.recv, b)
+        peek_recv(host, tgt.recv, b)
     } else {
         None
     };
     let rbuf: &[u8] = rbuf_store.as_ref().map_or(&[], |b| &b[..]);
-    let rmrs = &st.hosts[rh].mrs;
+    let rmrs = &host.mrs;
     // The CQE for a consumed receive WQE: source QPN only in flags_rqpn (g/SL/L3 bits 0
     // for RC and DC [unverified, spec §11.2]).
     let resp = |cop: u8, counter: u16| RecvCqe {
         cop,
-        se: w.ctrl.fm_ce_se & 2 != 0,
-        imm: w.ctrl.imm,
+        se: rq.se,
+        imm: rq.imm,
         counter,
         slid: src_lid,
         flags_rqpn: src_qpn & 0xff_ffff,
@@ -228,7 +397,7 @@ pub(crate) fn respond(
             let dst = if len == 0 {
                 Region::EMPTY
             } else {
-                match rmrs.check(w.rkey, w.raddr, len, access::REMOTE_WRITE, tgt.pdn) {
+                match rmrs.check(rq.rkey, rq.raddr, len, access::REMOTE_WRITE, tgt.pdn) {
                     Ok(d) => d,
                     Err(_) => return nak(syndrome::REMOTE_ACCESS_ERR),
                 }
@@ -238,7 +407,7 @@ pub(crate) fn respond(
             }
             dma::stream(srcs, &[dst]);
             if let (opcode::RDMA_WRITE_IMM, Some((counter, _, _))) = (op, recv) {
-                complete_recv(st, &tgt, resp(cqe_opcode::RESP_WR_IMM, counter));
+                complete_recv(host, &tgt, resp(cqe_opcode::RESP_WR_IMM, counter));
             }
             Outcome::Done { byte_cnt: len as u32 }
         }
@@ -256,9 +425,9 @@ pub(crate) fn respond(
             };
             if let Some((resp_synd, req_synd)) = resp_err {
                 let cqe = err_cqe(cqe_opcode::RESP_ERR, resp_synd, tgt.uidx, 0, tgt.report_qpn, counter);
-                consume_recv(&mut st.hosts[rh], tgt.recv);
+                consume_recv(host, tgt.recv);
                 let fatal = tgt.err_on_nak.then_some(tgt.qpn);
-                push_cqe(&mut st.hosts[rh], tgt.cqn, &cqe, fatal);
+                push_cqe(host, tgt.cqn, &cqe, fatal);
                 return nak(req_synd);
             }
             let cop = match op {
@@ -269,19 +438,19 @@ pub(crate) fn respond(
             // Responder scatter-to-CQE (spec §5.7): RC with either CQE size, a DCT only
             // with 128-byte CQEs; non-empty messages only [model choice]. The receive WQE
             // is still checked (lkey, length) and consumed; its memory is not written.
-            let mut limit = if tgt.scatter { scatter_limit(st, rh, tgt.cqn) } else { 0 };
+            let mut limit = if tgt.scatter { scatter_limit(host, tgt.cqn) } else { 0 };
             if !tgt.err_on_nak && limit != 64 {
                 limit = 0;
             }
             if len > 0 && len <= limit {
                 let mut d = [0u8; 64];
                 dma::gather(srcs, &mut d[..len as usize]);
-                complete_recv_data(st, &tgt, resp(cop, counter), &d[..len as usize]);
+                complete_recv_data(host, &tgt, resp(cop, counter), &d[..len as usize]);
             } else {
                 if let Some(s) = &sgl {
                     dma::stream(srcs, s.regions());
                 }
-                complete_recv(st, &tgt, resp(cop, counter));
+                complete_recv(host, &tgt, resp(cop, counter));
             }
             Outcome::Done { byte_cnt: len as u32 }
         }
@@ -290,7 +459,7 @@ pub(crate) fn respond(
                 return nak(syndrome::REMOTE_INVAL_REQ_ERR);
             }
             if len > 0 {
-                match rmrs.check(w.rkey, w.raddr, len, access::REMOTE_READ, tgt.pdn) {
+                match rmrs.check(rq.rkey, rq.raddr, len, access::REMOTE_READ, tgt.pdn) {
                     Ok(s) if len <= req_scatter => {
                         let mut data = [0u8; 64];
                         dma::read(&s, 0, &mut data[..len as usize]);
@@ -305,10 +474,10 @@ pub(crate) fn respond(
             Outcome::Done { byte_cnt: len as u32 }
         }
         opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
-            if tgt.access & access::REMOTE_ATOMIC == 0 || !w.raddr.is_multiple_of(8) {
+            if tgt.access & access::REMOTE_ATOMIC == 0 || !rq.raddr.is_multiple_of(8) {
                 return nak(syndrome::REMOTE_INVAL_REQ_ERR);
             }
-            let target = match rmrs.check(w.rkey, w.raddr, 8, access::REMOTE_ATOMIC, tgt.pdn) {
+            let target = match rmrs.check(rq.rkey, rq.raddr, 8, access::REMOTE_ATOMIC, tgt.pdn) {
                 Ok(t) => t,
                 Err(_) => return nak(syndrome::REMOTE_ACCESS_ERR),
             };
@@ -319,13 +488,13 @@ pub(crate) fn respond(
             dma::read(&target, 0, &mut cur);
             let old = load_u64(cur, endian);
             let new = if op == opcode::ATOMIC_CS {
-                if old == w.compare {
-                    w.swap_add
+                if old == rq.compare {
+                    rq.swap_add
                 } else {
                     old
                 }
             } else {
-                old.wrapping_add(w.swap_add)
+                old.wrapping_add(rq.swap_add)
             };
             dma::write(&target, 0, &store_u64(new, endian));
             if req_scatter >= 8 {
@@ -380,15 +549,15 @@ pub(crate) fn recv_cqe(tgt: &Target, c: &RecvCqe) -> [u8; 64] {
 }
 
 /// Consumes the responder's next receive WQE and writes its success CQE.
-pub(crate) fn complete_recv(st: &mut FabricState, tgt: &Target, c: RecvCqe) {
-    consume_recv(&mut st.hosts[tgt.h], tgt.recv);
+pub(crate) fn complete_recv(host: &mut Host, tgt: &Target, c: RecvCqe) {
+    consume_recv(host, tgt.recv);
     let b = recv_cqe(tgt, &c);
-    push_cqe(&mut st.hosts[tgt.h], tgt.cqn, &b, None);
+    push_cqe(host, tgt.cqn, &b, None);
 }
 
 /// [`complete_recv`] with the message in the CQE (scatter-to-CQE).
-fn complete_recv_data(st: &mut FabricState, tgt: &Target, c: RecvCqe, data: &[u8]) {
-    consume_recv(&mut st.hosts[tgt.h], tgt.recv);
+fn complete_recv_data(host: &mut Host, tgt: &Target, c: RecvCqe, data: &[u8]) {
+    consume_recv(host, tgt.recv);
     let b = recv_cqe(tgt, &c);
-    push_cqe_data(&mut st.hosts[tgt.h], tgt.cqn, &b, Some(data), None);
+    push_cqe_data(host, tgt.cqn, &b, Some(data), None);
 }
