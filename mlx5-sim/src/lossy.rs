@@ -35,6 +35,8 @@ struct MsgEnds<'a, 'w> {
     src_lid: u16,
     req_scatter: u64,
     mtu: u32,
+    /// An RC connection (its responder keeps a PSN; a DCT does not).
+    rc: bool,
     base_psn: u32,
     resp_pkts: u32,
     /// The message bytes (SEND / WRITE) or the bytes read (READ, atomic), for capture.
@@ -44,8 +46,16 @@ struct MsgEnds<'a, 'w> {
 
 impl Ends for MsgEnds<'_, '_> {
     fn commit(&mut self, st: &mut FabricState) -> Outcome {
-        let rq =
-            responder::Request::of(self.w, self.srcs, self.sink, self.qpn, self.src_lid, self.req_scatter);
+        let pkts = if self.rc { psn::packets(self.w.ctrl.opcode, self.w.len as u32, self.mtu) } else { 0 };
+        let rq = responder::Request::of(
+            self.w,
+            self.srcs,
+            self.sink,
+            self.qpn,
+            self.src_lid,
+            self.req_scatter,
+            pkts,
+        );
         let endian = st.cfg.atomic_endianness;
         let o = responder::respond(&mut st.hosts[self.tgt.h], endian, self.tgt, &rq);
         match &o {
@@ -237,6 +247,7 @@ pub(crate) fn execute(
         src_lid,
         req_scatter,
         mtu,
+        rc: qtype == QpType::Rc,
         base_psn,
         resp_pkts,
         data: None,
@@ -244,7 +255,7 @@ pub(crate) fn execute(
     };
     let d = transport::deliver(st, &m, &mut ends);
     if qtype == QpType::Rc && matches!(ends.committed, Some((true, _))) {
-        psn::advance_psns(st, (h, qpn), (tgt.h, tgt.qpn), psn::packets(op_, len, mtu));
+        psn::advance_sq_psn(&mut st.hosts[h], qpn, psn::packets(op_, len, mtu));
     }
     match d {
         Delivery::Answered(o) => o,

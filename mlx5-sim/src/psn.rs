@@ -1,6 +1,7 @@
 //! Packet sequence numbers of RC / DC messages: how many packets a message takes at the
-//! path MTU, and both ends' PSNs moving past a message.
+//! path MTU, and the requester's PSN moving past a message.
 
+use crate::host::Host;
 use crate::hosts::FabricState;
 
 use crate::wire::opcode;
@@ -19,13 +20,11 @@ pub(crate) fn packets(op: u8, byte_cnt: u32, mtu: u32) -> u32 {
     }
 }
 
-/// Moves the requester's next send PSN and the responder's expected PSN on by `n`
-/// (24-bit arithmetic).
-pub(crate) fn advance_psns(st: &mut FabricState, req: (usize, u32), resp: (usize, u32), n: u32) {
-    if let Some(q) = st.hosts[req.0].qps.get_mut(&req.1) {
+/// Moves the requester's next send PSN on by `n` (24-bit arithmetic), past a message it
+/// sent; the responder moves its expected PSN itself when it takes the message
+/// ([`crate::responder::respond`]).
+pub(crate) fn advance_sq_psn(host: &mut Host, qpn: u32, n: u32) {
+    if let Some(q) = host.qps.get_mut(&qpn) {
         q.attrs.sq_psn = q.attrs.sq_psn.wrapping_add(n) & 0xff_ffff;
-    }
-    if let Some(q) = st.hosts[resp.0].qps.get_mut(&resp.1) {
-        q.attrs.rq_psn = q.attrs.rq_psn.wrapping_add(n) & 0xff_ffff;
     }
 }

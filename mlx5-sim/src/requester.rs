@@ -207,14 +207,12 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
     if st.lossy() {
         return crate::lossy::execute(st, h, qpn, tgt, w, srcs, &sink, src_lid, req_scatter);
     }
-    let (rh, rqpn) = (tgt.h, tgt.qpn);
-    let rq = Request::of(w, srcs, &sink, qpn, src_lid, req_scatter);
+    let pkts = if qtype == QpType::Rc { packets(op, w.len as u32, mtu) } else { 0 };
+    let rq = Request::of(w, srcs, &sink, qpn, src_lid, req_scatter, pkts);
     let endian = st.cfg.atomic_endianness;
-    let out = respond(&mut st.hosts[rh], endian, tgt, &rq);
-    if qtype == QpType::Rc {
-        if let Outcome::Done { byte_cnt } | Outcome::DoneInline { byte_cnt, .. } = out {
-            advance_psns(st, (h, qpn), (rh, rqpn), packets(op, byte_cnt, mtu));
-        }
+    let out = respond(&mut st.hosts[tgt.h], endian, tgt, &rq);
+    if matches!(out, Outcome::Done { .. } | Outcome::DoneInline { .. }) {
+        advance_sq_psn(&mut st.hosts[h], qpn, pkts);
     }
     out
 }

@@ -318,10 +318,13 @@ pub(crate) struct Request<'a, 'w> {
     /// Bytes of a READ response or atomic result that go into the requester's CQE
     /// instead of its memory (requester scatter-to-CQE; 0: none).
     pub req_scatter: u64,
+    /// PSNs the message takes on an RC connection ([`crate::psn::packets`]); 0 to a DCT,
+    /// which keeps no PSN.
+    pub pkts: u32,
 }
 
 impl<'a, 'w> Request<'a, 'w> {
-    /// The message WQE `w` sends.
+    /// The message WQE `w` sends, taking `pkts` PSNs.
     pub(crate) fn of(
         w: &SendWqe,
         srcs: &'a [Src<'w>],
@@ -329,6 +332,7 @@ impl<'a, 'w> Request<'a, 'w> {
         src_qpn: u32,
         src_lid: u16,
         req_scatter: u64,
+        pkts: u32,
     ) -> Request<'a, 'w> {
         Request {
             op: w.ctrl.opcode,
@@ -344,19 +348,32 @@ impl<'a, 'w> Request<'a, 'w> {
             src_qpn,
             src_lid,
             req_scatter,
+            pkts,
         }
     }
 }
 
 /// The responder side of an RC or DC request `rq` arriving at `tgt` on its own `host`:
 /// everything it does touches that host's state and the message, nothing else (the
-/// requester's memory only as the message's sources and response sink).
+/// requester's memory only as the message's sources and response sink). A request
+/// carried out moves the RC responder's expected PSN past the message.
 pub(crate) fn respond(
     host: &mut Host,
     endian: AtomicEndianness,
     tgt: Target,
     rq: &Request<'_, '_>,
 ) -> Outcome {
+    let out = carry_out(host, endian, tgt, rq);
+    if rq.pkts != 0 && matches!(out, Outcome::Done { .. } | Outcome::DoneInline { .. }) {
+        if let Some(q) = host.qps.get_mut(&tgt.qpn) {
+            q.attrs.rq_psn = q.attrs.rq_psn.wrapping_add(rq.pkts) & 0xff_ffff;
+        }
+    }
+    out
+}
+
+/// [`respond`] but for the PSN.
+fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Request<'_, '_>) -> Outcome {
     let op = rq.op;
     let rh = tgt.h;
     let (srcs, sink, src_qpn, src_lid, req_scatter) =
