@@ -1,20 +1,21 @@
-//! Property: the two wires give the same results. The same random RC traffic runs over
+//! Property: the two wires give the same results. The same random RC, DC and UD traffic runs over
 //! the direct wire (the responder handed each whole message) and over the packet wire
 //! (the network model: packets with PSNs, ACKs and NAKs; active here with no fault
 //! because a capture runs). Both runs must end with the same memory at both ends, every
 //! CQE the same byte for byte (timestamps aside: the packet wire runs on simulated time),
 //! the same counters and the same QP states and PSNs.
 //!
-//! The traffic: RDMA WRITE (with and without immediate), SEND (with and without
-//! immediate), RDMA READ, both atomics, inline and gathered, signaled or not, and now and
-//! then a WRITE with a bad rkey (a remote access error, both QPs to ERR, and the flushes
-//! of what follows) or a SEND with no receive posted and no RNR retries left (RNR retry
-//! exceeded).
+//! The traffic: on an RC QP and on a DCI (to a DCT receiving from an SRQ), RDMA WRITE
+//! (with and without immediate), SEND (with and without immediate), RDMA READ, both
+//! atomics, inline and gathered, signaled or not, and now and then a WRITE with a bad
+//! rkey (a remote access error: the QP to ERR, an RC responder too, and the flushes of
+//! what follows) or, on RC, a SEND with no receive posted and no RNR retries left (RNR
+//! retry exceeded); on a UD QP, SENDs with and without immediate.
 
 mod common;
 
 use common::*;
-use mlx5_sim::NicStats;
+use mlx5_sim::{access, NicStats};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +49,21 @@ enum Op {
     SendNoRecv,
 }
 
+/// Which QP sends: the RC QP, the DCI, or the UD QP (SENDs only: any other op is a SEND).
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    Rc,
+    Dc,
+    Ud,
+}
+
+fn via() -> impl Strategy<Value = Via> {
+    prop_oneof![3 => Just(Via::Rc), 2 => Just(Via::Dc), 1 => Just(Via::Ud)]
+}
+
+const QKEY: u32 = 0x1111_1111;
+const DC_KEY: u64 = 0x1122_3344_5566_7788;
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0u32..3000, any::<bool>()).prop_map(|(len, inline)| Op::Write { len, inline: inline && len <= 200 }),
@@ -67,12 +83,19 @@ fn op() -> impl Strategy<Value = Op> {
 struct Transcript {
     /// CQEs of A's send and receive CQs and B's, in order, timestamps zeroed.
     cqes: [Vec<[u8; 64]>; 4],
+    /// States of the DCI, the DCT and the UD QPs.
+    others: String,
     /// FNV-1a of each end's buffers (a mismatch prints two numbers, not 20 KiB).
     a_mem: u64,
     b_mem: u64,
     stats: (NicStats, NicStats),
     states: String,
     psns: ((u32, u32), (u32, u32)),
+}
+
+/// A WQE's segments after the ctrl segment: the address vector first, if any.
+fn with_av<'a>(av: Option<Seg<'a>>, rest: &[Seg<'a>]) -> Vec<Seg<'a>> {
+    av.into_iter().chain(rest.iter().copied()).collect()
 }
 
 fn fnv(b: &[u8]) -> u64 {
@@ -85,7 +108,7 @@ fn masked(p: Polled) -> [u8; 64] {
     r
 }
 
-fn run(ops: &[(Op, bool)], packet_wire: bool) -> Transcript {
+fn run(ops: &[(Via, Op, bool)], packet_wire: bool) -> Transcript {
     let mut p = Pair::with(PairOpts { rnr_retry: 0, ..PairOpts::default() });
     static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -93,14 +116,30 @@ fn run(ops: &[(Op, bool)], packet_wire: bool) -> Transcript {
     if packet_wire {
         p.fabric.start_capture(&capture).expect("capture file");
     }
+    // A DCI on A to a DCT on B (receiving from an SRQ), and a UD QP on each, on the
+    // pair's CQs.
+    let mut dci = dci_qp(&p.a, p.pda, p.scq_a.res.cqn, 16, 0x31);
+    dci_up(&p.a, dci.qpn(), 0);
+    let mut srq = TestSrq::new(&p.b, p.pdb, 64, 64);
+    let dct = dct_qp(&p.b, p.pdb, p.rcq_b.res.cqn, srq.res.srqn, DC_KEY, 0x42);
+    let num = dct_up(&p.b, dct, ALL_ACCESS & !access::LOCAL_WRITE);
+    let mut ua = ud_qp(&p.a, p.pda, p.scq_a.res.cqn, p.rcq_a.res.cqn, 8, None, 0x0a);
+    let mut ub = ud_qp(&p.b, p.pdb, p.scq_b.res.cqn, p.rcq_b.res.cqn, 8, None, 0x0b);
+    ud_up(&p.a, ua.qpn(), QKEY);
+    ud_up(&p.b, ub.qpn(), QKEY);
+    let lid_b = p.b.info().lid;
     let mut src = Buf::new(&p.a, p.pda, 8192, ALL_ACCESS);
     src.fill(|i| (i * 7 + 3) as u8);
     let mut dst = Buf::new(&p.b, p.pdb, 8192, ALL_ACCESS);
     dst.fill(|i| (i * 13 + 1) as u8);
     let rbuf = Buf::new(&p.b, p.pdb, 4096, ALL_ACCESS);
+    let srq_buf = Buf::new(&p.b, p.pdb, 64 * 4096, ALL_ACCESS);
+    for k in 0..48u64 {
+        srq.post(&[(srq_buf.addr() + k * 4096, 4096, srq_buf.keys.lkey)]);
+    }
     let mut cqes: [Vec<[u8; 64]>; 4] = Default::default();
     let data = |addr: u64, len: u32, lkey: u32| Seg::Data { addr, len, lkey };
-    for (i, &(op, signaled)) in ops.iter().enumerate() {
+    for (i, &(via, op, signaled)) in ops.iter().enumerate() {
         let ce = if signaled { SIGNALED } else { 0 };
         let remote = Seg::Raddr { raddr: dst.addr() + (i as u64 * 64) % 4096, rkey: dst.keys.rkey };
         let local = data(src.addr() + (i as u64 * 8) % 1024, 0, src.keys.lkey);
@@ -109,40 +148,76 @@ fn run(ops: &[(Op, bool)], packet_wire: bool) -> Transcript {
             s => s,
         };
         let inline_bytes: Vec<u8> = (0..256).map(|k| (k as u8).wrapping_mul(i as u8 | 1)).collect();
-        let recv = |p: &mut Pair| {
-            p.qb.post_recv(&[(rbuf.addr(), 4096, rbuf.keys.lkey)]);
+        // The QP, what its WQEs start with (a DCI's and a UD QP's address vector), and
+        // the receive a message to it consumes (RC: B's RQ; DC: the SRQ, posted ahead;
+        // UD: B's UD RQ).
+        let av = match via {
+            Via::Rc => None,
+            Via::Dc => Some(Seg::Av(Av::dc_ib(DC_KEY, num, lid_b))),
+            Via::Ud => Some(Seg::Av(Av::ud_ib(QKEY, ub.qpn(), lid_b))),
+        };
+        let op = match (via, op) {
+            (Via::Ud, Op::SendImm { len }) => Op::SendImm { len },
+            (Via::Ud, Op::Send { len, inline }) => Op::Send { len, inline },
+            (Via::Ud, _) => Op::Send { len: (i as u32 * 97) % 2000, inline: false },
+            (Via::Dc, Op::SendNoRecv) => Op::Send { len: 16, inline: false },
+            (_, o) => o,
+        };
+        let qp: &mut TestQp = match via {
+            Via::Rc => &mut p.qa,
+            Via::Dc => &mut dci,
+            Via::Ud => &mut ua,
+        };
+        let recv = |via: Via, qb: &mut TestQp, ub: &mut TestQp| match via {
+            Via::Rc => {
+                qb.post_recv(&[(rbuf.addr(), 4096, rbuf.keys.lkey)]);
+            }
+            Via::Ud => {
+                ub.post_recv(&[(rbuf.addr(), 4096, rbuf.keys.lkey)]);
+            }
+            Via::Dc => {}
         };
         match op {
             Op::Write { len, inline: true } => {
-                p.qa.post(op::RDMA_WRITE, ce, [0; 4], &[remote, Seg::Inline(&inline_bytes[..len as usize])]);
+                qp.post(
+                    op::RDMA_WRITE,
+                    ce,
+                    [0; 4],
+                    &with_av(av, &[remote, Seg::Inline(&inline_bytes[..len as usize])]),
+                );
             }
             Op::Write { len, .. } => {
-                p.qa.post(op::RDMA_WRITE, ce, [0; 4], &[remote, with_len(len)]);
+                qp.post(op::RDMA_WRITE, ce, [0; 4], &with_av(av, &[remote, with_len(len)]));
             }
             Op::WriteImm { len } => {
-                recv(&mut p);
-                p.qa.post(op::RDMA_WRITE_IMM, ce, [1, 2, 3, i as u8], &[remote, with_len(len)]);
+                recv(via, &mut p.qb, &mut ub);
+                qp.post(op::RDMA_WRITE_IMM, ce, [1, 2, 3, i as u8], &with_av(av, &[remote, with_len(len)]));
             }
             Op::Send { len, inline: true } => {
-                recv(&mut p);
-                p.qa.post(op::SEND, ce, [0; 4], &[Seg::Inline(&inline_bytes[..len as usize])]);
+                recv(via, &mut p.qb, &mut ub);
+                qp.post(op::SEND, ce, [0; 4], &with_av(av, &[Seg::Inline(&inline_bytes[..len as usize])]));
             }
             Op::Send { len, .. } => {
-                recv(&mut p);
-                p.qa.post(op::SEND, ce, [0; 4], &[with_len(len)]);
+                recv(via, &mut p.qb, &mut ub);
+                qp.post(op::SEND, ce, [0; 4], &with_av(av, &[with_len(len)]));
             }
             Op::SendImm { len } => {
-                recv(&mut p);
-                p.qa.post(op::SEND_IMM, ce | 2, [9, 8, 7, i as u8], &[with_len(len)]);
+                recv(via, &mut p.qb, &mut ub);
+                qp.post(op::SEND_IMM, ce | 2, [9, 8, 7, i as u8], &with_av(av, &[with_len(len)]));
             }
             Op::Read { len } => {
                 let sink = data(src.addr() + 4096, len, src.keys.lkey);
-                p.qa.post(op::RDMA_READ, ce, [0; 4], &[remote, sink]);
+                qp.post(op::RDMA_READ, ce, [0; 4], &with_av(av, &[remote, sink]));
             }
             Op::FetchAdd { add } => {
                 let r = Seg::Raddr { raddr: dst.addr() + 4096 + (i as u64 % 8) * 8, rkey: dst.keys.rkey };
                 let sink = data(src.addr() + 6000 + (i as u64 % 8) * 8, 8, src.keys.lkey);
-                p.qa.post(op::ATOMIC_FA, ce, [0; 4], &[r, Seg::Atomic { swap_add: add, compare: 0 }, sink]);
+                qp.post(
+                    op::ATOMIC_FA,
+                    ce,
+                    [0; 4],
+                    &with_av(av, &[r, Seg::Atomic { swap_add: add, compare: 0 }, sink]),
+                );
             }
             Op::CompSwap { compare_hit, swap } => {
                 let at = 4096 + (i % 8) * 8;
@@ -151,18 +226,19 @@ fn run(ops: &[(Op, bool)], packet_wire: bool) -> Transcript {
                 let compare = if compare_hit { u64::from_ne_bytes(cur) } else { !u64::from_ne_bytes(cur) };
                 let r = Seg::Raddr { raddr: dst.addr() + at as u64, rkey: dst.keys.rkey };
                 let sink = data(src.addr() + 6000 + (i as u64 % 8) * 8, 8, src.keys.lkey);
-                p.qa.post(op::ATOMIC_CS, ce, [0; 4], &[r, Seg::Atomic { swap_add: swap, compare }, sink]);
-            }
-            Op::BadRkey => {
-                p.qa.post(
-                    op::RDMA_WRITE,
+                qp.post(
+                    op::ATOMIC_CS,
                     ce,
                     [0; 4],
-                    &[Seg::Raddr { raddr: dst.addr(), rkey: 0x777 }, with_len(8)],
+                    &with_av(av, &[r, Seg::Atomic { swap_add: swap, compare }, sink]),
                 );
             }
+            Op::BadRkey => {
+                let bad = Seg::Raddr { raddr: dst.addr(), rkey: 0x777 };
+                qp.post(op::RDMA_WRITE, ce, [0; 4], &with_av(av, &[bad, with_len(8)]));
+            }
             Op::SendNoRecv => {
-                p.qa.post(op::SEND, ce, [0; 4], &[with_len(16)]);
+                qp.post(op::SEND, ce, [0; 4], &with_av(av, &[with_len(16)]));
             }
         }
         // Every CQE taken at once: the CQs never fill.
@@ -182,6 +258,7 @@ fn run(ops: &[(Op, bool)], packet_wire: bool) -> Transcript {
         b_mem: fnv(&[dst.read(), rbuf.read()].concat()),
         stats: (p.a.stats(), p.b.stats()),
         states: format!("{:?} {:?}", p.qa.state(), p.qb.state()),
+        others: format!("{:?} {:?} {:?} {:?}", dci.state(), p.b.qp_state(dct), ua.state(), ub.state()),
         psns: (p.a.qp_psns(p.qa.qpn()).unwrap(), p.b.qp_psns(p.qb.qpn()).unwrap()),
     }
 }
@@ -190,7 +267,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn both_wires_give_the_same_results(ops in proptest::collection::vec((op(), any::<bool>()), 1..40)) {
+    fn both_wires_give_the_same_results(ops in proptest::collection::vec((via(), op(), any::<bool>()), 1..40)) {
         let direct = run(&ops, false);
         let packets = run(&ops, true);
         prop_assert_eq!(direct, packets);
@@ -201,8 +278,20 @@ proptest! {
 /// comparison that sees nothing).
 #[test]
 fn different_traffic_gives_different_transcripts() {
-    let a = run(&[(Op::Write { len: 64, inline: false }, true)], false);
-    let b = run(&[(Op::Write { len: 65, inline: false }, true)], true);
+    let a = run(&[(Via::Rc, Op::Write { len: 64, inline: false }, true)], false);
+    let b = run(&[(Via::Rc, Op::Write { len: 65, inline: false }, true)], true);
     assert_ne!(a, b);
     assert_eq!(a.cqes[0].len(), 1, "one requester CQE");
+    // DC and UD traffic does complete on the packet wire: a DC WRITE, a UD SEND and a DC
+    // SEND, each a success CQE at A (opcode 0, REQ), and two receives at B (RESP_SEND).
+    let t = run(
+        &[
+            (Via::Dc, Op::Write { len: 64, inline: false }, true),
+            (Via::Ud, Op::Send { len: 100, inline: false }, true),
+            (Via::Dc, Op::Send { len: 10, inline: true }, true),
+        ],
+        true,
+    );
+    assert_eq!(t.cqes[0].iter().map(|c| c[63] >> 4).collect::<Vec<_>>(), [0, 0, 0], "{:?}", t.others);
+    assert_eq!(t.cqes[3].iter().map(|c| c[63] >> 4).collect::<Vec<_>>(), [2, 2]);
 }
