@@ -7,6 +7,8 @@
 #
 # usage: benches/engine_ab.sh [BASE] [RUNS] [-- SIM_SCALING_ARGS...]
 #   default arguments: --rate-only --deterministic-only
+#   BENCH=instructions: callgrind instead, instructions per message of the rate run
+#   (N and 2N messages, the difference over N) for 1 and 4096 QPs, base and new
 #   e.g.  benches/engine_ab.sh e00793c 5 -- --bandwidth-only
 #         benches/engine_ab.sh e00793c 5 -- --rate-only --threaded-only
 set -euo pipefail
@@ -23,10 +25,42 @@ tree=target/engine-base/$sha
 if [ ! -d "$tree" ]; then
   git worktree add --detach "$tree" "$sha" >/dev/null
 fi
+# sim_scaling's --no-pingpong came after the base: give the base's the same flag (the
+# example only; the engine is the base's).
+if ! grep -q no_pingpong "$tree/mlx5-tools/examples/sim_scaling.rs"; then
+  python3 - "$tree/mlx5-tools/examples/sim_scaling.rs" <<'PY'
+import sys
+p = sys.argv[1]
+s = open(p).read()
+anchor = "    /// Only this message size (bytes) in the bandwidth table."
+s = s.replace(anchor, "    /// No pingpong pass.\n    #[arg(long)]\n    no_pingpong: bool,\n" + anchor, 1)
+s = s.replace(".filter(|_| !a.bandwidth_only)\n        .map(|&(m, name)| (name, best(a.runs, || pingpong(m, rounds))))",
+              ".filter(|_| !a.bandwidth_only && !a.no_pingpong)\n        .map(|&(m, name)| (name, best(a.runs, || pingpong(m, rounds))))")
+open(p, "w").write(s)
+PY
+fi
 (cd "$tree" && CARGO_TARGET_DIR="$PWD/target" cargo build -q --release -p mlx5-tools --example sim_scaling)
 cargo build -q --release -p mlx5-tools --example sim_scaling
 old="$tree/target/release/examples/sim_scaling"
 new=target/release/examples/sim_scaling
+
+if [ "${BENCH:-}" = instructions ]; then
+  per_msg() { # binary, HOSTS:QPS
+    local n=20000 t=()
+    for m in $n $((2 * n)); do
+      valgrind --tool=callgrind --callgrind-out-file=/tmp/engine_ab.cg.$$ "$1" --rate-only --deterministic-only \
+        --no-pingpong --runs 1 --messages $m --only "$2" >/dev/null 2>&1
+      t+=("$(sed -n 's/^summary: //p' /tmp/engine_ab.cg.$$)")
+      rm -f /tmp/engine_ab.cg.$$
+    done
+    echo $(((t[1] - t[0]) / n))
+  }
+  printf '%-10s %8s %8s\n' config base new
+  for c in 2:1 2:4096; do
+    printf '%-10s %8s %8s\n' "$c" "$(per_msg "$old" "$c")" "$(per_msg "$new" "$c")"
+  done
+  exit 0
+fi
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

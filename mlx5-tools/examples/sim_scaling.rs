@@ -64,6 +64,9 @@ struct Args {
     /// Only the bandwidth table (e.g. under a profiler).
     #[arg(long, conflicts_with_all = ["rate_only", "busy_only"])]
     bandwidth_only: bool,
+    /// No pingpong pass (e.g. to count the instructions of the rate runs alone).
+    #[arg(long)]
+    no_pingpong: bool,
     /// Only this message size (bytes) in the bandwidth table.
     #[arg(long, conflicts_with_all = ["rate_only", "busy_only"])]
     size: Option<usize>,
@@ -382,7 +385,7 @@ fn main() {
     let rounds = (a.messages / 10).max(100);
     let lat: Vec<(&str, f64)> = modes
         .iter()
-        .filter(|_| !a.bandwidth_only)
+        .filter(|_| !a.bandwidth_only && !a.no_pingpong)
         .map(|&(m, name)| (name, best(a.runs, || pingpong(m, rounds))))
         .collect();
     // Under busy processes: every run kept, modes interleaved.
