@@ -25,14 +25,21 @@ pub(crate) fn vendor_syndrome(s: u8) -> u8 {
     }
 }
 
+#[cfg(test)]
 pub(crate) fn req_cqe(qp: &Qp, op: u8, counter: u16, byte_cnt: u32, ts: u64) -> [u8; 64] {
+    req_cqe_of(qp.user_index, qp.qpn, op, counter, byte_cnt, ts)
+}
+
+/// The requester's success CQE of WQE `counter` (opcode `op`) of QP `qpn`.
+#[inline]
+fn req_cqe_of(user_index: u32, qpn: u32, op: u8, counter: u16, byte_cnt: u32, ts: u64) -> [u8; 64] {
     let mut b = [0u8; 64];
     CqeRepr {
         opcode: cqe_opcode::REQ,
-        srqn_uidx: qp.user_index,
+        srqn_uidx: user_index,
         byte_cnt,
         timestamp: ts,
-        sop_drop_qpn: (u32::from(op) << 24) | qp.qpn,
+        sop_drop_qpn: (u32::from(op) << 24) | qpn,
         wqe_counter: counter,
         ..Default::default()
     }
@@ -120,6 +127,41 @@ pub(crate) fn push_cqe_data(
             }
         }
     }
+}
+
+/// A send WQE its requester is done with: QP (its number, user index and send CQ), WQE
+/// counter, ctrl opcode and `fm_ce_se`, and the clock when it ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SendRetired {
+    pub qpn: u32,
+    pub user_index: u32,
+    pub send_cqn: u32,
+    pub counter: u16,
+    pub opcode: u8,
+    pub fm_ce_se: u8,
+    pub ts: u64,
+}
+
+/// A send WQE carried out: its requester CQE when it asks for one. CE = 2 or 3 asks for a
+/// CQE; CE = 1 ("only on first error") is treated like CE = 0 on success [unverified, spec
+/// §2.2]. `byte_cnt`: message length for SEND/WRITE [unverified, §6.3], bytes read for
+/// READ, 8 for atomics. `inline`: the READ response or atomic result that goes into the
+/// CQE (requester scatter-to-CQE, only ever asked for a signaled WQE).
+#[inline(always)]
+pub(crate) fn retire_send(host: &mut Host, w: &SendRetired, byte_cnt: u32, inline: Option<&[u8]>) {
+    if inline.is_none() && w.fm_ce_se & 0x08 == 0 {
+        return;
+    }
+    let cqe = req_cqe_of(w.user_index, w.qpn, w.opcode, w.counter, byte_cnt, w.ts);
+    push_cqe_data(host, w.send_cqn, &cqe, inline, None);
+}
+
+/// A send WQE that failed with `synd`: its error CQE (always written; a CQ that cannot
+/// take it makes the QP's error fatal). The caller then moves the QP to ERR or SQE
+/// ([`fail_qp`]).
+pub(crate) fn retire_send_failed(host: &mut Host, w: &SendRetired, synd: u8) {
+    let cqe = err_cqe(cqe_opcode::REQ_ERR, synd, w.user_index, w.opcode, w.qpn, w.counter);
+    push_cqe(host, w.send_cqn, &cqe, Some(w.qpn));
 }
 
 const OP_OWN: usize = 63;

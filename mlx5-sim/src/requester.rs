@@ -8,7 +8,7 @@ use crate::completer::*;
 use crate::dma::{Sgl, Src, SrcList};
 use crate::psn::*;
 use crate::responder::*;
-use crate::wire::{cqe_opcode, opcode, syndrome, DatagramSeg, DS_SIZE, MAX_WQE_DS};
+use crate::wire::{opcode, syndrome, DatagramSeg, DS_SIZE, MAX_WQE_DS};
 use crate::wqe::{self, Piece, SendWqe};
 use crate::{access, ExecMode, LinkLayer, QpState, QpType, RcPath};
 
@@ -496,26 +496,29 @@ fn process_sq_in(
             // where it would only move the lines away from the driver's core.
             qp.prefetch_next(nbb);
         }
+        let (user_index, send_cqn) = (qp.user_index, qp.send_cqn);
+        let wqe = |ts| SendRetired {
+            qpn,
+            user_index,
+            send_cqn,
+            counter,
+            opcode: ctrl.opcode,
+            fm_ce_se: ctrl.fm_ce_se,
+            ts,
+        };
         match outcome {
             Outcome::Done { byte_cnt } => {
-                // CE = 2 or 3 asks for a CQE; CE = 1 ("only on first error") is treated like
-                // CE = 0 on success [unverified, spec §2.2]. byte_cnt: message length for
-                // SEND/WRITE [unverified, §6.3], bytes read for READ, 8 for atomics.
                 if ctrl.fm_ce_se & 0x08 != 0 {
-                    let cqe = req_cqe(qp, ctrl.opcode, counter, byte_cnt, ts);
-                    let cqn = qp.send_cqn;
-                    push_cqe(&mut st.hosts[h], cqn, &cqe, None);
+                    retire_send(&mut st.hosts[h], &wqe(ts), byte_cnt, None);
                 }
             }
             Outcome::DoneInline { byte_cnt, data } => {
-                let cqe = req_cqe(qp, ctrl.opcode, counter, byte_cnt, ts);
-                let cqn = qp.send_cqn;
-                push_cqe_data(&mut st.hosts[h], cqn, &cqe, Some(&data[..byte_cnt as usize]), None);
+                retire_send(&mut st.hosts[h], &wqe(ts), byte_cnt, Some(&data[..byte_cnt as usize]))
             }
             Outcome::Fail { synd, responder } => {
-                let cqe = err_cqe(cqe_opcode::REQ_ERR, synd, qp.user_index, ctrl.opcode, qpn, counter);
-                let cqn = qp.send_cqn;
-                push_cqe(&mut st.hosts[h], cqn, &cqe, Some(qpn));
+                retire_send_failed(&mut st.hosts[h], &wqe(ts), synd);
+                // An RC responder that NAKed moves to ERR after the requester's error
+                // CQE is written (both may report to one CQ, on one host).
                 if let Some((rh, rqpn)) = responder {
                     enter_err(&mut st.hosts[rh], rqpn);
                 }
