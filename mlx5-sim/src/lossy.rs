@@ -286,7 +286,8 @@ pub(crate) fn silent_peer(st: &mut FabricState, h: usize, qpn: u32) {
     s.retransmits += tries - 1;
 }
 
-/// Puts a UD datagram on the wire: captured, then lost or not. Returns whether it arrives.
+/// Puts a UD datagram with PSN `psn` on the wire: captured, then lost or not. Returns
+/// whether it arrives.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn datagram(
     st: &mut FabricState,
@@ -295,16 +296,12 @@ pub(crate) fn datagram(
     qpn: u32,
     dqpn: u32,
     qkey: u32,
+    psn: u32,
     w: &SendWqe,
     srcs: &[Src<'_>],
 ) -> bool {
     let t = st.net.now_ns;
     st.net.now_ns += PACKET_GAP_NS;
-    let psn = st.hosts[h].qps.get_mut(&qpn).map_or(0, |q| {
-        let p = q.attrs.sq_psn;
-        q.attrs.sq_psn = p.wrapping_add(1) & 0xff_ffff;
-        p
-    });
     if st.net.capture.is_some() {
         let mut d = vec![0u8; w.len as usize];
         dma::gather(srcs, &mut d);

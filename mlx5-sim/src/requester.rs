@@ -335,7 +335,13 @@ fn execute_ud(
     // IB rule: a Q_Key with the high-order bit set means "use the sender QP's own Q_Key".
     let qkey = if av.qkey() & 0x8000_0000 != 0 { own_qkey } else { av.qkey() };
     let rqpn = av.dqpn();
-    if st.lossy() && !crate::lossy::datagram(st, h, rh, qpn, rqpn, qkey, w, srcs) {
+    // The datagram takes the QP's next PSN, on either wire.
+    let psn = st.hosts[h].qps.get_mut(&qpn).map_or(0, |q| {
+        let p = q.attrs.sq_psn;
+        q.attrs.sq_psn = p.wrapping_add(1) & 0xff_ffff;
+        p
+    });
+    if st.lossy() && !crate::lossy::datagram(st, h, rh, qpn, rqpn, qkey, psn, w, srcs) {
         return done; // lost on the link: nothing else changes
     }
     let imm = op == opcode::SEND_IMM;

@@ -83,7 +83,7 @@ fn op() -> impl Strategy<Value = Op> {
 struct Transcript {
     /// CQEs of A's send and receive CQs and B's, in order, timestamps zeroed.
     cqes: [Vec<[u8; 64]>; 4],
-    /// States of the DCI, the DCT and the UD QPs.
+    /// States of the DCI, the DCT and the UD QPs; the DCI's and the sending UD QP's PSNs.
     others: String,
     /// FNV-1a of each end's buffers (a mismatch prints two numbers, not 20 KiB).
     a_mem: u64,
@@ -258,7 +258,15 @@ fn run(ops: &[(Via, Op, bool)], packet_wire: bool) -> Transcript {
         b_mem: fnv(&[dst.read(), rbuf.read()].concat()),
         stats: (p.a.stats(), p.b.stats()),
         states: format!("{:?} {:?}", p.qa.state(), p.qb.state()),
-        others: format!("{:?} {:?} {:?} {:?}", dci.state(), p.b.qp_state(dct), ua.state(), ub.state()),
+        others: format!(
+            "{:?} {:?} {:?} {:?} PSNs {:?} {:?}",
+            dci.state(),
+            p.b.qp_state(dct),
+            ua.state(),
+            ub.state(),
+            p.a.qp_psns(dci.qpn()),
+            p.a.qp_psns(ua.qpn()),
+        ),
         psns: (p.a.qp_psns(p.qa.qpn()).unwrap(), p.b.qp_psns(p.qb.qpn()).unwrap()),
     }
 }
