@@ -38,6 +38,7 @@ mod shared;
 mod slots;
 mod srq;
 pub mod wire;
+mod wires;
 mod wqe;
 
 pub use cq::{MiniCqeFormat, MAX_SESSION};

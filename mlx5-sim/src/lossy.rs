@@ -3,16 +3,14 @@
 //! datagram is one packet the link may lose. Every packet goes to the capture when one
 //! runs. The engine enters here only when faults are configured or a capture runs.
 
-use crate::dma::{self, Sgl, Src};
+use crate::dma;
 use crate::hosts::FabricState;
 use crate::net::packet::{self, aeth, op, AtomicEth, Packet, Pos, Reth};
 use crate::net::transport::{self, Delivery, Ends, Msg, Wire};
 use crate::net::PACKET_GAP_NS;
 use crate::psn;
-use crate::responder::{self, Outcome, Target};
+use crate::responder::{self, Datagram, Outcome, Request, Target};
 use crate::wire::{opcode, syndrome};
-use crate::wqe::SendWqe;
-use crate::QpType;
 
 /// The RNR NAK timer of IBA table 45 in nanoseconds (code 0: 655.36 ms).
 pub(crate) fn rnr_timer_ns(code: u8) -> u64 {
@@ -27,16 +25,11 @@ pub(crate) fn rnr_timer_ns(code: u8) -> u64 {
 /// What the packets of one RC / DC message carry, and the responder's side effects.
 struct MsgEnds<'a, 'w> {
     tgt: Target,
-    w: &'a SendWqe,
-    srcs: &'a [Src<'w>],
-    sink: &'a Sgl,
+    /// The message, as the responder receives it once its last packet is in.
+    rq: &'a Request<'a, 'w>,
     req: usize,
     qpn: u32,
-    src_lid: u16,
-    req_scatter: u64,
     mtu: u32,
-    /// An RC connection (its responder keeps a PSN; a DCT does not).
-    rc: bool,
     base_psn: u32,
     resp_pkts: u32,
     /// The message bytes (SEND / WRITE) or the bytes read (READ, atomic), for capture.
@@ -46,27 +39,17 @@ struct MsgEnds<'a, 'w> {
 
 impl Ends for MsgEnds<'_, '_> {
     fn commit(&mut self, st: &mut FabricState) -> Outcome {
-        let pkts = if self.rc { psn::packets(self.w.ctrl.opcode, self.w.len as u32, self.mtu) } else { 0 };
-        let rq = responder::Request::of(
-            self.w,
-            self.srcs,
-            self.sink,
-            self.qpn,
-            self.src_lid,
-            self.req_scatter,
-            pkts,
-        );
         let endian = st.cfg.atomic_endianness;
-        let o = responder::respond(&mut st.hosts[self.tgt.h], endian, self.tgt, &rq);
+        let o = responder::respond(&mut st.hosts[self.tgt.h], endian, self.tgt, self.rq);
         match &o {
             Outcome::Done { .. } => {
                 self.committed = Some((true, 0));
                 if st.net.capture.is_some()
-                    && matches!(self.w.ctrl.opcode, opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA)
+                    && matches!(self.rq.op, opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA)
                 {
-                    let mut d = vec![0u8; self.w.len as usize];
+                    let mut d = vec![0u8; self.rq.len as usize];
                     let mut off = 0;
-                    for r in self.sink.regions() {
+                    for r in self.rq.sink.regions() {
                         let n = (r.len() as usize).min(d.len() - off);
                         dma::read(r, 0, &mut d[off..off + n]);
                         off += n;
@@ -89,8 +72,8 @@ impl Ends for MsgEnds<'_, '_> {
         if st.net.capture.is_none() {
             return;
         }
-        let w = self.w;
-        let op_ = w.ctrl.opcode;
+        let w = self.rq;
+        let op_ = w.op;
         let (h, rh, rq) = (self.req, self.tgt.h, self.tgt.report_qpn);
         let mtu = self.mtu as usize;
         if matches!(
@@ -103,7 +86,7 @@ impl Ends for MsgEnds<'_, '_> {
         ) && self.data.is_none()
         {
             let mut d = vec![0u8; w.len as usize];
-            dma::gather(self.srcs, &mut d);
+            dma::gather(w.srcs, &mut d);
             self.data = Some(d);
         }
         let data = self.data.as_deref().unwrap_or(&[]);
@@ -123,9 +106,9 @@ impl Ends for MsgEnds<'_, '_> {
                         p.opcode =
                             packet::send_opcode(pos, op_ == opcode::SEND_IMM, op_ == opcode::SEND_INVAL);
                         p.payload = chunk(off);
-                        p.se = last && w.ctrl.fm_ce_se & 2 != 0;
-                        p.imm = (last && op_ == opcode::SEND_IMM).then_some(w.ctrl.imm);
-                        p.ieth = (last && op_ == opcode::SEND_INVAL).then_some(w.ctrl.imm);
+                        p.se = last && w.se;
+                        p.imm = (last && op_ == opcode::SEND_IMM).then_some(w.imm);
+                        p.ieth = (last && op_ == opcode::SEND_INVAL).then_some(w.imm);
                         p.ack_req = last;
                     }
                     opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
@@ -135,7 +118,7 @@ impl Ends for MsgEnds<'_, '_> {
                         if matches!(pos, Pos::First | Pos::Only) {
                             p.reth = Some(Reth { va: w.raddr, rkey: w.rkey, len: w.len as u32 });
                         }
-                        p.imm = (last && imm).then_some(w.ctrl.imm);
+                        p.imm = (last && imm).then_some(w.imm);
                         p.ack_req = last;
                     }
                     opcode::RDMA_READ => {
@@ -210,52 +193,33 @@ fn ack(src: usize, dst: usize, sqpn: u32, dqpn: u32, psn: u32, syndrome: u8) -> 
     p
 }
 
-/// Executes an RC or DC message towards `tgt` over the network model.
-#[allow(clippy::too_many_arguments)]
+/// Carries RC or DC request `rq` of QP `qpn` of host `h` to `tgt` over the network model:
+/// packets with PSNs, ACKs and NAKs, retransmitted as the link demands; the responder
+/// takes the message when its last packet is in.
 pub(crate) fn execute(
     st: &mut FabricState,
     h: usize,
     qpn: u32,
     tgt: Target,
-    w: &SendWqe,
-    srcs: &[Src<'_>],
-    sink: &Sgl,
-    src_lid: u16,
-    req_scatter: u64,
+    rq: &Request<'_, '_>,
 ) -> Outcome {
-    let op_ = w.ctrl.opcode;
+    let op_ = rq.op;
     let mtu = psn::path_mtu_of(st, h, qpn);
-    let len = w.len as u32;
+    let len = rq.len as u32;
     let Some(me) = st.hosts[h].qps.get(&qpn) else {
         return responder::fail(syndrome::LOCAL_QP_OP_ERR);
     };
-    let (qtype, base_psn, timeout, retry_cnt) =
-        (me.qp_type, me.attrs.sq_psn, me.attrs.timeout, me.attrs.retry_cnt);
+    let (base_psn, timeout, retry_cnt) = (me.attrs.sq_psn, me.attrs.timeout, me.attrs.retry_cnt);
     let (req_pkts, resp_pkts, atomic) = match op_ {
         opcode::RDMA_READ => (1, len.div_ceil(mtu).max(1), false),
         opcode::ATOMIC_CS | opcode::ATOMIC_FA => (1, 1, true),
         _ => (len.div_ceil(mtu).max(1), 0, false),
     };
     let m = Msg { req: h, resp: tgt.h, req_pkts, resp_pkts, atomic, timeout, retry_cnt };
-    let mut ends = MsgEnds {
-        tgt,
-        w,
-        srcs,
-        sink,
-        req: h,
-        qpn,
-        src_lid,
-        req_scatter,
-        mtu,
-        rc: qtype == QpType::Rc,
-        base_psn,
-        resp_pkts,
-        data: None,
-        committed: None,
-    };
+    let mut ends = MsgEnds { tgt, rq, req: h, qpn, mtu, base_psn, resp_pkts, data: None, committed: None };
     let d = transport::deliver(st, &m, &mut ends);
-    if qtype == QpType::Rc && matches!(ends.committed, Some((true, _))) {
-        psn::advance_sq_psn(&mut st.hosts[h], qpn, psn::packets(op_, len, mtu));
+    if matches!(ends.committed, Some((true, _))) {
+        psn::advance_sq_psn(&mut st.hosts[h], qpn, rq.pkts);
     }
     match d {
         Delivery::Answered(o) => o,
@@ -286,31 +250,26 @@ pub(crate) fn silent_peer(st: &mut FabricState, h: usize, qpn: u32) {
     s.retransmits += tries - 1;
 }
 
-/// Puts a UD datagram with PSN `psn` on the wire: captured, then lost or not. Returns
+/// Puts UD datagram `dg` with PSN `psn` on the wire: captured, then lost or not. Returns
 /// whether it arrives.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn datagram(
     st: &mut FabricState,
     h: usize,
     rh: usize,
     qpn: u32,
-    dqpn: u32,
-    qkey: u32,
     psn: u32,
-    w: &SendWqe,
-    srcs: &[Src<'_>],
+    dg: &Datagram<'_, '_>,
 ) -> bool {
     let t = st.net.now_ns;
     st.net.now_ns += PACKET_GAP_NS;
     if st.net.capture.is_some() {
-        let mut d = vec![0u8; w.len as usize];
-        dma::gather(srcs, &mut d);
-        let imm = w.ctrl.opcode == opcode::SEND_IMM;
-        let mut p =
-            Packet::new(h, rh, if imm { op::UD_SEND_ONLY_IMM } else { op::UD_SEND_ONLY }, qpn, dqpn, psn);
-        p.qkey = Some(qkey);
-        p.imm = imm.then_some(w.ctrl.imm);
-        p.se = w.ctrl.fm_ce_se & 2 != 0;
+        let mut d = vec![0u8; dg.len as usize];
+        dma::gather(dg.srcs, &mut d);
+        let opcode = if dg.imm.is_some() { op::UD_SEND_ONLY_IMM } else { op::UD_SEND_ONLY };
+        let mut p = Packet::new(h, rh, opcode, qpn, dg.dqpn, psn);
+        p.qkey = Some(dg.qkey);
+        p.imm = dg.imm;
+        p.se = dg.se;
         p.payload = &d;
         let FabricState { net, hosts, .. } = st;
         if let Some(c) = net.capture.as_mut() {

@@ -9,6 +9,7 @@ use crate::dma::{Sgl, Src, SrcList};
 use crate::psn::*;
 use crate::responder::*;
 use crate::wire::{opcode, syndrome, DatagramSeg, DS_SIZE, MAX_WQE_DS};
+use crate::wires::{DirectWire, PacketWire, Wire};
 use crate::wqe::{self, Piece, SendWqe};
 use crate::{access, ExecMode, LinkLayer, QpState, QpType, RcPath};
 
@@ -204,17 +205,13 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) ->
         }
         QpType::Dct => return fail(syndrome::LOCAL_QP_OP_ERR),
     };
-    if st.lossy() {
-        return crate::lossy::execute(st, h, qpn, tgt, w, srcs, &sink, src_lid, req_scatter);
-    }
     let pkts = if qtype == QpType::Rc { packets(op, w.len as u32, mtu) } else { 0 };
     let rq = Request::of(w, srcs, &sink, qpn, src_lid, req_scatter, pkts);
-    let endian = st.cfg.atomic_endianness;
-    let out = respond(&mut st.hosts[tgt.h], endian, tgt, &rq);
-    if matches!(out, Outcome::Done { .. } | Outcome::DoneInline { .. }) {
-        advance_sq_psn(&mut st.hosts[h], qpn, pkts);
+    if st.lossy() {
+        PacketWire::request(st, h, qpn, tgt, &rq)
+    } else {
+        DirectWire::request(st, h, qpn, tgt, &rq)
     }
-    out
 }
 
 /// A request nobody answers (no such peer, not connected, wrong PSN or DC key): the
@@ -341,9 +338,6 @@ fn execute_ud(
         q.attrs.sq_psn = p.wrapping_add(1) & 0xff_ffff;
         p
     });
-    if st.lossy() && !crate::lossy::datagram(st, h, rh, qpn, rqpn, qkey, psn, w, srcs) {
-        return done; // lost on the link: nothing else changes
-    }
     let imm = op == opcode::SEND_IMM;
     let roce = ll == LinkLayer::Ethernet;
     let kind = match (roce, av.grh()) {
@@ -364,7 +358,11 @@ fn execute_ud(
         flags_rqpn: ud_flags_rqpn(kind, av, qpn),
         srcs,
     };
-    receive_datagram(&mut st.hosts[rh], rh, &dg);
+    if st.lossy() {
+        PacketWire::datagram(st, h, qpn, psn, rh, &dg);
+    } else {
+        DirectWire::datagram(st, h, qpn, psn, rh, &dg);
+    }
     done
 }
 
