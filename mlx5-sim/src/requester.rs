@@ -519,13 +519,8 @@ fn process_sq_in(
             Outcome::DoneInline { byte_cnt, data } => {
                 retire_send(&mut st.hosts[h], &wqe(ts), byte_cnt, Some(&data[..byte_cnt as usize]))
             }
-            Outcome::Fail { synd, responder } => {
+            Outcome::Fail { synd, .. } => {
                 retire_send_failed(&mut st.hosts[h], &wqe(ts), synd);
-                // An RC responder that NAKed moves to ERR after the requester's error
-                // CQE is written (both may report to one CQ, on one host).
-                if let Some((rh, rqpn)) = responder {
-                    enter_err(&mut st.hosts[rh], rqpn);
-                }
                 return fail_qp(&mut st.hosts[h], qpn);
             }
             Outcome::Rnr | Outcome::Restart => return,

@@ -24,7 +24,8 @@ pub(crate) enum Outcome {
     Rnr,
     Fail {
         synd: u8,
-        /// Responder QP to move to ERR once the requester's error CQE is written.
+        /// The RC responder QP (host, QPN) that NAKed and moved to ERR ([`respond`]);
+        /// the packet wire drops what follows to it.
         responder: Option<(usize, u32)>,
     },
     /// Nothing was done: the hosts were taken again in order ([`FabricState::need`]);
@@ -356,7 +357,8 @@ impl<'a, 'w> Request<'a, 'w> {
 /// The responder side of an RC or DC request `rq` arriving at `tgt` on its own `host`:
 /// everything it does touches that host's state and the message, nothing else (the
 /// requester's memory only as the message's sources and response sink). A request
-/// carried out moves the RC responder's expected PSN past the message.
+/// carried out moves the RC responder's expected PSN past the message; one it NAKs moves
+/// an RC responder to ERR.
 pub(crate) fn respond(
     host: &mut Host,
     endian: AtomicEndianness,
@@ -364,10 +366,16 @@ pub(crate) fn respond(
     rq: &Request<'_, '_>,
 ) -> Outcome {
     let out = carry_out(host, endian, tgt, rq);
-    if rq.pkts != 0 && matches!(out, Outcome::Done { .. } | Outcome::DoneInline { .. }) {
-        if let Some(q) = host.qps.get_mut(&tgt.qpn) {
-            q.attrs.rq_psn = q.attrs.rq_psn.wrapping_add(rq.pkts) & 0xff_ffff;
+    match out {
+        Outcome::Done { .. } | Outcome::DoneInline { .. } if rq.pkts != 0 => {
+            if let Some(q) = host.qps.get_mut(&tgt.qpn) {
+                q.attrs.rq_psn = q.attrs.rq_psn.wrapping_add(rq.pkts) & 0xff_ffff;
+            }
         }
+        // An RC responder that NAKs a request moves to ERR as it sends the NAK, and
+        // flushes its receive queue (before the requester learns of it, as on a NIC).
+        Outcome::Fail { responder: Some(_), .. } => enter_err(host, tgt.qpn),
+        _ => {}
     }
     out
 }
