@@ -11,6 +11,7 @@
 #   (N and 2N messages, the difference over N) for 1 and 4096 QPs, base and new
 #   e.g.  benches/engine_ab.sh e00793c 5 -- --bandwidth-only
 #         benches/engine_ab.sh e00793c 5 -- --rate-only --threaded-only
+#         benches/engine_ab.sh e00793c 1 -- --busy 2 --busy-only   (two busy processes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${1:-e00793c}
@@ -92,6 +93,14 @@ if b:
     for k in b:
         if k in n:
             print(f"{k[0]:14} {k[1]:5} {k[2]:5} {k[3]:4} {b[k]:9.1f} {n[k]:9.1f} {b[k] / n[k]:14.2f}")
+busy_key = lambda r: (r["mode"], r["what"])
+b, n = best(base, "busy", busy_key, "median_ns", True), best(new, "busy", busy_key, "median_ns", True)
+bw_, nw_ = best(base, "busy", busy_key, "worst_ns", False), best(new, "busy", busy_key, "worst_ns", False)
+if b:
+    print(f"busy processes: {base[0].get('busy_processes')}; median and worst ns (best median, worst worst)")
+    for k in b:
+        if k in n:
+            print(f"{k[0]:10} {k[1]:22} base {b[k]:8.1f} / {bw_[k]:8.1f}  new {n[k]:8.1f} / {nw_[k]:8.1f}  new/base {b[k] / n[k]:.2f}")
 bw_key = lambda r: r["bytes"]
 for what in ("write_Bps", "read_Bps"):
     b, n = best(base, "bandwidth", bw_key, what, False), best(new, "bandwidth", bw_key, what, False)
