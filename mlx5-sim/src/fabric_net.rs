@@ -23,6 +23,16 @@ impl Fabric {
         st.net_changed();
     }
 
+    /// Carries every message over the packet wire (the network model: packets with PSNs,
+    /// ACKs and NAKs on simulated time) even with no fault and no capture, or (`false`)
+    /// only when faults or a capture ask for it. Results are the same on either wire; this
+    /// is for measuring the packet wire and comparing the two.
+    pub fn set_packet_wire(&self, on: bool) {
+        let mut st = self.front.state.all();
+        st.net.force = on;
+        st.net_changed();
+    }
+
     /// Faults of the link between the hosts named `a` and `b` (both directions).
     pub fn set_link_faults(&self, a: &str, b: &str, faults: LinkFaults) -> Result<(), SimError> {
         let mut st = self.front.state.all();

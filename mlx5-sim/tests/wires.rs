@@ -303,3 +303,39 @@ fn different_traffic_gives_different_transcripts() {
     assert_eq!(t.cqes[0].iter().map(|c| c[63] >> 4).collect::<Vec<_>>(), [0, 0, 0], "{:?}", t.others);
     assert_eq!(t.cqes[3].iter().map(|c| c[63] >> 4).collect::<Vec<_>>(), [2, 2]);
 }
+
+/// `Fabric::set_packet_wire` puts messages on the packet wire with no fault and no
+/// capture: the simulated clock moves, as it does only there, and stops again when the
+/// direct wire is back.
+#[test]
+fn the_packet_wire_can_be_asked_for_without_faults_or_capture() {
+    let mut p = Pair::new();
+    p.fabric.set_packet_wire(true);
+    let src = Buf::new(&p.a, p.pda, 64, ALL_ACCESS);
+    let dst = Buf::new(&p.b, p.pdb, 64, ALL_ACCESS);
+    assert_eq!(p.fabric.now_ns(), 0);
+    p.qa.post(
+        op::RDMA_WRITE,
+        SIGNALED,
+        [0; 4],
+        &[
+            Seg::Raddr { raddr: dst.addr(), rkey: dst.keys.rkey },
+            Seg::Data { addr: src.addr(), len: 8, lkey: src.keys.lkey },
+        ],
+    );
+    assert_eq!(p.scq_a.expect_one().opcode(), 0);
+    assert!(p.fabric.now_ns() > 0, "the packet wire runs on simulated time");
+    p.fabric.set_packet_wire(false);
+    let t = p.fabric.now_ns();
+    p.qa.post(
+        op::RDMA_WRITE,
+        SIGNALED,
+        [0; 4],
+        &[
+            Seg::Raddr { raddr: dst.addr(), rkey: dst.keys.rkey },
+            Seg::Data { addr: src.addr(), len: 8, lkey: src.keys.lkey },
+        ],
+    );
+    assert_eq!(p.scq_a.expect_one().opcode(), 0);
+    assert_eq!(p.fabric.now_ns(), t, "back on the direct wire: no simulated time");
+}

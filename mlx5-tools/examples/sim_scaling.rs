@@ -67,6 +67,10 @@ struct Args {
     /// No pingpong pass (e.g. to count the instructions of the rate runs alone).
     #[arg(long)]
     no_pingpong: bool,
+    /// Every message over the packet wire (the network model, with no fault), not the
+    /// direct wire: to compare the two.
+    #[arg(long)]
+    packet_wire: bool,
     /// Only this message size (bytes) in the bandwidth table.
     #[arg(long, conflicts_with_all = ["rate_only", "busy_only"])]
     size: Option<usize>,
@@ -171,8 +175,14 @@ type Bed = (Vec<(usize, RcQp<Sim, u64>)>, Vec<RcQp<Sim, u64>>, Vec<Host>, Fabric
 
 /// `hosts` hosts; `qps` RC QPs, QP i from host 2k to host 2k+1 of pair k = i mod hosts/2,
 /// each with room for `depth` send WRs.
+/// `--packet-wire`: set once in `main`, read by every set-up.
+static PACKET_WIRE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn setup(hosts: usize, qps: usize, mode: ExecMode, mr_len: usize, depth: u32) -> Bed {
     let fabric = Fabric::new(FabricConfig { mode, ..FabricConfig::default() });
+    if PACKET_WIRE.load(std::sync::atomic::Ordering::Relaxed) {
+        fabric.set_packet_wire(true);
+    }
     for i in 0..hosts {
         fabric.add_host(HostConfig::infiniband(&format!("h{i}"), i as u16 + 1));
     }
@@ -322,6 +332,7 @@ fn memcpy_bw(size: usize, total: usize) -> f64 {
 
 fn main() {
     let a = Args::parse();
+    PACKET_WIRE.store(a.packet_wire, std::sync::atomic::Ordering::Relaxed);
     if a.spin {
         loop {
             std::hint::spin_loop();

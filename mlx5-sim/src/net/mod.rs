@@ -78,6 +78,9 @@ pub(crate) struct Net {
     /// Packet capture, when running.
     pub capture: Option<capture::Capture>,
     any_faults: bool,
+    /// Every message as packets even with no fault and no capture
+    /// ([`crate::Fabric::set_packet_wire`]).
+    pub force: bool,
     /// Unit tests: the fates of the next packets (true: lost), before any drawn ones.
     #[cfg(test)]
     pub script: std::collections::VecDeque<bool>,
@@ -98,15 +101,16 @@ impl Net {
             pairs: Vec::new(),
             capture: None,
             any_faults: false,
+            force: false,
             #[cfg(test)]
             script: std::collections::VecDeque::new(),
         }
     }
 
-    /// Whether messages must travel as packets (faults or capture).
+    /// Whether messages must travel as packets (faults, capture, or asked for).
     #[inline]
     pub(crate) fn active(&self) -> bool {
-        self.any_faults || self.capture.is_some()
+        self.any_faults || self.capture.is_some() || self.force
     }
 
     /// Restart the generator (same seed, same run).
