@@ -482,7 +482,11 @@ fn process_sq_in(
         let Some(qp) = st.hosts[h].qps.get_mut(&qpn) else {
             return;
         };
-        record_shadow(qp, counter, nbb);
+        // The shadow of what ran: its first 8 bytes as fetched (`fetch_wqe` always copies
+        // the first WQEBB), not read from the ring a second time.
+        let mut ctrl8 = [0u8; 8];
+        ctrl8.copy_from_slice(&buf[..8]);
+        qp.record_shadow(counter, ctrl8, nbb);
         qp.sq_ci = counter.wrapping_add(nbb);
         qp.rnr = None;
         // Whether WQEs wait behind this one: up to the producer read before, or else

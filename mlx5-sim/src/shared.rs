@@ -45,22 +45,27 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 #[inline]
 pub(crate) unsafe fn load(src: *const u8, out: &mut [u8]) {
     let n = out.len();
-    // Bytes up to the first 8-aligned address, then whole words, then the tail.
+    // Bytes up to the first 8-aligned address, then whole words, then the tail. The
+    // slices are split once, so the word loop has no bounds check per word.
     let head = src.align_offset(8).min(n);
-    let words = (n - head) / 8;
-    for (i, o) in out[..head].iter_mut().enumerate() {
+    let (first, rest) = out.split_at_mut(head);
+    for (i, o) in first.iter_mut().enumerate() {
         // SAFETY: inside the range (caller contract); AtomicU8 has alignment 1.
         *o = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Relaxed);
     }
-    for w in 0..words {
-        let at = head + 8 * w;
+    // SAFETY: `head` <= n, inside the range.
+    let words = unsafe { src.add(head) };
+    let mut chunks = rest.chunks_exact_mut(8);
+    let mut at = 0;
+    for c in &mut chunks {
         // SAFETY: inside the range and 8-aligned (`head` reached the alignment).
-        let v = unsafe { AtomicU64::from_ptr(src.add(at).cast::<u64>().cast_mut()) }.load(Relaxed);
-        out[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+        let v = unsafe { AtomicU64::from_ptr(words.add(at).cast::<u64>().cast_mut()) }.load(Relaxed);
+        c.copy_from_slice(&v.to_ne_bytes());
+        at += 8;
     }
-    for (i, o) in out.iter_mut().enumerate().skip(head + 8 * words) {
+    for (i, o) in chunks.into_remainder().iter_mut().enumerate() {
         // SAFETY: inside the range (caller contract).
-        *o = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Relaxed);
+        *o = unsafe { AtomicU8::from_ptr(words.add(at + i).cast_mut()) }.load(Relaxed);
     }
 }
 
