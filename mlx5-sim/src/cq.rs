@@ -244,7 +244,7 @@ impl Cq {
             h[..first_half.len()].copy_from_slice(first_half);
             self.mem.write(proper - 64, &h);
         }
-        self.mem.write(proper, &cqe[..OP_OWN_OFFSET]);
+        self.mem.write_cqe_body(proper, cqe);
         let op_own = (cqe[OP_OWN_OFFSET] & !1) | self.owner(idx);
         self.mem.store_u8_release(proper + OP_OWN_OFFSET, op_own);
         self.pi = self.pi.wrapping_add(1);
