@@ -89,6 +89,19 @@ pub(crate) unsafe fn load(src: *const u8, out: &mut [u8]) {
 #[inline]
 pub(crate) unsafe fn store(dst: *mut u8, data: &[u8]) {
     let n = data.len();
+    // As in `load`: aligned whole words, word by word.
+    if (dst as usize).is_multiple_of(8) && n.is_multiple_of(8) {
+        let src = data.as_ptr();
+        for w in 0..n / 8 {
+            // SAFETY: inside the range and 8-aligned (caller contract; checked above);
+            // `src` has `n` bytes, read unaligned.
+            unsafe {
+                let v = src.add(8 * w).cast::<u64>().read_unaligned();
+                AtomicU64::from_ptr(dst.add(8 * w).cast::<u64>()).store(v, Relaxed);
+            }
+        }
+        return;
+    }
     let head = dst.align_offset(8).min(n);
     let words = (n - head) / 8;
     for (i, &b) in data[..head].iter().enumerate() {
