@@ -204,8 +204,7 @@ pub(crate) fn cq_doorbell(host: &mut Host, value: [u8; 8]) {
 }
 
 pub(crate) fn record_shadow(qp: &mut Qp, counter: u16, wqebbs: u16) {
-    let mut ctrl8 = [0u8; 8];
-    qp.read_sq(counter, 0, &mut ctrl8);
+    let ctrl8 = qp.read_ctrl8(counter);
     qp.record_shadow(counter, ctrl8, wqebbs);
 }
 

@@ -17,8 +17,7 @@ fn doorbell_matches(qp: &Qp, value: &[u8; 8], strict: bool) -> bool {
     let p = qp.sq_producer();
     let ci = qp.sq_ci;
     let (ctrl8, nbb) = if idx.wrapping_sub(ci) < p.wrapping_sub(ci) {
-        let mut c8 = [0u8; 8];
-        qp.read_sq(idx, 0, &mut c8);
+        let c8 = qp.read_ctrl8(idx);
         // ds is the low 6 bits of byte 7 (qpn_ds).
         (c8, crate::wire::wqebbs_of(CtrlSeg::new_unchecked(&c8[..]).ds()))
     } else {

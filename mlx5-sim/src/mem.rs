@@ -146,6 +146,25 @@ impl DevMem {
         true
     }
 
+    /// The 8 bytes at `off`: one word load where `off` is 8-aligned (a WQE's ctrl
+    /// segment), else as [`DevMem::read`]; zeros if out of range.
+    #[inline]
+    pub(crate) fn read8(&self, off: usize) -> [u8; 8] {
+        let mut b = [0u8; 8];
+        if off.checked_add(8).is_none_or(|end| end > self.len()) {
+            return b;
+        }
+        let p = self.ptr().wrapping_add(off);
+        if (p as usize).is_multiple_of(8) {
+            // SAFETY: in range and 8-aligned; the driver may write it meanwhile, hence
+            // the atomic load.
+            let v = unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }.load(Ordering::Relaxed);
+            return v.to_ne_bytes();
+        }
+        self.read(off, &mut b);
+        b
+    }
+
     /// Acquire-loads the big-endian u32 at `off` (4-aligned), as a doorbell-record word.
     pub(crate) fn load_be32(&self, off: usize) -> u32 {
         if !off.is_multiple_of(4) || off + 4 > self.len() {
@@ -325,5 +344,19 @@ mod tests {
         let mut all = [0u8; 128];
         m.read(0, &mut all);
         assert!(all.iter().all(|&b| b == 0));
+    }
+
+    /// `read8`: the 8 bytes at an aligned or a misaligned offset, zeros past the end.
+    #[test]
+    fn read8_reads_the_eight_bytes_there() {
+        let m = DevMem::new(64, 64).unwrap();
+        let all: Vec<u8> = (1..=64).collect();
+        m.write(0, &all);
+        assert_eq!(m.read8(0), [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(m.read8(8), [9, 10, 11, 12, 13, 14, 15, 16]);
+        assert_eq!(m.read8(3), [4, 5, 6, 7, 8, 9, 10, 11]);
+        assert_eq!(m.read8(56), [57, 58, 59, 60, 61, 62, 63, 64]);
+        assert_eq!(m.read8(57), [0; 8]);
+        assert_eq!(m.read8(usize::MAX), [0; 8]);
     }
 }

@@ -310,6 +310,16 @@ impl Qp {
         }
     }
 
+    /// The first 8 bytes of the WQE at `counter` (what a doorbell carries): one load, a
+    /// WQEBB never wrapping.
+    #[inline]
+    pub(crate) fn read_ctrl8(&self, counter: u16) -> [u8; 8] {
+        if self.sq_ring_len() == 0 {
+            return [0; 8]; // no SQ (DCT)
+        }
+        self.buf.read8(self.sq_off + self.sq_slot(usize::from(counter)) * WQEBB_SIZE)
+    }
+
     /// Reads the ctrl segment at `counter`.
     pub(crate) fn read_ctrl(&self, counter: u16) -> CtrlRepr {
         let mut c = [0u8; DS_SIZE];
