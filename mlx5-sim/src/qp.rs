@@ -349,7 +349,13 @@ impl Qp {
             return (ctrl, None);
         }
         if len > WQEBB_SIZE {
-            self.read_sq(counter, WQEBB_SIZE, &mut out[WQEBB_SIZE..len]);
+            // The rest in one copy unless it wraps at the ring's end.
+            let next = (start + WQEBB_SIZE) & (ring - 1);
+            if next + (len - WQEBB_SIZE) <= ring {
+                self.buf.read(self.sq_off + next, &mut out[WQEBB_SIZE..len]);
+            } else {
+                self.read_sq(counter, WQEBB_SIZE, &mut out[WQEBB_SIZE..len]);
+            }
         }
         (ctrl, Some(len))
     }
