@@ -198,7 +198,9 @@ impl Cq {
                 self.pending.push(*cqe);
             }
             _ => {
-                self.flush();
+                if !self.pending.is_empty() {
+                    self.flush();
+                }
                 self.write_slot(cqe, first_half);
             }
         }
