@@ -82,19 +82,25 @@ pub(crate) fn push_cqe_data(
         return;
     };
     let was_error = cq.error;
-    let mut b = *cqe;
+    // The CQE as given, or (scatter-to-CQE) a copy with the data in it.
+    let mut b;
     let mut half: &[u8] = &[];
-    if let Some(d) = data {
-        if cq.cqe_size == 64 {
-            b[..32].fill(0);
-            b[..d.len()].copy_from_slice(d);
-            b[OP_OWN] = (b[OP_OWN] & !0x0c) | 1 << 2;
-        } else {
-            half = d;
-            b[OP_OWN] = (b[OP_OWN] & !0x0c) | 2 << 2;
+    let cqe = match data {
+        None => cqe,
+        Some(d) => {
+            b = *cqe;
+            if cq.cqe_size == 64 {
+                b[..32].fill(0);
+                b[..d.len()].copy_from_slice(d);
+                b[OP_OWN] = (b[OP_OWN] & !0x0c) | 1 << 2;
+            } else {
+                half = d;
+                b[OP_OWN] = (b[OP_OWN] & !0x0c) | 2 << 2;
+            }
+            &b
         }
-    }
-    match cq.push_with(&b, half) {
+    };
+    match cq.push_with(cqe, half) {
         Ok(()) => {
             host.stats.cqes_written += 1;
             if cq.has_pending() && !host.dirty.contains(&cqn) {
