@@ -92,6 +92,36 @@ fn read_av(wqe: &[u8]) -> [u8; 48] {
     av
 }
 
+/// What the requester needs of its QP for one WQE, taken when the WQE is fetched (one
+/// look-up of the QP per WQE, not one per use).
+#[derive(Debug, Clone, Copy)]
+struct Sender {
+    pdn: u32,
+    path: Option<RcPath>,
+    peer: u32,
+    qtype: QpType,
+    /// Path MTU, at least 256.
+    mtu: u32,
+    sq_psn: u32,
+    scatter_to_cqe: bool,
+    send_cqn: u32,
+}
+
+impl Sender {
+    fn of(q: &crate::qp::Qp) -> Sender {
+        Sender {
+            pdn: q.pdn,
+            path: q.attrs.path,
+            peer: q.peer,
+            qtype: q.qp_type,
+            mtu: q.attrs.path_mtu.max(256),
+            sq_psn: q.attrs.sq_psn,
+            scatter_to_cqe: q.scatter_to_cqe,
+            send_cqn: q.send_cqn,
+        }
+    }
+}
+
 /// Executes the validated WQE `w` (bytes in `wqe`) of QP `qpn` on host `h`, including the
 /// responder side (the model's simplification: the requester's NIC runs both ends, holding
 /// the requester's and the responder's hosts, see [`crate::hosts`]). Nothing is written to
@@ -102,16 +132,12 @@ fn read_av(wqe: &[u8]) -> [u8; 48] {
 /// unreachable or unconnected destination fails at once with TRANSPORT_RETRY_EXC_ERR
 /// (retries assumed exhausted instantly); every NAK the responder causes moves an RC
 /// responder QP to ERR [IB semantics, unverified on mlx5, §6.2], never a DCT.
-fn execute(st: &mut FabricState, h: usize, qpn: u32, wqe: &[u8], w: &SendWqe) -> Outcome {
+fn execute(st: &mut FabricState, h: usize, qpn: u32, me: &Sender, wqe: &[u8], w: &SendWqe) -> Outcome {
     let op = w.ctrl.opcode;
     if op == opcode::NOP {
         return Outcome::Done { byte_cnt: 0 };
     }
-    let Some(me) = st.hosts[h].qps.get(&qpn) else {
-        return fail(syndrome::LOCAL_QP_OP_ERR);
-    };
-    let (pdn, path, peer, qtype, mtu, sq_psn) =
-        (me.pdn, me.attrs.path, me.peer, me.qp_type, me.attrs.path_mtu.max(256), me.attrs.sq_psn);
+    let (pdn, path, peer, qtype, mtu, sq_psn) = (me.pdn, me.path, me.peer, me.qtype, me.mtu, me.sq_psn);
     // Requester scatter-to-CQE: RC only, and only for a signaled WQE (an unsignaled one
     // has no CQE to carry the data, so it goes to memory) [model choice, spec §5.7].
     let req_scatter = if qtype == QpType::Rc && me.scatter_to_cqe && w.ctrl.fm_ce_se & 0x08 != 0 {
@@ -421,6 +447,7 @@ fn process_sq_in(
             _ => return,
         }
         let qtype = qp.qp_type;
+        let me = Sender::of(qp);
         let producer = match known.take() {
             Some(p) => p,
             None => qp.sq_producer(),
@@ -446,7 +473,7 @@ fn process_sq_in(
             }
             Ok(w) => {
                 let l = usize::from(w.ctrl.ds) * DS_SIZE;
-                match execute(st, h, qpn, &buf[..l], w) {
+                match execute(st, h, qpn, &me, &buf[..l], w) {
                     // A host it needs was busy, and this operation does not wait
                     // (`Shared::try_host`): the WQE is left as it was, for the NIC.
                     Outcome::Restart if st.deferred() => return,
