@@ -234,6 +234,10 @@ mod tests {
 
     #[test]
     fn emptied_chunks_go_back_and_reused_memory_is_zeroed() {
+        // The process-wide arena is held meanwhile: other tests allocating device memory
+        // in parallel would map chunks, possibly at the address this test just unmapped,
+        // and `free_checked` would see it mapped.
+        let _held = arena();
         let mut a = Arena::new();
         // Twelve quarter-chunk blocks fill three chunks.
         let blocks: Vec<_> = (0..12).map(|_| a.alloc(MAX_BLOCK, 4096).expect("memory")).collect();
