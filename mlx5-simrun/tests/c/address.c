@@ -8,21 +8,7 @@
  * entry and the missing GRH.
  * The valid address (GID index 0) is then taken. Exit 0 when all hold.
  */
-#include <errno.h>
-#include <infiniband/verbs.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#define CHECK(cond, ...)                                                                                   \
-	do {                                                                                               \
-		if (!(cond)) {                                                                             \
-			fprintf(stderr, "address: line %d: ", __LINE__);                                   \
-			fprintf(stderr, __VA_ARGS__);                                                      \
-			fprintf(stderr, "\n");                                                             \
-			exit(1);                                                                           \
-		}                                                                                          \
-	} while (0)
+#include "verbs_util.h"
 
 static struct ibv_ah_attr av(struct ibv_port_attr *port, union ibv_gid *gid, int global, int sgid)
 {

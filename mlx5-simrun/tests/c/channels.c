@@ -5,21 +5,9 @@
  * that used it is destroyed afterwards. Counted in descriptors: 500 channels
  * created and destroyed leave the process's descriptor count where it was.
  */
+#include "verbs_util.h"
 #include <dirent.h>
-#include <infiniband/verbs.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <unistd.h>
-
-#define CHECK(cond, ...)                                                                                   \
-	do {                                                                                               \
-		if (!(cond)) {                                                                             \
-			fprintf(stderr, "channels: line %d: ", __LINE__);                                  \
-			fprintf(stderr, __VA_ARGS__);                                                      \
-			fprintf(stderr, "\n");                                                             \
-			exit(1);                                                                           \
-		}                                                                                          \
-	} while (0)
 
 static int open_fds(void)
 {

@@ -9,59 +9,10 @@
  * IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK), and the kernel's answers
  * to mmaps of the clock pages it refuses. Exit 0 when every check holds.
  */
-#include <errno.h>
+#include "verbs_util.h"
 #include <infiniband/mlx5dv.h>
-#include <infiniband/verbs.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
-
-#define CHECK(cond, ...)                                                                                   \
-	do {                                                                                               \
-		if (!(cond)) {                                                                             \
-			fprintf(stderr, "clock: line %d: ", __LINE__);                                     \
-			fprintf(stderr, __VA_ARGS__);                                                      \
-			fprintf(stderr, "\n");                                                             \
-			exit(1);                                                                           \
-		}                                                                                          \
-	} while (0)
-
-static void to_rts(struct ibv_qp *qp, uint32_t dest, uint16_t dlid, union ibv_gid *gid)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-	      "INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.min_rnr_timer = 1;
-	a.ah_attr.port_num = 1;
-	a.ah_attr.dlid = dlid;
-	if (gid) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = *gid;
-		a.ah_attr.grh.sgid_index = 0;
-		a.ah_attr.grh.hop_limit = 64;
-	}
-	CHECK(!ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-	      "RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	CHECK(!ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				     IBV_QP_MAX_QP_RD_ATOMIC),
-	      "RTS");
-}
 
 static uint64_t raw_clock(struct ibv_context *ctx)
 {
@@ -147,11 +98,8 @@ int main(void)
 	/* Two QPs on the device, connected to each other. */
 	struct ibv_port_attr port;
 	CHECK(!ibv_query_port(ctx, 1, &port), "query_port");
-	union ibv_gid gid, *g = NULL;
-	if (port.link_layer == IBV_LINK_LAYER_ETHERNET) {
-		CHECK(!ibv_query_gid(ctx, 1, 0, &gid), "query_gid");
-		g = &gid;
-	}
+	union ibv_gid gid;
+	CHECK(!ibv_query_gid(ctx, 1, 0, &gid), "query_gid");
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	char *buf = aligned_alloc(4096, 8192);
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
@@ -168,8 +116,8 @@ int main(void)
 	qa.send_cq = qa.recv_cq = ibv_cq_ex_to_cq(wcq);
 	struct ibv_qp *q2 = ibv_create_qp(pd, &qa);
 	CHECK(q1 && q2, "create_qp");
-	to_rts(q1, q2->qp_num, port.lid, g);
-	to_rts(q2, q1->qp_num, port.lid, g);
+	to_rts(q1, q2->qp_num, &port, &gid);
+	to_rts(q2, q1->qp_num, &port, &gid);
 
 	/* The completion's timestamp lies between two reads of the counter. */
 	uint64_t before = raw_clock(ctx);

@@ -7,22 +7,9 @@
  * with EPROTONOSUPPORT, the kernel's answer for the ioctl-only
  * QUERY_CONTEXT method it lacks. Exit 0 when every check holds.
  */
-#include <errno.h>
+#include "verbs_util.h"
 #include <fcntl.h>
-#include <infiniband/verbs.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <unistd.h>
-
-#define CHECK(cond, ...)                                                                                   \
-	do {                                                                                               \
-		if (!(cond)) {                                                                             \
-			fprintf(stderr, "dup: line %d: ", __LINE__);                                       \
-			fprintf(stderr, __VA_ARGS__);                                                      \
-			fprintf(stderr, "\n");                                                             \
-			exit(1);                                                                           \
-		}                                                                                          \
-	} while (0)
 
 /* A PD and a CQ made through descriptor `fd` of `ctx`'s file, an MR on the
  * PD made through the context's own descriptor, all destroyed again. */

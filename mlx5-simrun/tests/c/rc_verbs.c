@@ -12,23 +12,9 @@
  * from ibv_create_cq_ex and the posts from the ibv_wr_* API; `rate=N`: only
  * N 64-byte WRITEs, timed).
  */
+#include "verbs_util.h"
 #include <arpa/inet.h>
-#include <infiniband/verbs.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
-
-#define CHECK(cond, ...)                                                                                   \
-	do {                                                                                               \
-		if (!(cond)) {                                                                             \
-			fprintf(stderr, "rc_verbs: line %d: ", __LINE__);                                  \
-			fprintf(stderr, __VA_ARGS__);                                                      \
-			fprintf(stderr, "\n");                                                             \
-			exit(1);                                                                           \
-		}                                                                                          \
-	} while (0)
 
 enum { BUF = 8192 };
 

@@ -6,50 +6,8 @@
  * ibv_query_srq then reports the limit disarmed. A limit of the SRQ's size
  * or more is refused. Exit 0 when every check holds.
  */
-#include <infiniband/verbs.h>
+#include "verbs_util.h"
 #include <poll.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#define CHECK(cond, ...)                                                                                   \
-	do {                                                                                               \
-		if (!(cond)) {                                                                             \
-			fprintf(stderr, "srq_limit: line %d: ", __LINE__);                                 \
-			fprintf(stderr, __VA_ARGS__);                                                      \
-			fprintf(stderr, "\n");                                                             \
-			exit(1);                                                                           \
-		}                                                                                          \
-	} while (0)
-
-static void to_rts(struct ibv_qp *qp, uint32_t dest, uint16_t dlid)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-	      "INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.min_rnr_timer = 1;
-	a.ah_attr.port_num = 1;
-	a.ah_attr.dlid = dlid;
-	CHECK(!ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-	      "RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	CHECK(!ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				     IBV_QP_MAX_QP_RD_ATOMIC),
-	      "RTS");
-}
 
 static void send_one(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *mr)
 {
@@ -83,7 +41,8 @@ int main(void)
 	struct ibv_context *ctx = ibv_open_device(devs[0]);
 	CHECK(ctx, "open");
 	struct ibv_port_attr port;
-	CHECK(!ibv_query_port(ctx, 1, &port), "query_port");
+	union ibv_gid gid;
+	CHECK(!ibv_query_port(ctx, 1, &port) && !ibv_query_gid(ctx, 1, 0, &gid), "query_port");
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);  /* a's sends */
 	struct ibv_cq *rcq = ibv_create_cq(ctx, 64, NULL, NULL, 0); /* b's receives */
@@ -101,8 +60,8 @@ int main(void)
 	qa.send_cq = qa.recv_cq = rcq;
 	struct ibv_qp *b = ibv_create_qp(pd, &qa);
 	CHECK(a && b, "QPs");
-	to_rts(a, b->qp_num, port.lid);
-	to_rts(b, a->qp_num, port.lid);
+	to_rts(a, b->qp_num, &port, &gid);
+	to_rts(b, a->qp_num, &port, &gid);
 
 	for (int i = 0; i < 4; i++) {
 		struct ibv_sge sge = { (uintptr_t)buf + 1024 + 64 * i, 64, mr->lkey };

@@ -7,54 +7,7 @@
  * WRITEs (BlueFlame) and 200 gathered ones (doorbell) land and complete
  * on each of two QPs with two TDs. Exit 0 when every check holds.
  */
-#include <infiniband/verbs.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#define CHECK(cond, ...)                                                                                   \
-	do {                                                                                               \
-		if (!(cond)) {                                                                             \
-			fprintf(stderr, "thread_domain: line %d: ", __LINE__);                             \
-			fprintf(stderr, __VA_ARGS__);                                                      \
-			fprintf(stderr, "\n");                                                             \
-			exit(1);                                                                           \
-		}                                                                                          \
-	} while (0)
-
-static void to_rts(struct ibv_qp *qp, uint32_t dest, struct ibv_port_attr *port, union ibv_gid *gid)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-	      "INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.min_rnr_timer = 1;
-	a.ah_attr.port_num = 1;
-	a.ah_attr.dlid = port->lid;
-	if (port->link_layer == IBV_LINK_LAYER_ETHERNET) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = *gid;
-		a.ah_attr.grh.hop_limit = 64;
-	}
-	CHECK(!ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-	      "RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	CHECK(!ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				     IBV_QP_MAX_QP_RD_ATOMIC),
-	      "RTS");
-}
+#include "verbs_util.h"
 
 /* `n` signalled WRITEs of 8 bytes from `qp` (inline: BlueFlame), each to its
  * own slot of `dst`, each waited for on `cq`. */
