@@ -25,7 +25,8 @@ pub(crate) enum Outcome {
     Fail {
         synd: u8,
         /// The RC responder QP (host, QPN) that NAKed and moved to ERR ([`respond`]);
-        /// the packet wire drops what follows to it.
+        /// the packet wire drops what follows to it. (Only whether there is one is used
+        /// now; a `bool` here cost 35 instructions per message in the generated code.)
         responder: Option<(usize, u32)>,
     },
     /// Nothing was done: the hosts were taken again in order ([`FabricState::need`]);
