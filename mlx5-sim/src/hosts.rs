@@ -403,6 +403,13 @@ pub(crate) struct Found<'a> {
 }
 
 impl<'a> FabricState<'a> {
+    /// Whether an RC WQE of a lean shape may take the lean path ([`crate::lean`]): on the
+    /// direct wire, unless the fabric was built without it.
+    #[inline]
+    pub(crate) fn lean_path(&self) -> bool {
+        !self.cfg.general_path_only && !self.lossy()
+    }
+
     /// Whether the network model runs (faults or a capture): packets, simulated time.
     #[inline]
     pub(crate) fn lossy(&self) -> bool {

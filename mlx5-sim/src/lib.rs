@@ -27,6 +27,7 @@ mod fabric_net;
 mod host;
 mod hosts;
 mod idmap;
+mod lean;
 mod lossy;
 mod mem;
 mod net;
@@ -34,6 +35,7 @@ mod psn;
 mod qp;
 mod requester;
 mod responder;
+mod route;
 mod shared;
 mod slots;
 mod srq;
@@ -107,6 +109,10 @@ pub struct FabricConfig {
     pub mode: ExecMode,
     /// Atomic byte order.
     pub atomic_endianness: AtomicEndianness,
+    /// Every WQE takes the general path: the lean path for the common RC RDMA WRITE,
+    /// RDMA READ and SEND on the direct wire is off. Results are the same either way (a
+    /// property test compares the two); this is for that comparison and for measuring.
+    pub general_path_only: bool,
 }
 
 /// Link layer of a simulated port: the device model's own copy (the model
@@ -645,6 +651,10 @@ pub struct NicStats {
     /// the NIC thread was not paused and the driver had taken every CQE of the QP's
     /// send CQ (the application waits for this work, as in a pingpong).
     pub doorbells_in_poster: u64,
+    /// Send WQEs (counted in `wqes_executed`) that took the lean path: RC RDMA WRITE,
+    /// RDMA READ and SEND of the common shapes on the direct wire, with the same checks
+    /// and results as the general path ([`FabricConfig::general_path_only`] turns it off).
+    pub lean_wqes: u64,
 }
 
 /// Control-path errors (what `ibv_*` calls would return as errno).

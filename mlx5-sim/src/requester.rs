@@ -2,79 +2,18 @@
 //! destination, executing RC / DC operations through the responder (directly, or over the
 //! network model's packets), UD datagrams, RNR waits, and the requester's completion.
 
-use crate::hosts::{FabricState, Found};
+use crate::hosts::FabricState;
 
 use crate::completer::*;
 use crate::dma::{Sgl, Src, SrcList};
+use crate::lean;
 use crate::psn::*;
 use crate::responder::*;
+use crate::route::{resolve_av, resolve_peer, unanswered, Sender};
 use crate::wire::{opcode, syndrome, DatagramSeg, DS_SIZE, MAX_WQE_DS};
 use crate::wires::{DirectWire, PacketWire, Wire};
 use crate::wqe::{self, Piece, SendWqe};
-use crate::{access, ExecMode, LinkLayer, QpState, QpType, RcPath};
-
-/// Finds the host an RC path leads to: DLID on IB; DGID on RoCE, and the host's MAC must
-/// equal `dmac` when one is given.
-fn resolve<'a>(
-    st: &FabricState<'a>,
-    h: usize,
-    dlid: u16,
-    dgid: Option<[u8; 16]>,
-    dmac: Option<[u8; 6]>,
-) -> Option<Found<'a>> {
-    let ll = st.hosts[h].cfg.link_layer;
-    if !st.hosts[h].reachable() {
-        return None;
-    }
-    st.find_host(|o| {
-        o.link_layer == ll
-            && match ll {
-                LinkLayer::InfiniBand => o.lid == dlid && dlid != 0,
-                LinkLayer::Ethernet => Some(o.gid) == dgid && dmac.is_none_or(|m| m == o.mac),
-            }
-    })
-}
-
-/// [`resolve`] for RC QP `qpn`'s path `p`, through the QP's cache of the host it found
-/// last (`peer`, as read from `Qp::peer` with the path): kept while nothing [`FabricState::find_host`] sees has changed since
-/// (the fabric's address epoch) and the path is the same (a new path forgets it).
-#[inline]
-fn resolve_peer<'a>(
-    st: &mut FabricState<'a>,
-    h: usize,
-    qpn: u32,
-    p: &RcPath,
-    peer: u32,
-) -> Option<Found<'a>> {
-    let epoch = st.addr_epoch();
-    if u64::from(peer >> 16) == epoch && st.hosts[h].reachable() {
-        return Some(st.found((peer & 0xffff) as usize));
-    }
-    let found = resolve(st, h, p.dlid, p.dgid, p.dmac)?;
-    if found.h < 1 << 16 && epoch < 1 << 16 {
-        if let Some(me) = st.hosts[h].qps.get_mut(&qpn) {
-            me.peer = (epoch as u32) << 16 | found.h as u32;
-        }
-    }
-    Some(found)
-}
-
-/// Finds the host an address vector leads to (spec §3.6): IB by `rlid`, and when the GRH
-/// bit is set also by `rgid`; RoCE by `rgid`, and `rmac` must be the host's MAC.
-fn resolve_av<'a>(st: &FabricState<'a>, h: usize, av: &DatagramSeg<&[u8]>) -> Option<Found<'a>> {
-    let ll = st.hosts[h].cfg.link_layer;
-    let (rlid, rgid, rmac, grh) = (av.rlid(), av.rgid(), av.rmac(), av.grh());
-    if !st.hosts[h].reachable() {
-        return None;
-    }
-    st.find_host(|o| {
-        o.link_layer == ll
-            && match ll {
-                LinkLayer::InfiniBand => rlid != 0 && o.lid == rlid && (!grh || o.gid == rgid),
-                LinkLayer::Ethernet => o.gid == rgid && o.mac == rmac,
-            }
-    })
-}
+use crate::{access, ExecMode, LinkLayer, QpState, QpType};
 
 /// Copies the address vector at DS 1 of `wqe` into a 48-byte buffer; a legacy 16-byte AV
 /// (ext bit clear, spec §3.6) leaves bytes 16..47 zero (no GRH, no MAC, no GID).
@@ -90,36 +29,6 @@ fn read_av(wqe: &[u8]) -> [u8; 48] {
         }
     }
     av
-}
-
-/// What the requester needs of its QP for one WQE, taken when the WQE is fetched (one
-/// look-up of the QP per WQE, not one per use).
-#[derive(Debug, Clone, Copy)]
-struct Sender {
-    pdn: u32,
-    path: Option<RcPath>,
-    peer: u32,
-    qtype: QpType,
-    /// Path MTU, at least 256.
-    mtu: u32,
-    sq_psn: u32,
-    scatter_to_cqe: bool,
-    send_cqn: u32,
-}
-
-impl Sender {
-    fn of(q: &crate::qp::Qp) -> Sender {
-        Sender {
-            pdn: q.pdn,
-            path: q.attrs.path,
-            peer: q.peer,
-            qtype: q.qp_type,
-            mtu: q.attrs.path_mtu.max(256),
-            sq_psn: q.attrs.sq_psn,
-            scatter_to_cqe: q.scatter_to_cqe,
-            send_cqn: q.send_cqn,
-        }
-    }
 }
 
 /// Executes the validated WQE `w` (bytes in `wqe`) of QP `qpn` on host `h`, including the
@@ -238,15 +147,6 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, me: &Sender, wqe: &[u8], w:
     } else {
         DirectWire::request(st, h, qpn, tgt, &rq)
     }
-}
-
-/// A request nobody answers (no such peer, not connected, wrong PSN or DC key): the
-/// requester's retries run out (on the simulated clock when the network model runs).
-fn unanswered(st: &mut FabricState, h: usize, qpn: u32) -> Outcome {
-    if st.lossy() {
-        crate::lossy::silent_peer(st, h, qpn);
-    }
-    fail(syndrome::TRANSPORT_RETRY_EXC_ERR)
 }
 
 /// The network header a UD receive finds in its GRH slot.
@@ -413,6 +313,12 @@ pub(crate) fn active_mtu(ll: LinkLayer) -> u32 {
     }
 }
 
+/// A WQE that breaks the layout rules (spec §8 step 3): counted, and LOCAL_QP_OP_ERR.
+fn malformed(st: &mut FabricState, h: usize) -> Outcome {
+    st.hosts[h].stats.malformed_wqes += 1;
+    fail(syndrome::LOCAL_QP_OP_ERR)
+}
+
 /// Executes WQEs of QP `qpn` from its hardware counter up to the producer in dbrec word 1.
 /// `retry`: retry the WQE the SQ is RNR-blocked at (one tick elapsed).
 pub(crate) fn process_sq(st: &mut FabricState, h: usize, qpn: u32, retry: bool) {
@@ -458,30 +364,35 @@ fn process_sq_in(
         }
         let avail = producer.wrapping_sub(counter);
         let (ctrl, len) = qp.fetch_wqe(counter, buf);
-        let parsed = match len {
+        let valid = match len {
             None => Err("WQE larger than the ring"),
             Some(_) if ctrl.qpn != qpn => Err("QPN in ctrl is not this QP"),
             Some(_) if ctrl.wqe_index != counter => Err("wqe_index is not the hardware counter"),
             Some(_) if ctrl.wqebbs() > avail => Err("WQE extends past the producer"),
-            Some(l) => wqe::parse_with_ctrl(qtype, ctrl, &buf[..l]),
+            Some(l) => Ok(&buf[..l]),
         };
         let nbb = ctrl.wqebbs().min(avail);
-        let outcome = match &parsed {
-            Err(_) => {
-                st.hosts[h].stats.malformed_wqes += 1;
-                fail(syndrome::LOCAL_QP_OP_ERR)
-            }
-            Ok(w) => {
-                let l = usize::from(w.ctrl.ds) * DS_SIZE;
-                match execute(st, h, qpn, &me, &buf[..l], w) {
-                    // A host it needs was busy, and this operation does not wait
-                    // (`Shared::try_host`): the WQE is left as it was, for the NIC.
-                    Outcome::Restart if st.deferred() => return,
-                    // Home was let go for a moment: look at the QP afresh.
-                    Outcome::Restart => continue,
-                    o => o,
-                }
-            }
+        // An RC WQE of a lean shape on the direct wire takes the lean path; any other
+        // the general one (which also answers every malformed WQE).
+        let lean = match valid {
+            Ok(b) if qtype == QpType::Rc && st.lean_path() => lean::shape(&ctrl, b, me.scatter_to_cqe),
+            _ => None,
+        };
+        let done = match (valid, lean) {
+            (Ok(b), Some(m)) => lean::execute(st, h, qpn, &me, b, &ctrl, &m),
+            (Ok(b), None) => match wqe::parse_with_ctrl(qtype, ctrl, b) {
+                Ok(w) => execute(st, h, qpn, &me, b, &w),
+                Err(_) => malformed(st, h),
+            },
+            (Err(_), _) => malformed(st, h),
+        };
+        let outcome = match done {
+            // A host it needs was busy, and this operation does not wait
+            // (`Shared::try_host`): the WQE is left as it was, for the NIC.
+            Outcome::Restart if st.deferred() => return,
+            // Home was let go for a moment: look at the QP afresh.
+            Outcome::Restart => continue,
+            o => o,
         };
         let me = &mut st.hosts[h];
         me.stats.wqes_executed += 1;

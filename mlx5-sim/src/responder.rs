@@ -209,6 +209,57 @@ pub(crate) fn accept_dc(host: &mut Host, h: usize, num: u32, key: u64) -> Option
     Some(Target::of(h, r, num))
 }
 
+/// The responder of an RDMA WRITE or READ the lean path carries ([`crate::lean`]: no
+/// immediate, so no receive consumed; no requester scatter-to-CQE) from RC QP
+/// `rq.src_qpn` with PSN `psn`, arriving at RC QP `dest_qpn` of `host` (host `h`).
+/// [`accept_rc`]'s checks, then [`respond`]'s for the operation, in the same order and
+/// with the same results; `None` where [`accept_rc`] gives no answer.
+pub(crate) fn respond_rdma(
+    host: &mut Host,
+    h: usize,
+    dest_qpn: u32,
+    psn: u32,
+    rq: &Request<'_, '_>,
+) -> Option<Outcome> {
+    let r = host.qps.get(&dest_qpn)?;
+    if !matches!(r.state, QpState::Rtr | QpState::Rts)
+        || r.qp_type != QpType::Rc
+        || r.attrs.path.map(|rp| rp.dest_qpn) != Some(rq.src_qpn)
+    {
+        return None;
+    }
+    if r.attrs.rq_psn != psn {
+        host.stats.psn_errors += 1;
+        return None;
+    }
+    let (pdn, granted) = (r.pdn, r.attrs.access_flags);
+    host.tick_clock();
+    let write = rq.op == opcode::RDMA_WRITE;
+    let need = if write { access::REMOTE_WRITE } else { access::REMOTE_READ };
+    let nak = |host: &mut Host, synd| {
+        enter_err(host, dest_qpn);
+        Some(Outcome::Fail { synd, responder: Some((h, dest_qpn)) })
+    };
+    if granted & need == 0 {
+        return nak(host, syndrome::REMOTE_INVAL_REQ_ERR);
+    }
+    if rq.len > 0 {
+        match host.mrs.check(rq.rkey, rq.raddr, rq.len, need, pdn) {
+            Ok(d) if write => {
+                dma::stream(rq.srcs, &[d]);
+            }
+            Ok(s) => {
+                dma::stream(&[Src::Mem(s)], rq.sink.regions());
+            }
+            Err(_) => return nak(host, syndrome::REMOTE_ACCESS_ERR),
+        }
+    }
+    if let Some(q) = host.qps.get_mut(&dest_qpn) {
+        q.attrs.rq_psn = q.attrs.rq_psn.wrapping_add(rq.pkts) & 0xff_ffff;
+    }
+    Some(Outcome::Done { byte_cnt: rq.len as u32 })
+}
+
 /// A UD datagram as it arrives: the header bytes its receive buffer's 40-byte GRH slot
 /// takes (none on IB without a GRH, an IPv4 header on RoCE v2 over IPv4, else a GRH or
 /// IPv6 header), the fields the receive CQE reports from its headers, and its payload.

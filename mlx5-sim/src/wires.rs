@@ -15,7 +15,7 @@
 
 use crate::hosts::FabricState;
 use crate::psn::advance_sq_psn;
-use crate::responder::{receive_datagram, respond, Datagram, Outcome, Request, Target};
+use crate::responder::{receive_datagram, respond, respond_rdma, Datagram, Outcome, Request, Target};
 
 /// How an RC / DC request and a UD datagram reach their responder.
 pub(crate) trait Wire {
@@ -45,6 +45,28 @@ impl Wire for DirectWire {
     #[inline]
     fn datagram(st: &mut FabricState, _h: usize, _qpn: u32, _psn: u32, rh: usize, dg: &Datagram<'_, '_>) {
         receive_datagram(&mut st.hosts[rh], rh, dg);
+    }
+}
+
+impl DirectWire {
+    /// The lean path's RDMA WRITE or READ ([`crate::lean`]) of QP `qpn` on host `h`,
+    /// with PSN `psn`, to RC QP `dest_qpn` on host `rh`: the responder accepts it and
+    /// carries it out ([`respond_rdma`]), and the requester's send PSN moves past it.
+    /// `None`: no answer.
+    #[inline]
+    pub(crate) fn rdma(
+        st: &mut FabricState,
+        h: usize,
+        qpn: u32,
+        (rh, dest_qpn): (usize, u32),
+        psn: u32,
+        rq: &Request<'_, '_>,
+    ) -> Option<Outcome> {
+        let out = respond_rdma(&mut st.hosts[rh], rh, dest_qpn, psn, rq)?;
+        if matches!(out, Outcome::Done { .. }) {
+            advance_sq_psn(&mut st.hosts[h], qpn, rq.pkts);
+        }
+        Some(out)
     }
 }
 

@@ -256,7 +256,8 @@ fn run(ops: &[(Via, Op, bool)], packet_wire: bool) -> Transcript {
         cqes,
         a_mem: fnv(&src.read()),
         b_mem: fnv(&[dst.read(), rbuf.read()].concat()),
-        stats: (p.a.stats(), p.b.stats()),
+        // The lean path runs on the direct wire only: its count aside.
+        stats: (NicStats { lean_wqes: 0, ..p.a.stats() }, p.b.stats()),
         states: format!("{:?} {:?}", p.qa.state(), p.qb.state()),
         others: format!(
             "{:?} {:?} {:?} {:?} PSNs {:?} {:?}",
