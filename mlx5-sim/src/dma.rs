@@ -82,12 +82,32 @@ impl Region {
 }
 
 /// The MRs of one host, keyed by lkey (the model uses the same value as rkey).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct MrTable {
-    mrs: crate::idmap::IdMap<Mr>,
+    /// By key: the model chooses the keys ([`MrTable::next_key`]), so a direct table
+    /// finds one in an index and a compare (a key a WQE names is looked up the same way:
+    /// a slot holding another key is no match).
+    mrs: crate::idmap::DirectMap<Mr>,
+}
+
+impl Default for MrTable {
+    fn default() -> Self {
+        MrTable::new(0)
+    }
 }
 
 impl MrTable {
+    /// An empty table for keys counted from `base`.
+    pub(crate) fn new(base: u32) -> Self {
+        MrTable { mrs: crate::idmap::DirectMap::new(base) }
+    }
+
+    /// The key a new MR gets: the first at or after `from` that the table can hold
+    /// without a collision ([`crate::idmap::DirectMap::next_free`]).
+    pub(crate) fn next_key(&mut self, from: u32) -> u32 {
+        self.mrs.next_free(from)
+    }
+
     pub(crate) fn insert(&mut self, key: u32, mr: Mr) {
         self.mrs.insert(key, mr);
     }
@@ -115,7 +135,9 @@ impl MrTable {
         need: u32,
         pdn: u32,
     ) -> Result<Region, DmaError> {
-        let mr = self.mrs.get(&key).ok_or(DmaError::UnknownKey { key })?;
+        let Some(mr) = self.mrs.get(&key) else {
+            return Err(DmaError::UnknownKey { key });
+        };
         if mr.pdn != pdn {
             return Err(DmaError::PdMismatch { key, mr_pdn: mr.pdn, pdn });
         }
@@ -344,6 +366,21 @@ pub(crate) fn stream(src: &[Src<'_>], dst: &[Region]) -> u64 {
     copied
 }
 
+/// [`stream`] of one source into one region: the first `min` of their lengths copied.
+#[inline]
+pub(crate) fn copy_one(src: &Src<'_>, dst: &Region) -> u64 {
+    let m = src.len().min(dst.len);
+    let ok = match src {
+        Src::Bytes(b) => write(dst, 0, &b[..m as usize]),
+        Src::Mem(r) => copy_region(r, 0, dst, 0, m),
+    };
+    if ok {
+        m
+    } else {
+        0
+    }
+}
+
 /// Access bits an MR may carry; remote write/atomic require local write (IB rule).
 pub(crate) fn valid_mr_access(a: u32) -> bool {
     let needs_lw = access::REMOTE_WRITE | access::REMOTE_ATOMIC;
@@ -388,6 +425,25 @@ mod tests {
         let n = stream(&[Src::Bytes(&src[..2]), Src::Bytes(&src[2..])], &[d1, d2]);
         assert_eq!(n, 7);
         assert_eq!(dst, [1, 2, 3, 0, 4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn copy_one_is_a_stream_of_one_source_into_one_region() {
+        for (slen, dlen) in [(5, 8), (8, 5), (0, 4), (4, 0), (8, 8)] {
+            let src: Vec<u8> = (1..=9).collect();
+            let (mut a, mut b) = (vec![0u8; 16], vec![0u8; 16]);
+            let (ta, tb) = (table(&a, access::LOCAL_WRITE), table(&b, access::LOCAL_WRITE));
+            let da = ta.check(7, a.as_mut_ptr() as u64 + 2, dlen, 0, 1).unwrap();
+            let db = tb.check(7, b.as_mut_ptr() as u64 + 2, dlen, 0, 1).unwrap();
+            let bytes = Src::Bytes(&src[..slen]);
+            assert_eq!(copy_one(&bytes, &da), stream(&[bytes], &[db]), "{slen} into {dlen}");
+            assert_eq!(a, b);
+            // From registered memory: a region of `src`.
+            let ts = table(&src, 0);
+            let from = Src::Mem(ts.check(7, src.as_ptr() as u64 + 1, slen as u64, 0, 1).unwrap());
+            assert_eq!(copy_one(&from, &da), stream(&[from], &[db]));
+            assert_eq!(a, b);
+        }
     }
 
     #[test]

@@ -863,8 +863,8 @@ impl Nic {
         if access & !0xf != 0 || !dma::valid_mr_access(access) {
             return bad("MR access: unknown bits, or remote write/atomic without local write");
         }
-        let key = host.next_key;
-        host.next_key += 1;
+        let key = host.mrs.next_key(host.next_key);
+        host.next_key = key.wrapping_add(1);
         host.mrs.insert(key, Mr { pdn, addr, len, access });
         Ok(MrKeys { lkey: key, rkey: key })
     }

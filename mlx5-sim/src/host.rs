@@ -148,7 +148,7 @@ impl Host {
         Host {
             cfg,
             pds: IdSet::default(),
-            mrs: MrTable::default(),
+            mrs: MrTable::new(base << 16),
             cqs: DirectMap::new(base << 8),
             qps: DirectMap::new(base << 12),
             srqs: IdMap::default(),

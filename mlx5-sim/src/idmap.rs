@@ -126,7 +126,6 @@ impl<V> DirectMap<V> {
         }
     }
 
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }

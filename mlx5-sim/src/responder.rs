@@ -245,12 +245,22 @@ pub(crate) fn respond_rdma(
     }
     if rq.len > 0 {
         match host.mrs.check(rq.rkey, rq.raddr, rq.len, need, pdn) {
-            Ok(d) if write => {
-                dma::stream(rq.srcs, &[d]);
-            }
-            Ok(s) => {
-                dma::stream(&[Src::Mem(s)], rq.sink.regions());
-            }
+            Ok(d) if write => match rq.srcs {
+                [one] => {
+                    dma::copy_one(one, &d);
+                }
+                srcs => {
+                    dma::stream(srcs, &[d]);
+                }
+            },
+            Ok(s) => match rq.sink.regions() {
+                [one] => {
+                    dma::copy_one(&Src::Mem(s), one);
+                }
+                sink => {
+                    dma::stream(&[Src::Mem(s)], sink);
+                }
+            },
             Err(_) => return nak(host, syndrome::REMOTE_ACCESS_ERR),
         }
     }
