@@ -6,7 +6,7 @@
 use crate::dma;
 use crate::hosts::FabricState;
 use crate::net::packet::{self, aeth, op, AtomicEth, Packet, Pos, Reth};
-use crate::net::transport::{self, Delivery, Ends, Msg, Wire};
+use crate::net::transport::{self, Delivery, Ends, Shape, Train, Wire};
 use crate::net::PACKET_GAP_NS;
 use crate::psn;
 use crate::responder::{self, Datagram, Outcome, Request, Target};
@@ -22,46 +22,52 @@ pub(crate) fn rnr_timer_ns(code: u8) -> u64 {
     UNITS_10US[usize::from(code & 31)] * 10_000
 }
 
-/// What the packets of one RC / DC message carry, and the responder's side effects.
-struct MsgEnds<'a, 'w> {
+/// What the packets of a train of RC / DC messages carry, and the responder's side
+/// effects.
+struct TrainEnds<'a, 'w> {
     tgt: Target,
-    /// The message, as the responder receives it once its last packet is in.
-    rq: &'a Request<'a, 'w>,
+    /// The messages, as the responder receives each once its last packet is in.
+    rqs: &'a [Request<'a, 'w>],
     req: usize,
     qpn: u32,
     mtu: u32,
     base_psn: u32,
-    resp_pkts: u32,
+    /// Each message's first PSN, as an offset from `base_psn` ([`transport::offsets`]).
+    offs: Vec<u32>,
+    shapes: &'a [Shape],
     /// The message bytes (SEND / WRITE) or the bytes read (READ, atomic), for capture.
-    data: Option<Vec<u8>>,
-    committed: Option<(bool, u8)>,
+    data: Vec<Option<Vec<u8>>>,
+    /// What each message's execution gave: success, or the syndrome of its NAK.
+    committed: Vec<Option<(bool, u8)>>,
 }
 
-impl Ends for MsgEnds<'_, '_> {
-    fn commit(&mut self, st: &mut FabricState) -> Outcome {
+impl Ends for TrainEnds<'_, '_> {
+    fn commit(&mut self, st: &mut FabricState, msg: u32) -> Outcome {
+        let i = msg as usize;
+        let rq = &self.rqs[i];
         let endian = st.cfg.atomic_endianness;
-        let o = responder::respond(&mut st.hosts[self.tgt.h], endian, self.tgt, self.rq);
+        let o = responder::respond(&mut st.hosts[self.tgt.h], endian, self.tgt, rq);
         match &o {
             Outcome::Done { .. } => {
-                self.committed = Some((true, 0));
+                self.committed[i] = Some((true, 0));
                 if st.net.capture.is_some()
-                    && matches!(self.rq.op, opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA)
+                    && matches!(rq.op, opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA)
                 {
-                    let mut d = vec![0u8; self.rq.len as usize];
+                    let mut d = vec![0u8; rq.len as usize];
                     let mut off = 0;
-                    for r in self.rq.sink.regions() {
+                    for r in rq.sink.regions() {
                         let n = (r.len() as usize).min(d.len() - off);
                         dma::read(r, 0, &mut d[off..off + n]);
                         off += n;
                     }
-                    self.data = Some(d);
+                    self.data[i] = Some(d);
                 }
             }
             Outcome::DoneInline { byte_cnt, data } => {
-                self.committed = Some((true, 0));
-                self.data = Some(data[..*byte_cnt as usize].to_vec());
+                self.committed[i] = Some((true, 0));
+                self.data[i] = Some(data[..*byte_cnt as usize].to_vec());
             }
-            Outcome::Fail { synd, .. } => self.committed = Some((false, *synd)),
+            Outcome::Fail { synd, .. } => self.committed[i] = Some((false, *synd)),
             // Nothing done (`respond` never restarts: every host is held here).
             Outcome::Rnr | Outcome::Restart => {}
         }
@@ -72,7 +78,15 @@ impl Ends for MsgEnds<'_, '_> {
         if st.net.capture.is_none() {
             return;
         }
-        let w = self.rq;
+        let i = match wire {
+            Wire::Req { msg, .. }
+            | Wire::ReadResponse { msg, .. }
+            | Wire::AtomicAck { msg }
+            | Wire::RnrNak { msg }
+            | Wire::NakError { msg } => msg as usize,
+            Wire::Ack { .. } | Wire::NakSeq { .. } => 0,
+        };
+        let w = &self.rqs[i];
         let op_ = w.op;
         let (h, rh, rq) = (self.req, self.tgt.h, self.tgt.report_qpn);
         let mtu = self.mtu as usize;
@@ -83,21 +97,25 @@ impl Ends for MsgEnds<'_, '_> {
                 | opcode::SEND_INVAL
                 | opcode::RDMA_WRITE
                 | opcode::RDMA_WRITE_IMM
-        ) && self.data.is_none()
+        ) && self.data[i].is_none()
         {
             let mut d = vec![0u8; w.len as usize];
             dma::gather(w.srcs, &mut d);
-            self.data = Some(d);
+            self.data[i] = Some(d);
         }
-        let data = self.data.as_deref().unwrap_or(&[]);
-        let chunk = |i: u32| {
-            let from = (i as usize * mtu).min(data.len());
+        let data = self.data[i].as_deref().unwrap_or(&[]);
+        let chunk = |k: u32| {
+            let from = (k as usize * mtu).min(data.len());
             &data[from..(from + mtu).min(data.len())]
         };
-        let psn = |off: u32| self.base_psn.wrapping_add(off);
+        // A PSN: train offset `off`, or offset `off` in this message.
+        let psn = |off: u32| self.base_psn.wrapping_add(off) & 0xff_ffff;
+        let mpsn = |off: u32| psn(self.offs[i] + off);
+        let ack_req =
+            Train { req: h, resp: rh, msgs: self.shapes, timeout: 0, retry_cnt: 0 }.ack_req(i as u32);
         let p = match wire {
             Wire::Req { off, .. } => {
-                let mut p = Packet::new(h, rh, 0, self.qpn, rq, psn(off));
+                let mut p = Packet::new(h, rh, 0, self.qpn, rq, mpsn(off));
                 let n = (w.len as u32).div_ceil(self.mtu).max(1);
                 let pos = Pos::of(off, n);
                 let last = matches!(pos, Pos::Last | Pos::Only);
@@ -109,7 +127,7 @@ impl Ends for MsgEnds<'_, '_> {
                         p.se = last && w.se;
                         p.imm = (last && op_ == opcode::SEND_IMM).then_some(w.imm);
                         p.ieth = (last && op_ == opcode::SEND_INVAL).then_some(w.imm);
-                        p.ack_req = last;
+                        p.ack_req = last && ack_req;
                     }
                     opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
                         let imm = op_ == opcode::RDMA_WRITE_IMM;
@@ -119,7 +137,7 @@ impl Ends for MsgEnds<'_, '_> {
                             p.reth = Some(Reth { va: w.raddr, rkey: w.rkey, len: w.len as u32 });
                         }
                         p.imm = (last && imm).then_some(w.imm);
-                        p.ack_req = last;
+                        p.ack_req = last && ack_req;
                     }
                     opcode::RDMA_READ => {
                         let done = u64::from(off) * mtu as u64;
@@ -146,21 +164,21 @@ impl Ends for MsgEnds<'_, '_> {
             }
             Wire::Ack { upto } => ack(rh, h, rq, self.qpn, psn(upto), aeth::ACK),
             Wire::NakSeq { expected } => ack(rh, h, rq, self.qpn, psn(expected), aeth::NAK_PSN_SEQ),
-            Wire::RnrNak => {
+            Wire::RnrNak { .. } => {
                 let timer = st.hosts[rh].qps.get(&self.tgt.qpn).map_or(0, |q| q.attrs.min_rnr_timer);
-                ack(rh, h, rq, self.qpn, psn(0), aeth::RNR_NAK | (timer & 31))
+                ack(rh, h, rq, self.qpn, mpsn(0), aeth::RNR_NAK | (timer & 31))
             }
-            Wire::NakError => {
-                let code = match self.committed {
+            Wire::NakError { .. } => {
+                let code = match self.committed[i] {
                     Some((false, syndrome::REMOTE_ACCESS_ERR)) => aeth::NAK_REMOTE_ACCESS,
                     Some((false, syndrome::REMOTE_OP_ERR)) => aeth::NAK_REMOTE_OP,
                     _ => aeth::NAK_INVALID_REQUEST,
                 };
-                ack(rh, h, rq, self.qpn, psn(0), code)
+                ack(rh, h, rq, self.qpn, mpsn(0), code)
             }
-            Wire::ReadResponse { k } => {
-                let mut p = Packet::new(rh, h, 0, rq, self.qpn, psn(k));
-                let pos = Pos::of(k, self.resp_pkts);
+            Wire::ReadResponse { k, .. } => {
+                let mut p = Packet::new(rh, h, 0, rq, self.qpn, mpsn(k));
+                let pos = Pos::of(k, self.shapes[i].resp_pkts);
                 p.opcode = packet::read_response_opcode(pos);
                 if pos != Pos::Middle {
                     p.aeth = Some((aeth::ACK, 0));
@@ -168,8 +186,8 @@ impl Ends for MsgEnds<'_, '_> {
                 p.payload = chunk(k);
                 p
             }
-            Wire::AtomicAck => {
-                let mut p = ack(rh, h, rq, self.qpn, psn(0), aeth::ACK);
+            Wire::AtomicAck { .. } => {
+                let mut p = ack(rh, h, rq, self.qpn, mpsn(0), aeth::ACK);
                 p.opcode = op::ATOMIC_ACKNOWLEDGE;
                 let mut b = [0u8; 8];
                 let n = data.len().min(8);
@@ -194,8 +212,7 @@ fn ack(src: usize, dst: usize, sqpn: u32, dqpn: u32, psn: u32, syndrome: u8) -> 
 }
 
 /// Carries RC or DC request `rq` of QP `qpn` of host `h` to `tgt` over the network model:
-/// packets with PSNs, ACKs and NAKs, retransmitted as the link demands; the responder
-/// takes the message when its last packet is in.
+/// a train of one message ([`execute_train`]).
 pub(crate) fn execute(
     st: &mut FabricState,
     h: usize,
@@ -203,40 +220,78 @@ pub(crate) fn execute(
     tgt: Target,
     rq: &Request<'_, '_>,
 ) -> Outcome {
-    let op_ = rq.op;
+    execute_train(st, h, qpn, tgt, std::slice::from_ref(rq)).pop().unwrap_or(Outcome::Restart)
+}
+
+/// Carries the requests `rqs` of QP `qpn` of host `h`, consecutive on its send queue, to
+/// `tgt` over the network model as one train: packets with PSNs, ACKs and NAKs, sent
+/// back to back and retransmitted as the link demands ([`transport::deliver`]); the
+/// responder takes each message when its last packet is in. Returns what the requester
+/// learns of each message, in order, up to and including the one the train ended at
+/// (an error, an RNR NAK, retries exceeded): any after it were not carried out.
+pub(crate) fn execute_train(
+    st: &mut FabricState,
+    h: usize,
+    qpn: u32,
+    tgt: Target,
+    rqs: &[Request<'_, '_>],
+) -> Vec<Outcome> {
     let mtu = psn::path_mtu_of(st, h, qpn);
-    let len = rq.len as u32;
     let Some(me) = st.hosts[h].qps.get(&qpn) else {
-        return responder::fail(syndrome::LOCAL_QP_OP_ERR);
+        return vec![responder::fail(syndrome::LOCAL_QP_OP_ERR)];
     };
     let (base_psn, timeout, retry_cnt) = (me.attrs.sq_psn, me.attrs.timeout, me.attrs.retry_cnt);
-    let (req_pkts, resp_pkts, atomic) = match op_ {
-        opcode::RDMA_READ => (1, len.div_ceil(mtu).max(1), false),
-        opcode::ATOMIC_CS | opcode::ATOMIC_FA => (1, 1, true),
-        _ => (len.div_ceil(mtu).max(1), 0, false),
+    let shapes: Vec<Shape> = rqs
+        .iter()
+        .map(|rq| {
+            let len = rq.len as u32;
+            match rq.op {
+                opcode::RDMA_READ => {
+                    Shape { req_pkts: 1, resp_pkts: len.div_ceil(mtu).max(1), atomic: false }
+                }
+                opcode::ATOMIC_CS | opcode::ATOMIC_FA => Shape { req_pkts: 1, resp_pkts: 1, atomic: true },
+                _ => Shape { req_pkts: len.div_ceil(mtu).max(1), resp_pkts: 0, atomic: false },
+            }
+        })
+        .collect();
+    let t = Train { req: h, resp: tgt.h, msgs: &shapes, timeout, retry_cnt };
+    let mut ends = TrainEnds {
+        tgt,
+        rqs,
+        req: h,
+        qpn,
+        mtu,
+        base_psn,
+        offs: transport::offsets(&shapes),
+        shapes: &shapes,
+        data: vec![None; rqs.len()],
+        committed: vec![None; rqs.len()],
     };
-    let m = Msg { req: h, resp: tgt.h, req_pkts, resp_pkts, atomic, timeout, retry_cnt };
-    let mut ends = MsgEnds { tgt, rq, req: h, qpn, mtu, base_psn, resp_pkts, data: None, committed: None };
-    let d = transport::deliver(st, &m, &mut ends);
-    if matches!(ends.committed, Some((true, _))) {
-        psn::advance_sq_psn(&mut st.hosts[h], qpn, rq.pkts);
-    }
-    match d {
-        Delivery::Answered(o) => o,
-        Delivery::Rnr => {
-            let timer = st.hosts[tgt.h].qps.get(&tgt.qpn).map_or(0, |q| q.attrs.min_rnr_timer);
-            st.net.now_ns += rnr_timer_ns(timer);
-            Outcome::Rnr
-        }
-        Delivery::RetryExceeded { committed } => {
-            // A fatal NAK that never arrived still moved the RC responder to ERR.
-            let responder = match committed {
-                Some(Outcome::Fail { responder, .. }) => responder,
-                _ => None,
-            };
-            Outcome::Fail { synd: syndrome::TRANSPORT_RETRY_EXC_ERR, responder }
+    let ds = transport::deliver(st, &t, &mut ends);
+    // The requester's send PSN moves past every message the responder carried out.
+    for (rq, c) in rqs.iter().zip(&ends.committed) {
+        if matches!(c, Some((true, _))) {
+            psn::advance_sq_psn(&mut st.hosts[h], qpn, rq.pkts);
         }
     }
+    ds.into_iter()
+        .map(|d| match d {
+            Delivery::Answered(o) => o,
+            Delivery::Rnr => {
+                let timer = st.hosts[tgt.h].qps.get(&tgt.qpn).map_or(0, |q| q.attrs.min_rnr_timer);
+                st.net.now_ns += rnr_timer_ns(timer);
+                Outcome::Rnr
+            }
+            Delivery::RetryExceeded { committed } => {
+                // A fatal NAK that never arrived still moved the RC responder to ERR.
+                let responder = match committed {
+                    Some(Outcome::Fail { responder, .. }) => responder,
+                    _ => None,
+                };
+                Outcome::Fail { synd: syndrome::TRANSPORT_RETRY_EXC_ERR, responder }
+            }
+        })
+        .collect()
 }
 
 /// A requester whose peer does not answer at all (unreachable, not connected): every

@@ -1,20 +1,31 @@
-//! Reliable delivery of one RC or DC message as packets over a link that may lose,
+//! Reliable delivery of a train of RC or DC messages as packets over a link that may lose,
 //! corrupt, delay, duplicate or reorder them (IBA vol. 1, 9.7), on the simulated clock.
 //!
-//! The requester sends the request packets with consecutive PSNs and waits for the
-//! responder's answer; it retransmits (go-back-N) after a NAK for a PSN sequence error,
-//! and from its first unacknowledged PSN after its local ACK timeout
-//! (4.096 µs × 2^`timeout`); each retransmission costs one of `retry_cnt` retries, and
-//! with none left the message ends with retries exceeded. The responder accepts only the
-//! PSN it expects: it answers one NAK per gap, and a duplicate (a PSN it already
-//! accepted) with a new acknowledgement, never executing the message again: an atomic
-//! replays its saved result, a READ sends its response again.
+//! A train is the messages of one send queue that are ready together (one message, or
+//! the WQEs one doorbell covers): their PSNs follow each other, and the requester sends
+//! every request packet of the train back to back without waiting for acknowledgements
+//! (pipelining: no stop-and-wait between WQEs). The responder accepts only the PSN it
+//! expects: it answers one NAK per gap, and a duplicate (a PSN it already accepted) with
+//! a new acknowledgement, never executing the message again: an atomic replays its saved
+//! result, a READ sends its response again. The requester retires messages in order:
+//! a SEND or WRITE when an acknowledgement covers its last PSN, a READ when its last
+//! response is in, an atomic with its ACKNOWLEDGE; a READ response, an atomic ACKNOWLEDGE
+//! or a NAK also acknowledges every PSN before its message (IBA 9.7.5.1.1, implicit
+//! acknowledgement). It retransmits (go-back-N) from the PSN a sequence-error NAK names,
+//! and from its first unacknowledged PSN after its local ACK timeout (4.096 µs ×
+//! 2^`timeout`); each retransmission costs one of `retry_cnt` retries, and with none left
+//! the first unfinished message ends with retries exceeded.
 //!
-//! Model choices: the responder executes the message once, when its last request packet
-//! is accepted in order (data placement by packet is not visible to anyone before that);
-//! a message is acknowledged before the requester starts the next one (no pipelining
-//! across WQEs); the responder acknowledges the last packet of a message (and answers
-//! duplicates), not every packet.
+//! ACK coalescing (IBA 9.7.5.1.1 lets a responder acknowledge several requests at once):
+//! the requester asks for an acknowledgement (AckReq) on the last packet of the train's
+//! last message and of every [`ACK_EVERY`]th message, and the responder acknowledges only
+//! those (and duplicates); one ACK then retires every SEND and WRITE before it.
+//!
+//! Model choices: the responder executes a message once, when its last request packet is
+//! accepted in order (data placement by packet is not visible to anyone before that);
+//! after an RNR NAK it drops the packets that follow, without another NAK, until the
+//! NAKed one comes again; the train ends at an RNR NAK, an error NAK or retries exceeded
+//! (its later messages are the requester's to flush or resend).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -23,29 +34,65 @@ use super::PACKET_GAP_NS;
 use crate::hosts::FabricState;
 use crate::responder::Outcome;
 
-/// What one message needs from the network.
+/// The requester asks for an acknowledgement every this many messages of a train (and on
+/// its last).
+pub(crate) const ACK_EVERY: u32 = 8;
+
+/// What one message of a train needs from the network.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Msg {
-    /// Requester and responder host.
-    pub req: usize,
-    pub resp: usize,
+pub(crate) struct Shape {
     /// Request packets (SEND / WRITE: one per MTU; READ, atomic: one).
     pub req_pkts: u32,
     /// Response packets carrying data (READ: one per MTU; atomic: one; else none).
     pub resp_pkts: u32,
     /// An atomic: its one response is an ATOMIC ACKNOWLEDGE.
     pub atomic: bool,
+}
+
+impl Shape {
+    /// A READ or atomic: answered with responses, not acknowledged.
+    fn read_like(&self) -> bool {
+        self.resp_pkts > 0
+    }
+
+    /// PSNs the message takes: its request packets, or its responses.
+    fn span(&self) -> u32 {
+        if self.read_like() {
+            self.resp_pkts
+        } else {
+            self.req_pkts
+        }
+    }
+}
+
+/// A train of messages between two hosts on one QP.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Train<'a> {
+    /// Requester and responder host.
+    pub req: usize,
+    pub resp: usize,
+    pub msgs: &'a [Shape],
     /// The QP's local ACK timeout code ([`local_ack_timeout_ns`]).
     pub timeout: u8,
     /// Transport retries.
     pub retry_cnt: u8,
 }
 
-/// A packet of the exchange. `Req` carries the offset of its PSN from the message's
-/// first PSN (READ: the response PSN it asks for first).
+impl Train<'_> {
+    /// Whether the requester asks for an acknowledgement of message `i` (on its last
+    /// packet): the train's last message, and every [`ACK_EVERY`]th.
+    pub(crate) fn ack_req(&self, i: u32) -> bool {
+        i as usize + 1 == self.msgs.len() || (i + 1).is_multiple_of(ACK_EVERY)
+    }
+}
+
+/// A packet of the exchange. PSNs are offsets from the train's first PSN: `Req` carries
+/// its message and the offset within it (a READ: the response it asks for first), the
+/// others the train offset they name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wire {
     Req {
+        msg: u32,
         off: u32,
         retransmit: bool,
     },
@@ -54,16 +101,23 @@ pub(crate) enum Wire {
         upto: u32,
     },
     ReadResponse {
+        msg: u32,
         k: u32,
     },
-    AtomicAck,
+    AtomicAck {
+        msg: u32,
+    },
     NakSeq {
         expected: u32,
     },
-    RnrNak,
+    RnrNak {
+        msg: u32,
+    },
     /// A NAK for an error of the request (remote access, invalid request, remote
     /// operation): `Outcome::Fail` of the commit.
-    NakError,
+    NakError {
+        msg: u32,
+    },
 }
 
 impl Wire {
@@ -74,14 +128,14 @@ impl Wire {
 
 /// The two ends' side effects.
 pub(crate) trait Ends {
-    /// The responder executes the message (called at most once per delivery, except
+    /// The responder executes message `msg` (called at most once per message, except
     /// after an RNR NAK, which undoes nothing because nothing was done).
-    fn commit(&mut self, st: &mut FabricState) -> Outcome;
+    fn commit(&mut self, st: &mut FabricState, msg: u32) -> Outcome;
     /// `w` was put on the wire at `t` (for capture).
     fn sent(&mut self, st: &mut FabricState, t: u64, w: Wire);
 }
 
-/// How the delivery ended.
+/// How one message's delivery ended.
 #[derive(Debug)]
 pub(crate) enum Delivery {
     /// The responder's answer reached the requester: the commit's outcome.
@@ -93,6 +147,13 @@ pub(crate) enum Delivery {
     RetryExceeded { committed: Option<Outcome> },
 }
 
+impl Delivery {
+    /// Whether the train goes on after this message.
+    fn goes_on(&self) -> bool {
+        matches!(self, Delivery::Answered(Outcome::Done { .. } | Outcome::DoneInline { .. }))
+    }
+}
+
 /// The local ACK timeout of code `t` (IBA 9.7.6.1.3): 4.096 µs × 2^t. Code 0
 /// means "wait forever"; it is modelled as 31 (about 2.4 h of simulated time),
 /// so that a lost packet still ends in bounded simulated time [model choice].
@@ -101,161 +162,289 @@ pub(crate) fn local_ack_timeout_ns(t: u8) -> u64 {
     4096u64 << t
 }
 
-/// Deliver one message to a responder that exists (a peer that does not is
-/// `lossy::silent_peer`: only the clock moves).
-pub(crate) fn deliver(st: &mut FabricState, m: &Msg, ends: &mut impl Ends) -> Delivery {
-    let read_like = m.resp_pkts > 0;
-    let timeout_ns = local_ack_timeout_ns(m.timeout);
-    let mut retries = m.retry_cnt;
+/// The responder's side of a train.
+struct Responder {
+    /// The train offset it expects next.
+    epsn: u32,
+    /// A NAK was sent for the gap at `epsn` (or an RNR NAK for the message there).
+    nak_sent: bool,
+    /// It NAKed an error and moved to ERR: it ignores everything after.
+    dead: bool,
+    /// What each message's execution gave (kept for duplicates).
+    committed: Vec<Option<Outcome>>,
+}
+
+/// The requester's side of a train.
+struct Requester {
+    /// Train offsets acknowledged (everything below).
+    acked: u32,
+    /// Responses received in order, per message (READ / atomic).
+    got: Vec<u32>,
+    /// Messages whose answer is complete.
+    complete: Vec<bool>,
+    /// The first message not yet retired.
+    first: usize,
+    /// The message an RNR NAK or an error NAK named.
+    stopped: Option<(usize, Wire)>,
+    retries: u8,
+}
+
+/// The train offset of each message's first PSN, and (last) of the PSN after the train.
+pub(crate) fn offsets(msgs: &[Shape]) -> Vec<u32> {
+    let mut base = Vec::with_capacity(msgs.len() + 1);
+    let mut at = 0u32;
+    for m in msgs {
+        base.push(at);
+        at += m.span();
+    }
+    base.push(at);
+    base
+}
+
+/// Delivers the train `t` to a responder that exists (a peer that does not is
+/// `lossy::silent_peer`: only the clock moves). Returns how each message ended, in order,
+/// up to and including the one the train ended at (any after it were not delivered).
+pub(crate) fn deliver(st: &mut FabricState, t: &Train, ends: &mut impl Ends) -> Vec<Delivery> {
+    let n = t.msgs.len();
+    let base = offsets(t.msgs);
+    // The message that holds train offset `psn`.
+    let msg_of = |psn: u32| base.partition_point(|&b| b <= psn).saturating_sub(1).min(n - 1);
+    let timeout_ns = local_ack_timeout_ns(t.timeout);
     let mut q = Queue::default();
     let mut now = st.net.now_ns;
-    // Requester.
-    let mut acked = 0u32; // request packets acknowledged (SEND / WRITE)
-    let mut got = 0u32; // response packets received in order (READ / atomic)
-                        // Responder.
-    let mut epsn = 0u32;
-    let mut nak_sent = false;
-    let mut committed: Option<Outcome> = None;
-    let mut dead = false;
+    let mut rs =
+        Responder { epsn: 0, nak_sent: false, dead: false, committed: (0..n).map(|_| None).collect() };
+    let mut rq = Requester {
+        acked: 0,
+        got: vec![0; n],
+        complete: vec![false; n],
+        first: 0,
+        stopped: None,
+        retries: t.retry_cnt,
+    };
+    let mut out = Vec::with_capacity(n);
 
-    let first_req = |acked: u32, got: u32| if read_like { got.min(m.resp_pkts - 1) } else { acked };
-    let burst = |from: u32| if read_like { from..from + 1 } else { from..m.req_pkts };
-    let mut last_tx = transmit(st, &mut q, ends, m, burst(0), now, false);
+    let mut last_tx = transmit(st, &mut q, ends, t, 0, 0, now, false);
     loop {
-        while let Some((at, w)) = q.pop() {
-            now = now.max(at);
-            if w.to_responder() {
-                let Wire::Req { off, .. } = w else { continue };
-                if dead {
-                    continue;
-                }
-                // Responder logic.
-                let mut reply = None;
-                let mut read_from = None;
-                if read_like {
-                    if committed.is_none() {
-                        if off != 0 {
-                            continue;
-                        }
-                        let o = ends.commit(st);
-                        let ok = matches!(o, Outcome::Done { .. } | Outcome::DoneInline { .. });
-                        committed = Some(o);
-                        if ok {
-                            epsn = m.resp_pkts;
-                            read_from = Some(0);
-                        } else {
-                            reply = Some(Wire::NakError);
-                            dead = responder_dies(&committed);
-                        }
-                    } else {
-                        // A duplicate READ or atomic request: answer again (atomics from
-                        // the saved result), never execute again.
-                        st.hosts[m.resp].stats.duplicates += 1;
-                        match &committed {
-                            Some(Outcome::Done { .. } | Outcome::DoneInline { .. }) => read_from = Some(off),
-                            _ => reply = Some(Wire::NakError),
-                        }
-                    }
-                } else if off == epsn {
-                    epsn += 1;
-                    nak_sent = false;
-                    if epsn == m.req_pkts {
-                        let o = ends.commit(st);
-                        match o {
-                            // (`respond` never restarts: every host is held here.)
-                            Outcome::Rnr | Outcome::Restart => {
-                                epsn = 0; // nothing accepted: the message starts over
-                                reply = Some(Wire::RnrNak);
-                            }
-                            Outcome::Done { .. } | Outcome::DoneInline { .. } => {
-                                committed = Some(o);
-                                reply = Some(Wire::Ack { upto: m.req_pkts - 1 });
-                            }
-                            Outcome::Fail { .. } => {
-                                committed = Some(o);
-                                reply = Some(Wire::NakError);
-                                dead = responder_dies(&committed);
-                            }
-                        }
-                    }
-                } else if off < epsn {
-                    st.hosts[m.resp].stats.duplicates += 1;
-                    reply = Some(match &committed {
-                        Some(Outcome::Fail { .. }) => Wire::NakError,
-                        _ => Wire::Ack { upto: epsn - 1 },
-                    });
-                } else if !nak_sent {
-                    nak_sent = true;
-                    reply = Some(Wire::NakSeq { expected: epsn });
-                }
-                if let Some(w) = reply {
-                    ends.sent(st, now, w);
-                    q.put(st, m, now, w);
-                }
-                if let Some(from) = read_from {
-                    let mut t = now;
-                    for k in from..m.resp_pkts {
-                        let w = if m.atomic { Wire::AtomicAck } else { Wire::ReadResponse { k } };
-                        ends.sent(st, t, w);
-                        q.put(st, m, t, w);
-                        t += PACKET_GAP_NS;
-                    }
-                }
+        while let Some((at_ns, w)) = q.pop() {
+            now = now.max(at_ns);
+            if let Wire::Req { msg, off, .. } = w {
+                respond(st, &mut q, ends, t, &base, &mut rs, now, msg as usize, off);
                 continue;
             }
-            // Requester logic. Whatever completes the message was sent by the
-            // responder after it executed it: `committed` holds its outcome.
-            let complete = match w {
-                Wire::Ack { upto } => {
-                    acked = acked.max(upto + 1);
-                    !read_like && acked == m.req_pkts
-                }
-                Wire::ReadResponse { k } => {
-                    if k == got {
-                        got += 1;
-                    }
-                    got == m.resp_pkts
-                }
-                Wire::AtomicAck | Wire::NakError => true,
-                _ => false,
-            };
-            if complete {
-                if let Some(o) = committed.take() {
-                    return finish(st, now, Delivery::Answered(o));
-                }
-            }
+            // Requester: what the answer says, then retire messages in order.
             match w {
-                Wire::RnrNak => {
-                    return finish(st, now, Delivery::Rnr);
+                Wire::Ack { upto } => rq.acked = rq.acked.max(upto + 1),
+                Wire::ReadResponse { msg, k } => {
+                    let i = msg as usize;
+                    if k == rq.got[i] {
+                        rq.got[i] += 1;
+                    }
+                    rq.complete[i] |= rq.got[i] == t.msgs[i].resp_pkts;
+                    rq.acked = rq.acked.max(base[i]);
+                }
+                Wire::AtomicAck { msg } => {
+                    rq.complete[msg as usize] = true;
+                    rq.acked = rq.acked.max(base[msg as usize]);
+                }
+                Wire::RnrNak { msg } | Wire::NakError { msg } => {
+                    rq.acked = rq.acked.max(base[msg as usize]);
+                    if rq.stopped.is_none_or(|(s, _)| s >= msg as usize) && msg as usize >= rq.first {
+                        rq.stopped = Some((msg as usize, w));
+                    }
                 }
                 Wire::NakSeq { expected } => {
-                    st.hosts[m.req].stats.seq_naks += 1;
-                    if expected < acked {
-                        continue; // stale
+                    st.hosts[t.req].stats.seq_naks += 1;
+                    if expected >= rq.acked {
+                        // Everything before `expected` is acknowledged.
+                        rq.acked = expected;
+                        if retire(t, &base, &mut rq, &mut rs, &mut out) {
+                            return finish(st, now, out);
+                        }
+                        if rq.retries == 0 {
+                            return finish(st, now, give_up(&mut rq, &mut rs, out));
+                        }
+                        rq.retries -= 1;
+                        // Go back to the PSN the responder expects, and everything after.
+                        let i = msg_of(expected);
+                        let from = if t.msgs[i].read_like() { rq.got[i] } else { expected - base[i] };
+                        last_tx = transmit(st, &mut q, ends, t, i, from, now, true);
                     }
-                    acked = expected;
-                    if retries == 0 {
-                        return finish(st, now, Delivery::RetryExceeded { committed: committed.take() });
-                    }
-                    retries -= 1;
-                    // Go back to the PSN the responder expects.
-                    last_tx = transmit(st, &mut q, ends, m, burst(acked), now, true);
                 }
-                Wire::Req { .. }
-                | Wire::Ack { .. }
-                | Wire::ReadResponse { .. }
-                | Wire::AtomicAck
-                | Wire::NakError => {}
+                Wire::Req { .. } => {}
+            }
+            if retire(t, &base, &mut rq, &mut rs, &mut out) {
+                return finish(st, now, out);
             }
         }
-        // Nothing in flight and no answer: the local ACK timer runs out.
+        // Nothing in flight and the train unfinished: the local ACK timer runs out.
         now = now.max(last_tx + timeout_ns);
-        st.hosts[m.req].stats.ack_timeouts += 1;
-        if retries == 0 {
-            return finish(st, now, Delivery::RetryExceeded { committed: committed.take() });
+        st.hosts[t.req].stats.ack_timeouts += 1;
+        if rq.retries == 0 {
+            return finish(st, now, give_up(&mut rq, &mut rs, out));
         }
-        retries -= 1;
-        last_tx = transmit(st, &mut q, ends, m, burst(first_req(acked, got)), now, true);
+        rq.retries -= 1;
+        // Again from the first unfinished message: where its answer stopped.
+        let i = rq.first;
+        let from = if t.msgs[i].read_like() {
+            rq.got[i].min(t.msgs[i].resp_pkts - 1)
+        } else {
+            rq.acked.saturating_sub(base[i]).min(t.msgs[i].req_pkts - 1)
+        };
+        last_tx = transmit(st, &mut q, ends, t, i, from, now, true);
+    }
+}
+
+/// Retires the messages the requester has complete answers for, in order, into `out`;
+/// true when the train is over (every message retired, or it stopped at one).
+fn retire(t: &Train, base: &[u32], rq: &mut Requester, rs: &mut Responder, out: &mut Vec<Delivery>) -> bool {
+    while rq.first < t.msgs.len() {
+        let i = rq.first;
+        let m = &t.msgs[i];
+        let done = rq.complete[i] || (!m.read_like() && rq.acked >= base[i + 1]);
+        if done {
+            // Whatever completes the message was sent by the responder after it
+            // executed it: `committed` holds its outcome.
+            debug_assert!(rs.committed[i].is_some(), "message {i} answered, never executed");
+            let o = rs.committed[i].take().unwrap_or(Outcome::Done { byte_cnt: 0 });
+            let d = Delivery::Answered(o);
+            let on = d.goes_on();
+            out.push(d);
+            rq.first += 1;
+            if !on {
+                return true;
+            }
+            continue;
+        }
+        return match rq.stopped {
+            Some((s, Wire::RnrNak { .. })) if s == i => {
+                out.push(Delivery::Rnr);
+                true
+            }
+            Some((s, _)) if s == i => {
+                debug_assert!(rs.committed[i].is_some(), "message {i} NAKed, never executed");
+                let o = rs.committed[i].take().unwrap_or(Outcome::Done { byte_cnt: 0 });
+                out.push(Delivery::Answered(o));
+                true
+            }
+            _ => false,
+        };
+    }
+    true
+}
+
+/// Retries exceeded at the first unfinished message.
+fn give_up(rq: &mut Requester, rs: &mut Responder, mut out: Vec<Delivery>) -> Vec<Delivery> {
+    if let Some(c) = rs.committed.get_mut(rq.first) {
+        out.push(Delivery::RetryExceeded { committed: c.take() });
+    }
+    out
+}
+
+/// The responder takes request packet `off` of message `i`.
+#[allow(clippy::too_many_arguments)]
+fn respond(
+    st: &mut FabricState,
+    q: &mut Queue,
+    ends: &mut impl Ends,
+    t: &Train,
+    base: &[u32],
+    rs: &mut Responder,
+    now: u64,
+    i: usize,
+    off: u32,
+) {
+    if rs.dead {
+        return;
+    }
+    let m = &t.msgs[i];
+    let psn = base[i] + off;
+    let ok = |o: &Option<Outcome>| matches!(o, Some(Outcome::Done { .. } | Outcome::DoneInline { .. }));
+    let mut reply = None;
+    let mut read_from = None;
+    if m.read_like() {
+        if psn == rs.epsn && off == 0 {
+            let o = ends.commit(st, i as u32);
+            match o {
+                Outcome::Rnr | Outcome::Restart => {
+                    rs.nak_sent = true;
+                    reply = Some(Wire::RnrNak { msg: i as u32 });
+                }
+                o => {
+                    rs.committed[i] = Some(o);
+                    if ok(&rs.committed[i]) {
+                        rs.epsn = base[i + 1];
+                        rs.nak_sent = false;
+                        read_from = Some(0);
+                    } else {
+                        reply = Some(Wire::NakError { msg: i as u32 });
+                        rs.dead = responder_dies(&rs.committed[i]);
+                    }
+                }
+            }
+        } else if psn < rs.epsn {
+            // A duplicate READ or atomic request: answer again (atomics from the saved
+            // result), never execute again.
+            st.hosts[t.resp].stats.duplicates += 1;
+            if ok(&rs.committed[i]) {
+                read_from = Some(off);
+            } else {
+                reply = Some(Wire::NakError { msg: i as u32 });
+            }
+        } else if !rs.nak_sent {
+            rs.nak_sent = true;
+            reply = Some(Wire::NakSeq { expected: rs.epsn });
+        }
+    } else if psn == rs.epsn {
+        rs.epsn += 1;
+        rs.nak_sent = false;
+        if off + 1 == m.req_pkts {
+            match ends.commit(st, i as u32) {
+                // (`respond` never restarts: every host is held here.)
+                Outcome::Rnr | Outcome::Restart => {
+                    rs.epsn = base[i]; // nothing accepted: the message starts over
+                    rs.nak_sent = true;
+                    reply = Some(Wire::RnrNak { msg: i as u32 });
+                }
+                o @ (Outcome::Done { .. } | Outcome::DoneInline { .. }) => {
+                    rs.committed[i] = Some(o);
+                    if t.ack_req(i as u32) {
+                        reply = Some(Wire::Ack { upto: rs.epsn - 1 });
+                    }
+                }
+                o @ Outcome::Fail { .. } => {
+                    rs.committed[i] = Some(o);
+                    reply = Some(Wire::NakError { msg: i as u32 });
+                    rs.dead = responder_dies(&rs.committed[i]);
+                }
+            }
+        }
+    } else if psn < rs.epsn {
+        st.hosts[t.resp].stats.duplicates += 1;
+        reply = Some(match &rs.committed[i] {
+            Some(Outcome::Fail { .. }) => Wire::NakError { msg: i as u32 },
+            _ => Wire::Ack { upto: rs.epsn - 1 },
+        });
+    } else if !rs.nak_sent {
+        rs.nak_sent = true;
+        reply = Some(Wire::NakSeq { expected: rs.epsn });
+    }
+    if let Some(w) = reply {
+        ends.sent(st, now, w);
+        q.put(st, t, now, w);
+    }
+    if let Some(from) = read_from {
+        let mut at = now;
+        for k in from..m.resp_pkts {
+            let w = if m.atomic {
+                Wire::AtomicAck { msg: i as u32 }
+            } else {
+                Wire::ReadResponse { msg: i as u32, k }
+            };
+            ends.sent(st, at, w);
+            q.put(st, t, at, w);
+            at += PACKET_GAP_NS;
+        }
     }
 }
 
@@ -264,31 +453,44 @@ fn responder_dies(o: &Option<Outcome>) -> bool {
     matches!(o, Some(Outcome::Fail { responder: Some(_), .. }))
 }
 
-fn finish(st: &mut FabricState, now: u64, d: Delivery) -> Delivery {
+fn finish<T>(st: &mut FabricState, now: u64, d: T) -> T {
     st.net.now_ns = st.net.now_ns.max(now);
     d
 }
 
-/// Sends request packets `offs` back to back from `t`; returns the time of the last.
+/// Sends, back to back from `t0`, the request packets of message `i` from offset `from`
+/// (a READ: the one request asking for responses from there), then every request packet
+/// of the messages after it; returns the time of the last.
+#[allow(clippy::too_many_arguments)]
 fn transmit(
     st: &mut FabricState,
     q: &mut Queue,
     ends: &mut impl Ends,
-    m: &Msg,
-    offs: std::ops::Range<u32>,
-    mut t: u64,
+    t: &Train,
+    i: usize,
+    from: u32,
+    t0: u64,
     retransmit: bool,
 ) -> u64 {
-    let mut last = t;
-    for off in offs {
-        let w = Wire::Req { off, retransmit };
-        if retransmit {
-            st.hosts[m.req].stats.retransmits += 1;
+    let mut at = t0;
+    let mut last = t0;
+    for (j, m) in t.msgs.iter().enumerate().skip(i) {
+        let offs = match (m.read_like(), j == i) {
+            (true, true) => from..from + 1,
+            (true, false) => 0..1,
+            (false, true) => from..m.req_pkts,
+            (false, false) => 0..m.req_pkts,
+        };
+        for off in offs {
+            let w = Wire::Req { msg: j as u32, off, retransmit };
+            if retransmit {
+                st.hosts[t.req].stats.retransmits += 1;
+            }
+            ends.sent(st, at, w);
+            q.put(st, t, at, w);
+            last = at;
+            at += PACKET_GAP_NS;
         }
-        ends.sent(st, t, w);
-        q.put(st, m, t, w);
-        last = t;
-        t += PACKET_GAP_NS;
     }
     last
 }
@@ -302,8 +504,8 @@ struct Queue {
 
 impl Queue {
     /// Puts `w`, sent at `t`, on the link: its copies that arrive are queued.
-    fn put(&mut self, st: &mut FabricState, m: &Msg, t: u64, w: Wire) {
-        let (a, b) = if w.to_responder() { (m.req, m.resp) } else { (m.resp, m.req) };
+    fn put(&mut self, st: &mut FabricState, tr: &Train, t: u64, w: Wire) {
+        let (a, b) = if w.to_responder() { (tr.req, tr.resp) } else { (tr.resp, tr.req) };
         let fate = st.net.fate(a, b, t);
         if fate.lost {
             st.hosts[a].stats.link_drops += 1;
@@ -351,7 +553,7 @@ mod tests {
     }
 
     impl Ends for Log {
-        fn commit(&mut self, _: &mut FabricState) -> Outcome {
+        fn commit(&mut self, _: &mut FabricState, _: u32) -> Outcome {
             self.commits += 1;
             Outcome::Done { byte_cnt: 1 }
         }
@@ -360,22 +562,32 @@ mod tests {
         }
     }
 
-    fn msg(req_pkts: u32, resp_pkts: u32, atomic: bool) -> Msg {
-        Msg { req: 0, resp: 1, req_pkts, resp_pkts, atomic, timeout: 4, retry_cnt: 3 }
+    fn msg(req_pkts: u32, resp_pkts: u32, atomic: bool) -> Shape {
+        Shape { req_pkts, resp_pkts, atomic }
     }
 
-    fn run(m: Msg, script: &[bool]) -> (Seen, Log, Delivery) {
+    /// A train of `msgs` from host 0 to host 1 (timeout 4, three retries), the link's
+    /// fates scripted (true: lost).
+    fn train(msgs: &[Shape], script: &[bool]) -> (Seen, Log, Vec<Delivery>) {
         let f = fabric();
         let mut st = f.all();
         st.net.script = script.iter().copied().collect();
         let mut log = Log { commits: 0, sent: Vec::new() };
-        let d = deliver(&mut st, &m, &mut log);
+        let t = Train { req: 0, resp: 1, msgs, timeout: 4, retry_cnt: 3 };
+        let d = deliver(&mut st, &t, &mut log);
         let seen = Seen { a: st.hosts[0].stats, b: st.hosts[1].stats, now_ns: st.net.now_ns };
         (seen, log, d)
     }
 
+    /// A train of one message: how it ended.
+    fn run(m: Shape, script: &[bool]) -> (Seen, Log, Delivery) {
+        let (seen, log, mut d) = train(&[m], script);
+        assert_eq!(d.len(), 1, "{d:?}");
+        (seen, log, d.remove(0))
+    }
+
     const fn req(off: u32, retransmit: bool) -> Wire {
-        Wire::Req { off, retransmit }
+        Wire::Req { msg: 0, off, retransmit }
     }
 
     #[test]
@@ -417,7 +629,10 @@ mod tests {
     fn lost_atomic_response_is_replayed_not_executed_again() {
         let (_, log, d) = run(msg(1, 1, true), &[false, true]);
         assert!(matches!(d, Delivery::Answered(_)));
-        assert_eq!(log.sent, [req(0, false), Wire::AtomicAck, req(0, true), Wire::AtomicAck]);
+        assert_eq!(
+            log.sent,
+            [req(0, false), Wire::AtomicAck { msg: 0 }, req(0, true), Wire::AtomicAck { msg: 0 }]
+        );
         assert_eq!(log.commits, 1);
     }
 
@@ -427,7 +642,7 @@ mod tests {
         // only; the READ is not executed again.
         let (_, log, d) = run(msg(1, 3, false), &[false, false, false, true]);
         assert!(matches!(d, Delivery::Answered(_)));
-        let w = |k| Wire::ReadResponse { k };
+        let w = |k| Wire::ReadResponse { msg: 0, k };
         assert_eq!(log.sent, [req(0, false), w(0), w(1), w(2), req(2, true), w(2)]);
         assert_eq!(log.commits, 1);
     }
