@@ -8,6 +8,9 @@
 //!   NIC whose ACKs were lost): each WRITE's slot holds its data or, if flushed, zeros;
 //!   each counter is the sum of its successful fetch-and-adds (plus, possibly, the
 //!   failed one's);
+//! - WQEs rung with one doorbell (`batch`, 1 to 4 RC WQEs) travel as one train: a WQE of
+//!   the train after the one that ended in retries exceeded is flushed, and may still have
+//!   executed (its acknowledgement lost with the others);
 //! - UD datagrams arrive at most once;
 //! - the run ends in bounded simulated time.
 //!
@@ -103,7 +106,17 @@ fn setup(n: &[Node]) -> Setup {
     Setup { rc, rc_b, dci, dct_num, ud, ud_b, _dct: dct }
 }
 
-fn post(s: &Setup, n: &[Node], i: usize, via: Via, op: Op) {
+/// Posts op `i`; an RC WQE is written without a doorbell when `unrung` (the caller rings).
+fn post(s: &Setup, n: &[Node], i: usize, via: Via, op: Op, unrung: bool) {
+    macro_rules! finish {
+        ($b:expr) => {
+            if unrung {
+                $b.finish_batch()
+            } else {
+                $b.finish()
+            }
+        };
+    }
     let (la, lk, rb, rk) = (n[0].mr.addr(), n[0].mr.lkey(), n[1].mr.addr(), n[1].mr.rkey());
     let e = i as u64;
     let f = WqeFlags::SIGNALED;
@@ -115,28 +128,28 @@ fn post(s: &Setup, n: &[Node], i: usize, via: Via, op: Op) {
     let ctr = |v: Via| rb + if matches!(v, Via::Dc) { DC_CTR } else { RC_CTR } as u64;
     match (via, op) {
         (Via::Rc, Op::Write) => {
-            s.rc.wqe_builder(e)
+            finish!(s
+                .rc
+                .wqe_builder(e)
                 .unwrap()
                 .ctrl_rdma_write(f)
                 .unwrap()
                 .rdma(slot, rk)
                 .unwrap()
                 .sge(src)
-                .unwrap()
-                .finish()
+                .unwrap())
         }
-        (Via::Rc, Op::FetchAdd(x)) => {
-            s.rc.wqe_builder(e)
-                .unwrap()
-                .ctrl_atomic_fa(f, x)
-                .unwrap()
-                .rdma(ctr(via), rk)
-                .unwrap()
-                .result(result)
-                .unwrap()
-                .finish()
-        }
-        (Via::Rc, Op::Send) => s.rc.wqe_builder(e).unwrap().ctrl_send(f).unwrap().sge(big).unwrap().finish(),
+        (Via::Rc, Op::FetchAdd(x)) => finish!(s
+            .rc
+            .wqe_builder(e)
+            .unwrap()
+            .ctrl_atomic_fa(f, x)
+            .unwrap()
+            .rdma(ctr(via), rk)
+            .unwrap()
+            .result(result)
+            .unwrap()),
+        (Via::Rc, Op::Send) => finish!(s.rc.wqe_builder(e).unwrap().ctrl_send(f).unwrap().sge(big).unwrap()),
         (Via::Dc, Op::Write) => s
             .dci
             .wqe_builder(e)
@@ -190,7 +203,7 @@ fn post(s: &Setup, n: &[Node], i: usize, via: Via, op: Op) {
     .unwrap();
 }
 
-fn scenario(seed: u64, faults: LinkFaults, ops: &[(Via, Op)]) -> Result<(), TestCaseError> {
+fn scenario(seed: u64, faults: LinkFaults, ops: &[(Via, Op)], batch: usize) -> Result<(), TestCaseError> {
     let (fabric, mut n) = cluster(2, Addressing::Ib, ExecMode::Deterministic);
     let s = setup(&n);
     for i in 0..ops.len() {
@@ -206,9 +219,21 @@ fn scenario(seed: u64, faults: LinkFaults, ops: &[(Via, Op)]) -> Result<(), Test
         n[1].srq.post_recv(i, &[Sge::new(n[1].mr.addr() + 0xa0000, 4096, n[1].mr.lkey())]).unwrap();
     }
     fabric.set_faults(seed, faults);
+    // RC WQEs rung `batch` at a time: the doorbell (batch) each went with.
+    let mut rc_batch = vec![usize::MAX; ops.len()];
+    let mut rc_posted = 0;
     for (i, &(via, op)) in ops.iter().enumerate() {
-        post(&s, &n, i, via, op);
+        let rc = matches!(via, Via::Rc);
+        post(&s, &n, i, via, op, rc);
+        if rc {
+            rc_batch[i] = rc_posted / batch;
+            rc_posted += 1;
+            if rc_posted % batch == 0 {
+                s.rc.ring_sq_doorbell();
+            }
+        }
     }
+    s.rc.ring_sq_doorbell();
     let mut done = n[0].drain();
     // Bounded simulated time: at most (retries + 1) timeouts per WQE, plus wire time.
     let per_try = (4096u64 << TIMEOUT) + 20_000;
@@ -220,16 +245,20 @@ fn scenario(seed: u64, faults: LinkFaults, ops: &[(Via, Op)]) -> Result<(), Test
         (0..ops.len() as u64).collect::<Vec<_>>()
     );
     // Per connected transport: successes, then at most one retries exceeded, then flushes.
-    let mut ctr_lo = [0u64; 2];
-    let mut ctr_hi = [0u64; 2];
-    for via in [Via::Rc, Via::Dc] {
+    for (k, via) in [Via::Rc, Via::Dc].into_iter().enumerate() {
         let mut failed = false;
+        // The doorbell batch of the RC WQE that ended in retries exceeded.
+        let mut failed_batch = None;
+        // The sum of the successful fetch-and-adds, and the WQEs that may have executed
+        // (the failed one, and those of its train after it) in order: of these, a prefix
+        // executed (the responder takes a train in order).
+        let mut ctr = 0u64;
+        let mut maybe_ops = Vec::new();
         for (i, &(v, op)) in ops.iter().enumerate() {
             if std::mem::discriminant(&v) != std::mem::discriminant(&via) {
                 continue;
             }
             let st = done[i].0.status;
-            let k = matches!(via, Via::Dc) as usize;
             let slot = bytes(&n[1].mr, SLOTS + 64 * i, 64);
             let (ok, maybe) = match st {
                 Status::Success => {
@@ -239,31 +268,49 @@ fn scenario(seed: u64, faults: LinkFaults, ops: &[(Via, Op)]) -> Result<(), Test
                 Status::Error(e) if e.syndrome == Syndrome::TransportRetryExceeded => {
                     prop_assert!(!failed, "two retries exceeded on one QP");
                     failed = true;
+                    failed_batch = (rc_batch[i] != usize::MAX).then_some(rc_batch[i]);
                     (false, true)
                 }
                 Status::Error(e) if e.syndrome == Syndrome::WrFlush => {
                     prop_assert!(failed, "flush without a failed WQE before it");
-                    (false, false)
+                    // In the failed WQE's train: may have executed.
+                    (false, failed_batch.is_some() && failed_batch == Some(rc_batch[i]))
                 }
                 other => return Err(TestCaseError::fail(format!("unexpected status {other:?} for op {i}"))),
             };
             match op {
+                _ if maybe => maybe_ops.push((i, op)),
                 Op::Write if ok => prop_assert_eq!(slot, bytes(&n[0].mr, 64 * i, 64)),
-                Op::Write if !maybe => prop_assert_eq!(slot, vec![0u8; 64], "a flushed WRITE wrote"),
-                Op::FetchAdd(x) if ok => {
-                    ctr_lo[k] += x;
-                    ctr_hi[k] += x;
-                }
-                Op::FetchAdd(x) if maybe => ctr_hi[k] += x,
+                Op::Write => prop_assert_eq!(slot, vec![0u8; 64], "a flushed WRITE wrote"),
+                Op::FetchAdd(x) if ok => ctr += x,
                 _ => {}
             }
         }
         let qp_state = if matches!(via, Via::Rc) { s.rc.state() } else { s.dci.state() };
         prop_assert_eq!(failed, qp_state == QpState::Err);
-    }
-    for (k, off) in [RC_CTR, DC_CTR].into_iter().enumerate() {
-        let c = u64_at(&n[1], off);
-        prop_assert!(c == ctr_lo[k] || c == ctr_hi[k], "counter {k}: {c} not {} or {}", ctr_lo[k], ctr_hi[k]);
+        let c = u64_at(&n[1], if k == 0 { RC_CTR } else { DC_CTR });
+        let prefix_fits = |p: usize| {
+            let mut want = ctr;
+            for (j, &(i, op)) in maybe_ops.iter().enumerate() {
+                let ran = j < p;
+                match op {
+                    Op::Write => {
+                        let slot = bytes(&n[1].mr, SLOTS + 64 * i, 64);
+                        let expect = if ran { bytes(&n[0].mr, 64 * i, 64) } else { vec![0u8; 64] };
+                        if slot != expect {
+                            return false;
+                        }
+                    }
+                    Op::FetchAdd(x) if ran => want += x,
+                    _ => {}
+                }
+            }
+            c == want
+        };
+        prop_assert!(
+            (0..=maybe_ops.len()).any(prefix_fits),
+            "transport {k}: counter {c}, successes {ctr}: no prefix of {maybe_ops:?} executed explains memory"
+        );
     }
     // UD: the sender always succeeds; each datagram arrives at most once.
     let ud_sent = ops.iter().filter(|(v, _)| matches!(v, Via::Ud)).count();
@@ -281,7 +328,12 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn random_traffic_over_random_faults_executes_exactly_once(seed in any::<u64>(), f in faults(), ops in ops()) {
-        scenario(seed, f, &ops)?;
+    fn random_traffic_over_random_faults_executes_exactly_once(
+        seed in any::<u64>(),
+        f in faults(),
+        ops in ops(),
+        batch in 1usize..=4,
+    ) {
+        scenario(seed, f, &ops, batch)?;
     }
 }

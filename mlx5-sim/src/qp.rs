@@ -329,6 +329,15 @@ impl Qp {
 
     /// Copies the WQE at `counter` (its `ds` units, at most 63) into `out`; returns the ctrl
     /// and the number of bytes copied. Returns `None` when the WQE is larger than the ring.
+    /// The send queue moves past the WQE of `nbb` WQEBBs at `counter` that ran (its first
+    /// 8 bytes `ctrl8` recorded as its shadow), and no RNR wait is pending.
+    #[inline(always)]
+    pub(crate) fn finish_wqe(&mut self, counter: u16, ctrl8: [u8; 8], nbb: u16) {
+        self.record_shadow(counter, ctrl8, nbb);
+        self.sq_ci = counter.wrapping_add(nbb);
+        self.rnr = None;
+    }
+
     pub(crate) fn fetch_wqe(
         &self,
         counter: u16,

@@ -5,15 +5,18 @@
 use crate::hosts::FabricState;
 
 use crate::completer::*;
-use crate::dma::{Sgl, Src, SrcList};
+use crate::dma::Src;
+use crate::hosts::Restart;
 use crate::lean;
+use crate::local::local_side;
 use crate::psn::*;
 use crate::responder::*;
 use crate::route::{resolve_av, resolve_peer, unanswered, Sender};
+use crate::train;
 use crate::wire::{opcode, syndrome, DatagramSeg, DS_SIZE, MAX_WQE_DS};
 use crate::wires::{DirectWire, PacketWire, Wire};
-use crate::wqe::{self, Piece, SendWqe};
-use crate::{access, ExecMode, LinkLayer, QpState, QpType};
+use crate::wqe::{self, SendWqe};
+use crate::{ExecMode, LinkLayer, QpState, QpType};
 
 /// Copies the address vector at DS 1 of `wqe` into a 48-byte buffer; a legacy 16-byte AV
 /// (ext bit clear, spec §3.6) leaves bytes 16..47 zero (no GRH, no MAC, no GID).
@@ -56,39 +59,9 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, me: &Sender, wqe: &[u8], w:
     };
 
     // 1. Local side: gather sources (SEND/WRITE) or scatter sinks (READ/atomic).
-    let gather = matches!(
-        op,
-        opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL | opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM
-    );
-    let mut srcs = SrcList::new();
-    let mut sink = Sgl::new();
-    let mut local_err = false;
-    {
-        let mrs = &st.hosts[h].mrs;
-        wqe::data_pieces(w, wqe, |p| {
-            if local_err {
-                return;
-            }
-            match p {
-                Piece::Inline { off, len } => {
-                    // At most MAX_SGL pieces fit a WQE: never full here.
-                    let _ = srcs.push(Src::Bytes(&wqe[off..off + len]));
-                }
-                Piece::Sge { len: 0, .. } => {} // zero-length SGE: 0 bytes, not checked
-                Piece::Sge { len, lkey, addr } => {
-                    let need = if gather { 0 } else { access::LOCAL_WRITE };
-                    match mrs.check(lkey, addr, u64::from(len), need, pdn) {
-                        Ok(r) if gather && srcs.push(Src::Mem(r)) => {}
-                        Ok(r) if !gather && sink.push(r) => {}
-                        _ => local_err = true,
-                    }
-                }
-            }
-        });
-    }
-    if local_err {
+    let Some((srcs, sink)) = local_side(&st.hosts[h].mrs, pdn, w, wqe) else {
         return fail(syndrome::LOCAL_PROT_ERR);
-    }
+    };
     let srcs = srcs.as_slice();
     let src_lid = st.hosts[h].cfg.lid;
 
@@ -319,6 +292,86 @@ fn malformed(st: &mut FabricState, h: usize) -> Outcome {
     fail(syndrome::LOCAL_QP_OP_ERR)
 }
 
+/// Counts a WQE the requester carried out, at the clock's next tick: `None` when it waits
+/// out an RNR NAK (retries left: the send queue stops there until the NIC's timer),
+/// else its outcome (RNR retries exceeded when none are left).
+#[inline(always)]
+fn counted(st: &mut FabricState, h: usize, qpn: u32, outcome: Outcome) -> Option<(u64, Outcome)> {
+    let me = &mut st.hosts[h];
+    me.stats.wqes_executed += 1;
+    let ts = me.tick_clock();
+    let outcome = match outcome {
+        Outcome::Rnr => {
+            st.hosts[h].stats.rnr_naks += 1;
+            let qp = st.hosts[h].qps.get_mut(&qpn)?;
+            let limit = qp.attrs.rnr_retry;
+            let tries = match qp.rnr {
+                Some(n) => n.saturating_add(1),
+                None => 0,
+            };
+            if limit == 0 || (limit != 7 && tries >= limit) {
+                fail(syndrome::RNR_RETRY_EXC_ERR)
+            } else {
+                qp.rnr = Some(tries);
+                return None;
+            }
+        }
+        o => o,
+    };
+    Some((ts, outcome))
+}
+
+/// The completer's part of a WQE carried out: its CQE when it asks for one, or its error
+/// CQE and the QP to ERR (SQE for UD). False when the send queue stops here.
+#[inline(always)]
+fn report(st: &mut FabricState, h: usize, w: &SendRetired, outcome: Outcome) -> bool {
+    match outcome {
+        Outcome::Done { byte_cnt } => {
+            if w.fm_ce_se & 0x08 != 0 {
+                retire_send(&mut st.hosts[h], w, byte_cnt, None);
+            }
+            true
+        }
+        Outcome::DoneInline { byte_cnt, data } => {
+            retire_send(&mut st.hosts[h], w, byte_cnt, Some(&data[..byte_cnt as usize]));
+            true
+        }
+        Outcome::Fail { synd, .. } => {
+            retire_send_failed(&mut st.hosts[h], w, synd);
+            fail_qp(&mut st.hosts[h], w.qpn);
+            false
+        }
+        Outcome::Rnr | Outcome::Restart => false,
+    }
+}
+
+/// Concludes the WQEs of a train in order (as the loop of [`process_sq`] does one);
+/// false when the send queue stops (an error, an RNR wait).
+fn conclude_train(st: &mut FabricState, h: usize, qpn: u32, ran: Vec<train::Ran>) -> bool {
+    for r in ran {
+        let Some((ts, outcome)) = counted(st, h, qpn, r.outcome) else {
+            return false;
+        };
+        let Some(qp) = st.hosts[h].qps.get_mut(&qpn) else {
+            return false;
+        };
+        qp.finish_wqe(r.counter, r.ctrl8, r.nbb);
+        let w = SendRetired {
+            qpn,
+            user_index: qp.user_index,
+            send_cqn: qp.send_cqn,
+            counter: r.counter,
+            opcode: r.opcode,
+            fm_ce_se: r.fm_ce_se,
+            ts,
+        };
+        if !report(st, h, &w, outcome) {
+            return false;
+        }
+    }
+    true
+}
+
 /// Executes WQEs of QP `qpn` from its hardware counter up to the producer in dbrec word 1.
 /// `retry`: retry the WQE the SQ is RNR-blocked at (one tick elapsed).
 pub(crate) fn process_sq(st: &mut FabricState, h: usize, qpn: u32, retry: bool) {
@@ -372,6 +425,21 @@ fn process_sq_in(
             Some(l) => Ok(&buf[..l]),
         };
         let nbb = ctrl.wqebbs().min(avail);
+        // On the packet wire, the RC WQEs that are ready together go as one train.
+        if qtype == QpType::Rc && valid.is_ok() && avail > nbb && st.lossy() {
+            match train::send(st, h, qpn, &me, counter, producer) {
+                Some(Ok(ran)) => {
+                    if !conclude_train(st, h, qpn, ran) {
+                        return;
+                    }
+                    retry = false;
+                    continue;
+                }
+                Some(Err(Restart)) if st.deferred() => return,
+                Some(Err(Restart)) => continue,
+                None => {}
+            }
+        }
         // An RC WQE of a lean shape on the direct wire takes the lean path; any other
         // the general one (which also answers every malformed WQE).
         let lean = match valid {
@@ -394,28 +462,8 @@ fn process_sq_in(
             Outcome::Restart => continue,
             o => o,
         };
-        let me = &mut st.hosts[h];
-        me.stats.wqes_executed += 1;
-        let ts = me.tick_clock();
-        let outcome = match outcome {
-            Outcome::Rnr => {
-                st.hosts[h].stats.rnr_naks += 1;
-                let Some(qp) = st.hosts[h].qps.get_mut(&qpn) else {
-                    return;
-                };
-                let limit = qp.attrs.rnr_retry;
-                let tries = match qp.rnr {
-                    Some(n) => n.saturating_add(1),
-                    None => 0,
-                };
-                if limit == 0 || (limit != 7 && tries >= limit) {
-                    fail(syndrome::RNR_RETRY_EXC_ERR)
-                } else {
-                    qp.rnr = Some(tries);
-                    return;
-                }
-            }
-            o => o,
+        let Some((ts, outcome)) = counted(st, h, qpn, outcome) else {
+            return; // waiting out an RNR NAK
         };
         let Some(qp) = st.hosts[h].qps.get_mut(&qpn) else {
             return;
@@ -424,9 +472,7 @@ fn process_sq_in(
         // the first WQEBB), not read from the ring a second time.
         let mut ctrl8 = [0u8; 8];
         ctrl8.copy_from_slice(&buf[..8]);
-        qp.record_shadow(counter, ctrl8, nbb);
-        qp.sq_ci = counter.wrapping_add(nbb);
-        qp.rnr = None;
+        qp.finish_wqe(counter, ctrl8, nbb);
         // Whether WQEs wait behind this one: up to the producer read before, or else
         // read again while the QP is at hand. One posted after this read comes with a
         // doorbell (or a doorbell-record move a watching NIC sees) of its own.
@@ -442,30 +488,17 @@ fn process_sq_in(
             // where it would only move the lines away from the driver's core.
             qp.prefetch_next(nbb);
         }
-        let (user_index, send_cqn) = (qp.user_index, qp.send_cqn);
-        let wqe = |ts| SendRetired {
+        let w = SendRetired {
             qpn,
-            user_index,
-            send_cqn,
+            user_index: qp.user_index,
+            send_cqn: qp.send_cqn,
             counter,
             opcode: ctrl.opcode,
             fm_ce_se: ctrl.fm_ce_se,
             ts,
         };
-        match outcome {
-            Outcome::Done { byte_cnt } => {
-                if ctrl.fm_ce_se & 0x08 != 0 {
-                    retire_send(&mut st.hosts[h], &wqe(ts), byte_cnt, None);
-                }
-            }
-            Outcome::DoneInline { byte_cnt, data } => {
-                retire_send(&mut st.hosts[h], &wqe(ts), byte_cnt, Some(&data[..byte_cnt as usize]))
-            }
-            Outcome::Fail { synd, .. } => {
-                retire_send_failed(&mut st.hosts[h], &wqe(ts), synd);
-                return fail_qp(&mut st.hosts[h], qpn);
-            }
-            Outcome::Rnr | Outcome::Restart => return,
+        if !report(st, h, &w, outcome) {
+            return;
         }
         if !more {
             return;

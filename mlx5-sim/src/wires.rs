@@ -74,6 +74,21 @@ impl DirectWire {
 #[derive(Debug)]
 pub(crate) struct PacketWire;
 
+impl PacketWire {
+    /// Carries the requests `rqs` of QP `qpn` on host `h`, consecutive on its send queue,
+    /// to `tgt` as one train ([`crate::lossy::execute_train`]): what the requester learns
+    /// of each, in order, up to the one the train ended at.
+    pub(crate) fn train(
+        st: &mut FabricState,
+        h: usize,
+        qpn: u32,
+        tgt: Target,
+        rqs: &[Request<'_, '_>],
+    ) -> Vec<Outcome> {
+        crate::lossy::execute_train(st, h, qpn, tgt, rqs)
+    }
+}
+
 impl Wire for PacketWire {
     fn request(st: &mut FabricState, h: usize, qpn: u32, tgt: Target, rq: &Request<'_, '_>) -> Outcome {
         crate::lossy::execute(st, h, qpn, tgt, rq)

@@ -108,8 +108,10 @@ fn masked(p: Polled) -> [u8; 64] {
     r
 }
 
-fn run(ops: &[(Via, Op, bool)], packet_wire: bool) -> Transcript {
-    let mut p = Pair::with(PairOpts { rnr_retry: 0, ..PairOpts::default() });
+/// Runs `ops` on the direct wire or the packet wire; a QP's doorbell is rung once for
+/// every `batch` WQEs posted to it (so that on the packet wire its RC WQEs go as trains).
+fn run(ops: &[(Via, Op, bool)], packet_wire: bool, batch: usize) -> Transcript {
+    let mut p = Pair::with(PairOpts { rnr_retry: 0, sq: 64, ..PairOpts::default() });
     static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let capture = std::env::temp_dir().join(format!("mlx5-sim-wires-{}-{n}.pcap", std::process::id()));
@@ -118,12 +120,12 @@ fn run(ops: &[(Via, Op, bool)], packet_wire: bool) -> Transcript {
     }
     // A DCI on A to a DCT on B (receiving from an SRQ), and a UD QP on each, on the
     // pair's CQs.
-    let mut dci = dci_qp(&p.a, p.pda, p.scq_a.res.cqn, 16, 0x31);
+    let mut dci = dci_qp(&p.a, p.pda, p.scq_a.res.cqn, 64, 0x31);
     dci_up(&p.a, dci.qpn(), 0);
     let mut srq = TestSrq::new(&p.b, p.pdb, 64, 64);
     let dct = dct_qp(&p.b, p.pdb, p.rcq_b.res.cqn, srq.res.srqn, DC_KEY, 0x42);
     let num = dct_up(&p.b, dct, ALL_ACCESS & !access::LOCAL_WRITE);
-    let mut ua = ud_qp(&p.a, p.pda, p.scq_a.res.cqn, p.rcq_a.res.cqn, 8, None, 0x0a);
+    let mut ua = ud_qp(&p.a, p.pda, p.scq_a.res.cqn, p.rcq_a.res.cqn, 64, None, 0x0a);
     let mut ub = ud_qp(&p.b, p.pdb, p.scq_b.res.cqn, p.rcq_b.res.cqn, 8, None, 0x0b);
     ud_up(&p.a, ua.qpn(), QKEY);
     ud_up(&p.b, ub.qpn(), QKEY);
@@ -139,6 +141,8 @@ fn run(ops: &[(Via, Op, bool)], packet_wire: bool) -> Transcript {
     }
     let mut cqes: [Vec<[u8; 64]>; 4] = Default::default();
     let data = |addr: u64, len: u32, lkey: u32| Seg::Data { addr, len, lkey };
+    // Per QP (RC, DC, UD): WQEs posted since its last doorbell, and the doorbell value.
+    let mut unrung: [(usize, [u8; 8]); 3] = [(0, [0; 8]); 3];
     for (i, &(via, op, signaled)) in ops.iter().enumerate() {
         let ce = if signaled { SIGNALED } else { 0 };
         let remote = Seg::Raddr { raddr: dst.addr() + (i as u64 * 64) % 4096, rkey: dst.keys.rkey };
@@ -163,6 +167,7 @@ fn run(ops: &[(Via, Op, bool)], packet_wire: bool) -> Transcript {
             (Via::Dc, Op::SendNoRecv) => Op::Send { len: 16, inline: false },
             (_, o) => o,
         };
+        let k = via as usize;
         let qp: &mut TestQp = match via {
             Via::Rc => &mut p.qa,
             Via::Dc => &mut dci,
@@ -177,47 +182,55 @@ fn run(ops: &[(Via, Op, bool)], packet_wire: bool) -> Transcript {
             }
             Via::Dc => {}
         };
-        match op {
-            Op::Write { len, inline: true } => {
-                qp.post(
-                    op::RDMA_WRITE,
-                    ce,
-                    [0; 4],
-                    &with_av(av, &[remote, Seg::Inline(&inline_bytes[..len as usize])]),
-                );
-            }
+        let db = match op {
+            Op::Write { len, inline: true } => qp.post_unrung(
+                op::RDMA_WRITE,
+                ce,
+                [0; 4],
+                &with_av(av, &[remote, Seg::Inline(&inline_bytes[..len as usize])]),
+            ),
             Op::Write { len, .. } => {
-                qp.post(op::RDMA_WRITE, ce, [0; 4], &with_av(av, &[remote, with_len(len)]));
+                qp.post_unrung(op::RDMA_WRITE, ce, [0; 4], &with_av(av, &[remote, with_len(len)]))
             }
             Op::WriteImm { len } => {
                 recv(via, &mut p.qb, &mut ub);
-                qp.post(op::RDMA_WRITE_IMM, ce, [1, 2, 3, i as u8], &with_av(av, &[remote, with_len(len)]));
+                qp.post_unrung(
+                    op::RDMA_WRITE_IMM,
+                    ce,
+                    [1, 2, 3, i as u8],
+                    &with_av(av, &[remote, with_len(len)]),
+                )
             }
             Op::Send { len, inline: true } => {
                 recv(via, &mut p.qb, &mut ub);
-                qp.post(op::SEND, ce, [0; 4], &with_av(av, &[Seg::Inline(&inline_bytes[..len as usize])]));
+                qp.post_unrung(
+                    op::SEND,
+                    ce,
+                    [0; 4],
+                    &with_av(av, &[Seg::Inline(&inline_bytes[..len as usize])]),
+                )
             }
             Op::Send { len, .. } => {
                 recv(via, &mut p.qb, &mut ub);
-                qp.post(op::SEND, ce, [0; 4], &with_av(av, &[with_len(len)]));
+                qp.post_unrung(op::SEND, ce, [0; 4], &with_av(av, &[with_len(len)]))
             }
             Op::SendImm { len } => {
                 recv(via, &mut p.qb, &mut ub);
-                qp.post(op::SEND_IMM, ce | 2, [9, 8, 7, i as u8], &with_av(av, &[with_len(len)]));
+                qp.post_unrung(op::SEND_IMM, ce | 2, [9, 8, 7, i as u8], &with_av(av, &[with_len(len)]))
             }
             Op::Read { len } => {
                 let sink = data(src.addr() + 4096, len, src.keys.lkey);
-                qp.post(op::RDMA_READ, ce, [0; 4], &with_av(av, &[remote, sink]));
+                qp.post_unrung(op::RDMA_READ, ce, [0; 4], &with_av(av, &[remote, sink]))
             }
             Op::FetchAdd { add } => {
                 let r = Seg::Raddr { raddr: dst.addr() + 4096 + (i as u64 % 8) * 8, rkey: dst.keys.rkey };
                 let sink = data(src.addr() + 6000 + (i as u64 % 8) * 8, 8, src.keys.lkey);
-                qp.post(
+                qp.post_unrung(
                     op::ATOMIC_FA,
                     ce,
                     [0; 4],
                     &with_av(av, &[r, Seg::Atomic { swap_add: add, compare: 0 }, sink]),
-                );
+                )
             }
             Op::CompSwap { compare_hit, swap } => {
                 let at = 4096 + (i % 8) * 8;
@@ -226,25 +239,36 @@ fn run(ops: &[(Via, Op, bool)], packet_wire: bool) -> Transcript {
                 let compare = if compare_hit { u64::from_ne_bytes(cur) } else { !u64::from_ne_bytes(cur) };
                 let r = Seg::Raddr { raddr: dst.addr() + at as u64, rkey: dst.keys.rkey };
                 let sink = data(src.addr() + 6000 + (i as u64 % 8) * 8, 8, src.keys.lkey);
-                qp.post(
+                qp.post_unrung(
                     op::ATOMIC_CS,
                     ce,
                     [0; 4],
                     &with_av(av, &[r, Seg::Atomic { swap_add: swap, compare }, sink]),
-                );
+                )
             }
             Op::BadRkey => {
                 let bad = Seg::Raddr { raddr: dst.addr(), rkey: 0x777 };
-                qp.post(op::RDMA_WRITE, ce, [0; 4], &with_av(av, &[bad, with_len(8)]));
+                qp.post_unrung(op::RDMA_WRITE, ce, [0; 4], &with_av(av, &[bad, with_len(8)]))
             }
-            Op::SendNoRecv => {
-                qp.post(op::SEND, ce, [0; 4], &with_av(av, &[with_len(16)]));
-            }
+            Op::SendNoRecv => qp.post_unrung(op::SEND, ce, [0; 4], &with_av(av, &[with_len(16)])),
+        };
+        unrung[k] = (unrung[k].0 + 1, db);
+        if unrung[k].0 >= batch || i + 1 == ops.len() {
+            qp.ring(db);
+            unrung[k].0 = 0;
         }
         // Every CQE taken at once: the CQs never fill.
         for (k, cq) in [&mut p.scq_a, &mut p.rcq_a, &mut p.scq_b, &mut p.rcq_b].into_iter().enumerate() {
             cqes[k].extend(cq.poll_all().into_iter().map(masked));
         }
+    }
+    for (k, qp) in [&mut p.qa, &mut dci, &mut ua].into_iter().enumerate() {
+        if unrung[k].0 > 0 {
+            qp.ring(unrung[k].1);
+        }
+    }
+    for (k, cq) in [&mut p.scq_a, &mut p.rcq_a, &mut p.scq_b, &mut p.rcq_b].into_iter().enumerate() {
+        cqes[k].extend(cq.poll_all().into_iter().map(masked));
     }
     if packet_wire {
         let packets = p.fabric.stop_capture().expect("capture");
@@ -276,9 +300,12 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn both_wires_give_the_same_results(ops in proptest::collection::vec((via(), op(), any::<bool>()), 1..40)) {
-        let direct = run(&ops, false);
-        let packets = run(&ops, true);
+    fn both_wires_give_the_same_results(
+        ops in proptest::collection::vec((via(), op(), any::<bool>()), 1..40),
+        batch in 1usize..=5,
+    ) {
+        let direct = run(&ops, false, batch);
+        let packets = run(&ops, true, batch);
         prop_assert_eq!(direct, packets);
     }
 }
@@ -287,8 +314,8 @@ proptest! {
 /// comparison that sees nothing).
 #[test]
 fn different_traffic_gives_different_transcripts() {
-    let a = run(&[(Via::Rc, Op::Write { len: 64, inline: false }, true)], false);
-    let b = run(&[(Via::Rc, Op::Write { len: 65, inline: false }, true)], true);
+    let a = run(&[(Via::Rc, Op::Write { len: 64, inline: false }, true)], false, 1);
+    let b = run(&[(Via::Rc, Op::Write { len: 65, inline: false }, true)], true, 1);
     assert_ne!(a, b);
     assert_eq!(a.cqes[0].len(), 1, "one requester CQE");
     // DC and UD traffic does complete on the packet wire: a DC WRITE, a UD SEND and a DC
@@ -300,6 +327,7 @@ fn different_traffic_gives_different_transcripts() {
             (Via::Dc, Op::Send { len: 10, inline: true }, true),
         ],
         true,
+        1,
     );
     assert_eq!(t.cqes[0].iter().map(|c| c[63] >> 4).collect::<Vec<_>>(), [0, 0, 0], "{:?}", t.others);
     assert_eq!(t.cqes[3].iter().map(|c| c[63] >> 4).collect::<Vec<_>>(), [2, 2]);
@@ -339,4 +367,46 @@ fn the_packet_wire_can_be_asked_for_without_faults_or_capture() {
     );
     assert_eq!(p.scq_a.expect_one().opcode(), 0);
     assert_eq!(p.fabric.now_ns(), t, "back on the direct wire: no simulated time");
+}
+
+/// On the packet wire, WQEs one doorbell covers go as one train: their request packets
+/// back to back, one ACK for all (asked for on the last), so the simulated time is
+/// shorter than one message and its ACK after another, and fewer packets travel.
+#[test]
+fn a_doorbell_for_several_wqes_sends_them_as_one_train() {
+    let run = |one_doorbell: bool| {
+        let mut p = Pair::with(PairOpts { sq: 64, ..PairOpts::default() });
+        let capture =
+            std::env::temp_dir().join(format!("mlx5-sim-train-{}-{one_doorbell}.pcap", std::process::id()));
+        p.fabric.start_capture(&capture).expect("capture file");
+        let src = Buf::new(&p.a, p.pda, 64, ALL_ACCESS);
+        let dst = Buf::new(&p.b, p.pdb, 3 * 64, ALL_ACCESS);
+        let mut db = [0u8; 8];
+        for k in 0..3u64 {
+            let segs = [
+                Seg::Raddr { raddr: dst.addr() + 64 * k, rkey: dst.keys.rkey },
+                Seg::Data { addr: src.addr(), len: 64, lkey: src.keys.lkey },
+            ];
+            db = p.qa.post_unrung(op::RDMA_WRITE, SIGNALED, [0; 4], &segs);
+            if !one_doorbell {
+                p.qa.ring(db);
+            }
+        }
+        if one_doorbell {
+            p.qa.ring(db);
+        }
+        let cqes = p.scq_a.poll_all();
+        assert_eq!(
+            cqes.iter().map(|c| (c.opcode(), c.wqe_counter())).collect::<Vec<_>>(),
+            [(0, 0), (0, 1), (0, 2)]
+        );
+        let packets = p.fabric.stop_capture().expect("capture");
+        let _ = std::fs::remove_file(&capture);
+        (p.fabric.now_ns(), packets, p.b.qp_psns(p.qb.qpn()).unwrap().1)
+    };
+    let (train_ns, train_packets, train_psn) = run(true);
+    let (one_by_one_ns, one_by_one_packets, psn) = run(false);
+    assert_eq!((train_packets, one_by_one_packets), (4, 6), "three requests and one ACK, or three ACKs");
+    assert!(2 * train_ns < one_by_one_ns, "{train_ns} ns as a train, {one_by_one_ns} ns one by one");
+    assert_eq!((train_psn, psn), (3, 3));
 }

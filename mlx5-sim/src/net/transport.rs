@@ -546,16 +546,27 @@ mod tests {
         now_ns: u64,
     }
 
-    /// Records what went on the wire and counts executions.
+    /// Records what went on the wire and counts executions; message `rnr` finds no
+    /// receive (once), message `fail` fails (an RC responder's NAK).
+    #[derive(Default)]
     struct Log {
         commits: u32,
         sent: Vec<Wire>,
+        rnr: Option<u32>,
+        fail: Option<u32>,
     }
 
     impl Ends for Log {
-        fn commit(&mut self, _: &mut FabricState, _: u32) -> Outcome {
+        fn commit(&mut self, _: &mut FabricState, msg: u32) -> Outcome {
+            if self.rnr == Some(msg) {
+                self.rnr = None;
+                return Outcome::Rnr;
+            }
             self.commits += 1;
-            Outcome::Done { byte_cnt: 1 }
+            if self.fail == Some(msg) {
+                return Outcome::Fail { synd: 0x13, responder: Some((1, 7)) };
+            }
+            Outcome::Done { byte_cnt: msg + 1 }
         }
         fn sent(&mut self, _: &mut FabricState, _: u64, w: Wire) {
             self.sent.push(w);
@@ -569,10 +580,13 @@ mod tests {
     /// A train of `msgs` from host 0 to host 1 (timeout 4, three retries), the link's
     /// fates scripted (true: lost).
     fn train(msgs: &[Shape], script: &[bool]) -> (Seen, Log, Vec<Delivery>) {
+        train_with(msgs, script, Log::default())
+    }
+
+    fn train_with(msgs: &[Shape], script: &[bool], mut log: Log) -> (Seen, Log, Vec<Delivery>) {
         let f = fabric();
         let mut st = f.all();
         st.net.script = script.iter().copied().collect();
-        let mut log = Log { commits: 0, sent: Vec::new() };
         let t = Train { req: 0, resp: 1, msgs, timeout: 4, retry_cnt: 3 };
         let d = deliver(&mut st, &t, &mut log);
         let seen = Seen { a: st.hosts[0].stats, b: st.hosts[1].stats, now_ns: st.net.now_ns };
@@ -588,6 +602,124 @@ mod tests {
 
     const fn req(off: u32, retransmit: bool) -> Wire {
         Wire::Req { msg: 0, off, retransmit }
+    }
+
+    const fn req_of(msg: u32, off: u32, retransmit: bool) -> Wire {
+        Wire::Req { msg, off, retransmit }
+    }
+
+    /// The byte counts of the messages answered with success, in order.
+    fn done(d: &[Delivery]) -> Vec<u32> {
+        d.iter()
+            .map(|d| match d {
+                Delivery::Answered(Outcome::Done { byte_cnt }) => *byte_cnt,
+                other => panic!("not a success: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_train_goes_back_to_back_and_one_ack_retires_it() {
+        // Three one-packet WRITEs: sent without waiting, one ACK (asked for on the last)
+        // for the three, each executed once and retired in order.
+        let w = msg(1, 0, false);
+        let (st, log, d) = train(&[w, w, w], &[]);
+        assert_eq!(
+            log.sent,
+            [req_of(0, 0, false), req_of(1, 0, false), req_of(2, 0, false), Wire::Ack { upto: 2 }]
+        );
+        assert_eq!(done(&d), [1, 2, 3]);
+        assert_eq!(log.commits, 3);
+        // Three packets 100 ns apart, then the ACK: two link latencies after the last.
+        assert_eq!(st.now_ns, 2 * PACKET_GAP_NS + 2 * crate::net::LINK_LATENCY_NS);
+    }
+
+    #[test]
+    fn acks_are_asked_for_every_eighth_message_and_on_the_last() {
+        let w = msg(1, 0, false);
+        let (_, log, d) = train(&[w; 10], &[]);
+        let acks: Vec<Wire> = log.sent.iter().copied().filter(|w| !w.to_responder()).collect();
+        assert_eq!(acks, [Wire::Ack { upto: 7 }, Wire::Ack { upto: 9 }]);
+        assert_eq!(done(&d).len(), 10);
+    }
+
+    #[test]
+    fn a_read_response_acknowledges_the_write_before_it() {
+        // WRITE (2 packets), READ (3 responses), WRITE: PSNs 0-1, 2-4, 5. The WRITE
+        // before the READ asks for no ACK: the READ's response retires it.
+        let (_, log, d) = train(&[msg(2, 0, false), msg(1, 3, false), msg(1, 0, false)], &[]);
+        let r = |k| Wire::ReadResponse { msg: 1, k };
+        assert_eq!(
+            log.sent,
+            [
+                req_of(0, 0, false),
+                req_of(0, 1, false),
+                req_of(1, 0, false),
+                req_of(2, 0, false),
+                r(0),
+                r(1),
+                r(2),
+                Wire::Ack { upto: 5 },
+            ]
+        );
+        assert_eq!(done(&d), [1, 2, 3]);
+    }
+
+    #[test]
+    fn a_lost_packet_goes_back_n_across_messages() {
+        // Three one-packet WRITEs, the second lost: the third is a gap (NAK naming PSN 1),
+        // and the requester sends 1 and 2 again; the first is acknowledged by the NAK.
+        let w = msg(1, 0, false);
+        let (st, log, d) = train(&[w, w, w], &[false, true, false]);
+        assert_eq!(
+            log.sent,
+            [
+                req_of(0, 0, false),
+                req_of(1, 0, false),
+                req_of(2, 0, false),
+                Wire::NakSeq { expected: 1 },
+                req_of(1, 0, true),
+                req_of(2, 0, true),
+                Wire::Ack { upto: 2 },
+            ]
+        );
+        assert_eq!(done(&d), [1, 2, 3]);
+        assert_eq!((log.commits, st.a.seq_naks, st.a.retransmits), (3, 1, 2));
+    }
+
+    #[test]
+    fn an_rnr_nak_ends_the_train_at_its_message() {
+        // The second of three SENDs finds no receive: the first is retired (the RNR NAK
+        // acknowledges it), the second waits, the third is dropped without another NAK.
+        let w = msg(1, 0, false);
+        let (_, log, d) = train_with(&[w, w, w], &[], Log { rnr: Some(1), ..Log::default() });
+        assert_eq!(
+            log.sent,
+            [req_of(0, 0, false), req_of(1, 0, false), req_of(2, 0, false), Wire::RnrNak { msg: 1 }]
+        );
+        assert!(matches!(d[..], [Delivery::Answered(Outcome::Done { byte_cnt: 1 }), Delivery::Rnr]), "{d:?}");
+        assert_eq!(log.commits, 1);
+    }
+
+    #[test]
+    fn an_error_nak_ends_the_train_and_the_responder_takes_nothing_after() {
+        let w = msg(1, 0, false);
+        let (_, log, d) = train_with(&[w, w, w], &[], Log { fail: Some(1), ..Log::default() });
+        assert_eq!(
+            log.sent,
+            [req_of(0, 0, false), req_of(1, 0, false), req_of(2, 0, false), Wire::NakError { msg: 1 }]
+        );
+        assert!(
+            matches!(
+                d[..],
+                [
+                    Delivery::Answered(Outcome::Done { .. }),
+                    Delivery::Answered(Outcome::Fail { synd: 0x13, .. })
+                ]
+            ),
+            "{d:?}"
+        );
+        assert_eq!(log.commits, 2, "the third is not executed");
     }
 
     #[test]

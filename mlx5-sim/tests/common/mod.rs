@@ -340,6 +340,15 @@ impl TestQp {
         idx
     }
 
+    /// Writes one WQE and moves the doorbell record, without ringing: returns the
+    /// doorbell value a later [`TestQp::ring`] for it (and every WQE before it) takes.
+    pub fn post_unrung(&mut self, opcode: u8, fm_ce_se: u8, imm: [u8; 4], segs: &[Seg]) -> [u8; 8] {
+        let w = self.build(opcode, fm_ce_se, imm, segs);
+        let (_, db) = self.write_wqe(&w);
+        self.update_sq_dbr();
+        db
+    }
+
     /// Posts one WQE and rings BlueFlame with the whole WQE copied from the ring.
     pub fn post_bf(&mut self, opcode: u8, fm_ce_se: u8, imm: [u8; 4], segs: &[Seg]) -> u16 {
         let w = self.build(opcode, fm_ce_se, imm, segs);

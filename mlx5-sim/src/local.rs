@@ -1,0 +1,48 @@
+//! The local side of a send WQE (spec §3.2, §3.3): the sources a SEND or WRITE gathers
+//! (inline bytes, or memory through its lkey) and the sinks a READ or atomic scatters
+//! into, every key checked. Used by the requester's general path and by trains on the
+//! packet wire.
+
+use crate::access;
+use crate::dma::{MrTable, Sgl, Src, SrcList};
+use crate::wire::opcode;
+use crate::wqe::{self, Piece, SendWqe};
+
+/// The local side of WQE `w` (bytes `wqe`) of a QP in PD `pdn`: the sources a SEND or
+/// WRITE gathers, or the sinks a READ or atomic scatters into, each lkey checked (an
+/// SGE needs LOCAL_WRITE to be written). `None`: a check failed (LOCAL_PROT_ERR).
+pub(crate) fn local_side<'w>(
+    mrs: &MrTable,
+    pdn: u32,
+    w: &SendWqe,
+    wqe: &'w [u8],
+) -> Option<(SrcList<'w>, Sgl)> {
+    let gather = matches!(
+        w.ctrl.opcode,
+        opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL | opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM
+    );
+    let mut srcs = SrcList::new();
+    let mut sink = Sgl::new();
+    let mut local_err = false;
+    wqe::data_pieces(w, wqe, |p| {
+        if local_err {
+            return;
+        }
+        match p {
+            Piece::Inline { off, len } => {
+                // At most MAX_SGL pieces fit a WQE: never full here.
+                let _ = srcs.push(Src::Bytes(&wqe[off..off + len]));
+            }
+            Piece::Sge { len: 0, .. } => {} // zero-length SGE: 0 bytes, not checked
+            Piece::Sge { len, lkey, addr } => {
+                let need = if gather { 0 } else { access::LOCAL_WRITE };
+                match mrs.check(lkey, addr, u64::from(len), need, pdn) {
+                    Ok(r) if gather && srcs.push(Src::Mem(r)) => {}
+                    Ok(r) if !gather && sink.push(r) => {}
+                    _ => local_err = true,
+                }
+            }
+        }
+    });
+    (!local_err).then_some((srcs, sink))
+}
