@@ -71,6 +71,7 @@ fn be64(b: &[u8], at: usize) -> u64 {
 /// The data segment at DS `i` of `wqe`, when it is the WQE's last: a data pointer segment
 /// at DS `ds - 1`, or an inline segment (bit 31 of its first word, spec §3.3) whose
 /// `ceil((4 + len) / 16)` DS end exactly at `ds`. `None` for anything else.
+#[inline]
 fn last_data(wqe: &[u8], i: usize, ds: usize, inline_ok: bool) -> Option<Data> {
     let at = i * DS_SIZE;
     let w0 = be32(wqe, at);
