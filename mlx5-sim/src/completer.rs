@@ -43,7 +43,7 @@ fn req_cqe_of(user_index: u32, qpn: u32, op: u8, counter: u16, byte_cnt: u32, ts
         wqe_counter: counter,
         ..Default::default()
     }
-    .emit(&mut Cqe64::new_unchecked(&mut b[..]));
+    .emit(&mut Cqe64::new_unchecked(&mut b));
     b
 }
 
@@ -58,7 +58,7 @@ pub(crate) fn err_cqe(op: u8, synd: u8, user_index: u32, wqe_op: u8, qpn: u32, c
         s_wqe_opcode_qpn: (u32::from(wqe_op) << 24) | qpn,
         wqe_counter: counter,
     }
-    .emit(&mut ErrCqe::new_unchecked(&mut b[..]));
+    .emit(&mut ErrCqe::new_unchecked(&mut b));
     b
 }
 

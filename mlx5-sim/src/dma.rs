@@ -127,6 +127,7 @@ impl MrTable {
 
     /// Checks `[addr, addr+len)` against the MR of `key`: it must exist, belong to `pdn`,
     /// contain the range and grant every bit of `need`.
+    #[inline]
     pub(crate) fn check(
         &self,
         key: u32,

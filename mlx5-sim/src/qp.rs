@@ -352,7 +352,9 @@ impl Qp {
         // segment and whatever else the WQEBB holds.
         let start = self.sq_slot(usize::from(counter)) * WQEBB_SIZE;
         self.buf.read(self.sq_off + start, &mut out[..WQEBB_SIZE]);
-        let ctrl = CtrlRepr::parse(&CtrlSeg::new_unchecked(&out[..DS_SIZE]));
+        // A fixed-size view: the decoder's field reads need no bounds checks.
+        let first: &[u8; DS_SIZE] = out.first_chunk().expect("a WQEBB holds a ctrl segment");
+        let ctrl = CtrlRepr::parse(&CtrlSeg::new_unchecked(first));
         let len = usize::from(ctrl.ds) * DS_SIZE;
         if len > ring {
             return (ctrl, None);

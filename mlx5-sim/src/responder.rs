@@ -631,7 +631,7 @@ pub(crate) fn recv_cqe(tgt: &Target, c: &RecvCqe) -> [u8; 64] {
         sop_drop_qpn: tgt.report_qpn,
         wqe_counter: c.counter,
     }
-    .emit(&mut Cqe64::new_unchecked(&mut b[..]));
+    .emit(&mut Cqe64::new_unchecked(&mut b));
     b
 }
 
