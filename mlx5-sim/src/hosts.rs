@@ -403,11 +403,11 @@ pub(crate) struct Found<'a> {
 }
 
 impl<'a> FabricState<'a> {
-    /// Whether an RC WQE of a lean shape may take the lean path ([`crate::lean`]): on the
-    /// direct wire, unless the fabric was built without it.
+    /// Whether an RC WQE of a lean shape may take the lean path ([`crate::lean`]): unless
+    /// the fabric was built without it.
     #[inline]
     pub(crate) fn lean_path(&self) -> bool {
-        !self.cfg.general_path_only && !self.lossy()
+        !self.cfg.general_path_only
     }
 
     /// Whether the network model runs (faults or a capture): packets, simulated time.

@@ -1,5 +1,8 @@
-//! The lean path: the common RC RDMA WRITE, RDMA READ and SEND on the direct wire, with
-//! every check the general path makes, and none of its generality.
+//! The lean path: the common RC RDMA WRITE, RDMA READ and SEND, with every check the
+//! general path makes, and none of its generality. On the direct wire a WRITE or READ
+//! goes to the responder's own lean code ([`crate::responder::respond_rdma`]); on the packet wire (one
+//! WQE at a time: several ready together go as a train, [`crate::train`]) the message
+//! travels as the general path's would.
 //!
 //! A WQE takes this path when its shape is one of the few most WQEs have (below), decided
 //! from its bytes before anything is done; any other WQE (another opcode, several data
@@ -9,7 +12,7 @@
 //! does for the same WQE, in the same order, through the same functions: the local key
 //! check ([`crate::dma::MrTable::check`]), the routing ([`route::resolve_peer`]), the
 //! responder's acceptance ([`accept_rc`]: state, connection, PSN) and the responder
-//! itself ([`DirectWire`], [`crate::responder::respond`]: access, keys, bounds, receive
+//! itself ([`DirectWire`], [`PacketWire`], [`crate::responder::respond`]: access, keys, bounds, receive
 //! consumption, RNR, NAKs). The property test `mlx5-sim/tests/lean_path.rs` runs the same
 //! traffic with this path on and off and finds the same memory, CQEs and counters.
 //!
@@ -26,7 +29,7 @@ use crate::psn::packets;
 use crate::responder::{accept_rc, fail, Outcome, Request};
 use crate::route::{resolve_peer, unanswered, Sender};
 use crate::wire::{opcode, syndrome, CtrlRepr, DS_SIZE};
-use crate::wires::{DirectWire, Wire};
+use crate::wires::{DirectWire, PacketWire, Wire};
 use crate::{access, QpType};
 
 /// The one data segment of a lean WQE.
@@ -107,8 +110,8 @@ pub(crate) fn shape(ctrl: &CtrlRepr, wqe: &[u8], req_scatter: bool) -> Option<Le
     Some(Lean { op, raddr, rkey, data })
 }
 
-/// Carries out lean WQE `m` (bytes `wqe`, ctrl `ctrl`) of RC QP `qpn` on host `h` over the
-/// direct wire: what `requester::execute` does for the same WQE.
+/// Carries out lean WQE `m` (bytes `wqe`, ctrl `ctrl`) of RC QP `qpn` on host `h`: what
+/// `requester::execute` does for the same WQE.
 #[inline]
 pub(crate) fn execute(
     st: &mut FabricState,
@@ -119,7 +122,7 @@ pub(crate) fn execute(
     ctrl: &CtrlRepr,
     m: &Lean,
 ) -> Outcome {
-    debug_assert!(me.qtype == QpType::Rc && !st.lossy());
+    debug_assert!(me.qtype == QpType::Rc);
     st.hosts[h].stats.lean_wqes += 1;
     let len = m.data.len();
     // 1. Local side: the source (SEND / WRITE) or the sink (READ), its lkey checked.
@@ -173,7 +176,10 @@ pub(crate) fn execute(
         req_scatter: 0,
         pkts: packets(m.op, len as u32, me.mtu),
     };
-    let answer = if m.op == opcode::SEND {
+    let answer = if st.lossy() {
+        accept_rc(&mut st.hosts[rh], rh, p.dest_qpn, qpn, me.sq_psn)
+            .map(|tgt| PacketWire::request(st, h, qpn, tgt, &rq))
+    } else if m.op == opcode::SEND {
         accept_rc(&mut st.hosts[rh], rh, p.dest_qpn, qpn, me.sq_psn)
             .map(|tgt| DirectWire::request(st, h, qpn, tgt, &rq))
     } else {

@@ -24,6 +24,7 @@ pub mod dma;
 mod engine;
 mod fabric;
 mod fabric_net;
+mod fixed;
 mod host;
 mod hosts;
 mod idmap;

@@ -4,9 +4,10 @@
 //! runs. The engine enters here only when faults are configured or a capture runs.
 
 use crate::dma;
+use crate::fixed::Fixed;
 use crate::hosts::FabricState;
 use crate::net::packet::{self, aeth, op, AtomicEth, Packet, Pos, Reth};
-use crate::net::transport::{self, Delivery, Ends, Shape, Train, Wire};
+use crate::net::transport::{self, Delivery, Ends, Shape, Train, Wire, MAX_TRAIN};
 use crate::net::PACKET_GAP_NS;
 use crate::psn;
 use crate::responder::{self, Datagram, Outcome, Request, Target};
@@ -24,7 +25,7 @@ pub(crate) fn rnr_timer_ns(code: u8) -> u64 {
 
 /// What the packets of a train of RC / DC messages carry, and the responder's side
 /// effects.
-struct TrainEnds<'a, 'w> {
+struct TrainEnds<'a, 'w, const N: usize> {
     tgt: Target,
     /// The messages, as the responder receives each once its last packet is in.
     rqs: &'a [Request<'a, 'w>],
@@ -33,15 +34,15 @@ struct TrainEnds<'a, 'w> {
     mtu: u32,
     base_psn: u32,
     /// Each message's first PSN, as an offset from `base_psn` ([`transport::offsets`]).
-    offs: Vec<u32>,
+    offs: transport::Offsets,
     shapes: &'a [Shape],
     /// The message bytes (SEND / WRITE) or the bytes read (READ, atomic), for capture.
-    data: Vec<Option<Vec<u8>>>,
+    data: [Option<Vec<u8>>; N],
     /// What each message's execution gave: success, or the syndrome of its NAK.
-    committed: Vec<Option<(bool, u8)>>,
+    committed: [Option<(bool, u8)>; N],
 }
 
-impl Ends for TrainEnds<'_, '_> {
+impl<const N: usize> Ends for TrainEnds<'_, '_, N> {
     fn commit(&mut self, st: &mut FabricState, msg: u32) -> Outcome {
         let i = msg as usize;
         let rq = &self.rqs[i];
@@ -74,10 +75,18 @@ impl Ends for TrainEnds<'_, '_> {
         o
     }
 
+    #[inline]
     fn sent(&mut self, st: &mut FabricState, t: u64, wire: Wire) {
-        if st.net.capture.is_none() {
-            return;
+        if st.net.capture.is_some() {
+            self.capture(st, t, wire);
         }
+    }
+}
+
+impl<const N: usize> TrainEnds<'_, '_, N> {
+    /// Records packet `wire`, sent at `t`, in the running capture.
+    #[cold]
+    fn capture(&mut self, st: &mut FabricState, t: u64, wire: Wire) {
         let i = match wire {
             Wire::Req { msg, .. }
             | Wire::ReadResponse { msg, .. }
@@ -220,78 +229,86 @@ pub(crate) fn execute(
     tgt: Target,
     rq: &Request<'_, '_>,
 ) -> Outcome {
-    execute_train(st, h, qpn, tgt, std::slice::from_ref(rq)).pop().unwrap_or(Outcome::Restart)
+    let mut o = Outcomes::<1>::new();
+    execute_train(st, h, qpn, tgt, std::slice::from_ref(rq), &mut o);
+    o.pop().unwrap_or(Outcome::Restart)
 }
+
+/// What the requester learns of each message of a train of at most `N`.
+pub(crate) type Outcomes<const N: usize> = Fixed<Outcome, N>;
 
 /// Carries the requests `rqs` of QP `qpn` of host `h`, consecutive on its send queue, to
 /// `tgt` over the network model as one train: packets with PSNs, ACKs and NAKs, sent
 /// back to back and retransmitted as the link demands ([`transport::deliver`]); the
 /// responder takes each message when its last packet is in. Returns what the requester
-/// learns of each message, in order, up to and including the one the train ended at
-/// (an error, an RNR NAK, retries exceeded): any after it were not carried out.
-pub(crate) fn execute_train(
+/// learns of each message (into `outcomes`, empty before), in order, up to and including
+/// the one the train ended at (an error, an RNR NAK, retries exceeded): any after it were
+/// not carried out. At most `N` (and [`MAX_TRAIN`]) requests travel; any beyond are not
+/// carried out.
+pub(crate) fn execute_train<const N: usize>(
     st: &mut FabricState,
     h: usize,
     qpn: u32,
     tgt: Target,
     rqs: &[Request<'_, '_>],
-) -> Vec<Outcome> {
-    let mtu = psn::path_mtu_of(st, h, qpn);
+    outcomes: &mut Outcomes<N>,
+) {
+    let rqs = &rqs[..rqs.len().min(N).min(MAX_TRAIN)];
     let Some(me) = st.hosts[h].qps.get(&qpn) else {
-        return vec![responder::fail(syndrome::LOCAL_QP_OP_ERR)];
+        outcomes.push(responder::fail(syndrome::LOCAL_QP_OP_ERR));
+        return;
     };
+    let mtu = me.attrs.path_mtu.max(256);
     let (base_psn, timeout, retry_cnt) = (me.attrs.sq_psn, me.attrs.timeout, me.attrs.retry_cnt);
-    let shapes: Vec<Shape> = rqs
-        .iter()
-        .map(|rq| {
-            let len = rq.len as u32;
-            match rq.op {
-                opcode::RDMA_READ => {
-                    Shape { req_pkts: 1, resp_pkts: len.div_ceil(mtu).max(1), atomic: false }
-                }
-                opcode::ATOMIC_CS | opcode::ATOMIC_FA => Shape { req_pkts: 1, resp_pkts: 1, atomic: true },
-                _ => Shape { req_pkts: len.div_ceil(mtu).max(1), resp_pkts: 0, atomic: false },
-            }
-        })
-        .collect();
-    let t = Train { req: h, resp: tgt.h, msgs: &shapes, timeout, retry_cnt };
-    let mut ends = TrainEnds {
+    let mut shape_of = [Shape { req_pkts: 1, resp_pkts: 0, atomic: false }; MAX_TRAIN];
+    for (s, rq) in shape_of.iter_mut().zip(rqs) {
+        let len = rq.len as u32;
+        *s = match rq.op {
+            opcode::RDMA_READ => Shape { req_pkts: 1, resp_pkts: len.div_ceil(mtu).max(1), atomic: false },
+            opcode::ATOMIC_CS | opcode::ATOMIC_FA => Shape { req_pkts: 1, resp_pkts: 1, atomic: true },
+            _ => Shape { req_pkts: len.div_ceil(mtu).max(1), resp_pkts: 0, atomic: false },
+        };
+    }
+    let shapes = &shape_of[..rqs.len()];
+    let t = Train { req: h, resp: tgt.h, msgs: shapes, timeout, retry_cnt };
+    let mut ends = TrainEnds::<N> {
         tgt,
         rqs,
         req: h,
         qpn,
         mtu,
         base_psn,
-        offs: transport::offsets(&shapes),
-        shapes: &shapes,
-        data: vec![None; rqs.len()],
-        committed: vec![None; rqs.len()],
+        offs: transport::offsets(shapes),
+        shapes,
+        data: std::array::from_fn(|_| None),
+        committed: [None; N],
     };
-    let ds = transport::deliver(st, &t, &mut ends);
+    let mut ds = transport::Deliveries::<N>::new();
+    transport::deliver(st, &t, &mut ends, &mut ds);
     // The requester's send PSN moves past every message the responder carried out.
     for (rq, c) in rqs.iter().zip(&ends.committed) {
         if matches!(c, Some((true, _))) {
             psn::advance_sq_psn(&mut st.hosts[h], qpn, rq.pkts);
         }
     }
-    ds.into_iter()
-        .map(|d| match d {
-            Delivery::Answered(o) => o,
-            Delivery::Rnr => {
-                let timer = st.hosts[tgt.h].qps.get(&tgt.qpn).map_or(0, |q| q.attrs.min_rnr_timer);
-                st.net.now_ns += rnr_timer_ns(timer);
-                Outcome::Rnr
-            }
-            Delivery::RetryExceeded { committed } => {
-                // A fatal NAK that never arrived still moved the RC responder to ERR.
-                let responder = match committed {
-                    Some(Outcome::Fail { responder, .. }) => responder,
-                    _ => None,
-                };
-                Outcome::Fail { synd: syndrome::TRANSPORT_RETRY_EXC_ERR, responder }
-            }
-        })
-        .collect()
+    for o in ds.into_iter().map(|d| match d {
+        Delivery::Answered(o) => o,
+        Delivery::Rnr => {
+            let timer = st.hosts[tgt.h].qps.get(&tgt.qpn).map_or(0, |q| q.attrs.min_rnr_timer);
+            st.net.now_ns += rnr_timer_ns(timer);
+            Outcome::Rnr
+        }
+        Delivery::RetryExceeded { committed } => {
+            // A fatal NAK that never arrived still moved the RC responder to ERR.
+            let responder = match committed {
+                Some(Outcome::Fail { responder, .. }) => responder,
+                _ => None,
+            };
+            Outcome::Fail { synd: syndrome::TRANSPORT_RETRY_EXC_ERR, responder }
+        }
+    }) {
+        outcomes.push(o);
+    }
 }
 
 /// A requester whose peer does not answer at all (unreachable, not connected): every

@@ -2,13 +2,8 @@
 //! path MTU, and the requester's PSN moving past a message.
 
 use crate::host::Host;
-use crate::hosts::FabricState;
 
 use crate::wire::opcode;
-
-pub(crate) fn path_mtu_of(st: &FabricState, h: usize, qpn: u32) -> u32 {
-    st.hosts[h].qps.get(&qpn).map_or(4096, |q| q.attrs.path_mtu.max(256))
-}
 
 /// PSNs an RC message takes (IB spec 9.7.1): one per packet of the request (SEND,
 /// WRITE: `ceil(len / MTU)`, at least one), or of the response (READ: the same for the

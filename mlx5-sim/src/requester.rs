@@ -5,7 +5,7 @@
 use crate::hosts::FabricState;
 
 use crate::completer::*;
-use crate::dma::Src;
+use crate::dma::{Sgl, Src, SrcList};
 use crate::hosts::Restart;
 use crate::lean;
 use crate::local::local_side;
@@ -59,9 +59,11 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, me: &Sender, wqe: &[u8], w:
     };
 
     // 1. Local side: gather sources (SEND/WRITE) or scatter sinks (READ/atomic).
-    let Some((srcs, sink)) = local_side(&st.hosts[h].mrs, pdn, w, wqe) else {
+    let mut srcs = SrcList::new();
+    let mut sink = Sgl::new();
+    if !local_side(&st.hosts[h].mrs, pdn, w, wqe, &mut srcs, &mut sink) {
         return fail(syndrome::LOCAL_PROT_ERR);
-    };
+    }
     let srcs = srcs.as_slice();
     let src_lid = st.hosts[h].cfg.lid;
 
@@ -460,8 +462,9 @@ fn process_sq_in(
             _ => None,
         };
         let done = match (valid, lean) {
-            (Ok(b), Some(m)) => lean::execute(st, h, qpn, &me, b, &ctrl, &m),
-            (Ok(b), None) => {
+            // (More WQEs ready on the packet wire make a train: below.)
+            (Ok(b), Some(m)) if avail <= nbb || !st.lossy() => lean::execute(st, h, qpn, &me, b, &ctrl, &m),
+            (Ok(b), _) => {
                 // On the packet wire, the RC WQEs that are ready together go as one train.
                 if qtype == QpType::Rc && avail > nbb && st.lossy() {
                     match by_train(st, h, qpn, &me, counter, producer) {
@@ -489,7 +492,7 @@ fn process_sq_in(
             // Home was let go for a moment: look at the QP afresh.
             continue;
         }
-        // (Not moved to another binding: an `Outcome` is 72 bytes, and the copy cost
+        // (Not moved to another binding: when an `Outcome` was 72 bytes, the copy cost
         // 16 instructions per message.)
         let outcome = &done;
         let Some((ts, rnr_exceeded)) = counted(st, h, qpn, matches!(outcome, Outcome::Rnr)) else {

@@ -10,6 +10,7 @@
 //! what is before it). A WQE the train did not take is executed alone afterwards, as
 //! before; a train of one is not formed at all.
 
+use crate::dma::{Sgl, SrcList};
 use crate::hosts::{FabricState, Restart};
 use crate::local::local_side;
 use crate::psn::packets;
@@ -20,8 +21,7 @@ use crate::wires::PacketWire;
 use crate::wqe::{self, SendWqe};
 use crate::QpType;
 
-/// Most WQEs in one train.
-pub(crate) const MAX_TRAIN: usize = 16;
+pub(crate) use crate::net::transport::MAX_TRAIN;
 
 /// A WQE of a train and what became of it, for the requester to conclude.
 #[derive(Debug)]
@@ -82,10 +82,14 @@ pub(crate) fn send(
         return Some(Ok(vec![ran(&fetched[0], unanswered(st, h, qpn))]));
     };
     // The messages (their local sides were checked when fetched).
-    let sides: Vec<_> = fetched
-        .iter()
-        .map(|f| local_side(&st.hosts[h].mrs, me.pdn, &f.w, &f.buf[..f.len]).expect("checked when fetched"))
-        .collect();
+    let mut sides: Vec<(SrcList, Sgl)> = Vec::with_capacity(fetched.len());
+    for f in &fetched {
+        let (mut srcs, mut sink) = (SrcList::new(), Sgl::new());
+        // Checked when fetched: the same again.
+        let checked = local_side(&st.hosts[h].mrs, me.pdn, &f.w, &f.buf[..f.len], &mut srcs, &mut sink);
+        debug_assert!(checked);
+        sides.push((srcs, sink));
+    }
     let src_lid = st.hosts[h].cfg.lid;
     let limit = if me.scatter_to_cqe { scatter_limit(&st.hosts[h], me.send_cqn) } else { 0 };
     let rqs: Vec<Request> = fetched
@@ -98,7 +102,8 @@ pub(crate) fn send(
             Request::of(&f.w, srcs.as_slice(), sink, qpn, src_lid, req_scatter, pkts)
         })
         .collect();
-    let outcomes = PacketWire::train(st, h, qpn, tgt, &rqs);
+    let mut outcomes = crate::lossy::Outcomes::<MAX_TRAIN>::new();
+    PacketWire::train(st, h, qpn, tgt, &rqs, &mut outcomes);
     Some(Ok(fetched.iter().zip(outcomes).map(|(f, o)| ran(f, o)).collect()))
 }
 
@@ -138,7 +143,8 @@ fn fetch(st: &FabricState, h: usize, qpn: u32, me: &Sender, counter: u16, produc
                 | opcode::ATOMIC_CS
                 | opcode::ATOMIC_FA
         );
-        if !message || local_side(mrs, me.pdn, &w, &buf[..len]).is_none() {
+        let (mut srcs, mut sink) = (SrcList::new(), Sgl::new());
+        if !message || !local_side(mrs, me.pdn, &w, &buf[..len], &mut srcs, &mut sink) {
             break;
         }
         out.push(Fetched { buf, len, ctrl, w, counter: c });

@@ -77,15 +77,16 @@ pub(crate) struct PacketWire;
 impl PacketWire {
     /// Carries the requests `rqs` of QP `qpn` on host `h`, consecutive on its send queue,
     /// to `tgt` as one train ([`crate::lossy::execute_train`]): what the requester learns
-    /// of each, in order, up to the one the train ended at.
+    /// of each (into `outcomes`), in order, up to the one the train ended at.
     pub(crate) fn train(
         st: &mut FabricState,
         h: usize,
         qpn: u32,
         tgt: Target,
         rqs: &[Request<'_, '_>],
-    ) -> Vec<Outcome> {
-        crate::lossy::execute_train(st, h, qpn, tgt, rqs)
+        outcomes: &mut crate::lossy::Outcomes<{ crate::net::transport::MAX_TRAIN }>,
+    ) {
+        crate::lossy::execute_train(st, h, qpn, tgt, rqs, outcomes)
     }
 }
 

@@ -81,6 +81,8 @@ pub(crate) struct Net {
     /// Every message as packets even with no fault and no capture
     /// ([`crate::Fabric::set_packet_wire`]).
     pub force: bool,
+    /// The packets in flight of the delivery under way (kept for its storage).
+    pub queue: transport::Queue,
     /// Unit tests: the fates of the next packets (true: lost), before any drawn ones.
     #[cfg(test)]
     pub script: std::collections::VecDeque<bool>,
@@ -102,6 +104,7 @@ impl Net {
             capture: None,
             any_faults: false,
             force: false,
+            queue: transport::Queue::default(),
             #[cfg(test)]
             script: std::collections::VecDeque::new(),
         }
@@ -173,13 +176,24 @@ impl Net {
     }
 
     /// The fate of one packet sent at `t` from host `a` to host `b`.
+    #[inline]
     pub(crate) fn fate(&mut self, a: usize, b: usize, t: u64) -> Fate {
-        let f = self.faults(a, b);
         #[cfg(test)]
         if let Some(lose) = self.script.pop_front() {
             let arrival = (!lose).then_some(t + LINK_LATENCY_NS);
             return Fate { arrivals: [arrival, None], lost: lose, corrupted: false };
         }
+        if !self.any_faults {
+            // Every link perfect (a capture, or the packet wire asked for): what the
+            // draws below give for a perfect link, without looking.
+            return Fate { arrivals: [Some(t + LINK_LATENCY_NS), None], lost: false, corrupted: false };
+        }
+        self.fate_drawn(a, b, t)
+    }
+
+    /// [`Net::fate`] on a fabric with faults somewhere.
+    fn fate_drawn(&mut self, a: usize, b: usize, t: u64) -> Fate {
+        let f = self.faults(a, b);
         let lost_fate = |corrupted: bool| Fate { arrivals: [None, None], lost: !corrupted, corrupted };
         if f.down.is_some_and(|(from, until)| t >= from && t < until) || self.chance(f.drop) {
             return lost_fate(false);

@@ -31,12 +31,22 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::PACKET_GAP_NS;
+use crate::fixed::Fixed;
 use crate::hosts::FabricState;
 use crate::responder::Outcome;
 
 /// The requester asks for an acknowledgement every this many messages of a train (and on
 /// its last).
 pub(crate) const ACK_EVERY: u32 = 8;
+
+/// Most messages in one train.
+pub(crate) const MAX_TRAIN: usize = 16;
+
+/// Each message's first PSN in a train, as an offset, and the PSN after the train.
+pub(crate) type Offsets = [u32; MAX_TRAIN + 1];
+
+/// How the messages of a train of at most `N` ended ([`deliver`]).
+pub(crate) type Deliveries<const N: usize> = Fixed<Delivery, N>;
 
 /// What one message of a train needs from the network.
 #[derive(Debug, Clone, Copy)]
@@ -162,8 +172,8 @@ pub(crate) fn local_ack_timeout_ns(t: u8) -> u64 {
     4096u64 << t
 }
 
-/// The responder's side of a train.
-struct Responder {
+/// The responder's side of a train of at most `N` messages.
+struct Responder<const N: usize> {
     /// The train offset it expects next.
     epsn: u32,
     /// A NAK was sent for the gap at `epsn` (or an RNR NAK for the message there).
@@ -171,17 +181,17 @@ struct Responder {
     /// It NAKed an error and moved to ERR: it ignores everything after.
     dead: bool,
     /// What each message's execution gave (kept for duplicates).
-    committed: Vec<Option<Outcome>>,
+    committed: [Option<Outcome>; N],
 }
 
-/// The requester's side of a train.
-struct Requester {
+/// The requester's side of a train of at most `N` messages.
+struct Requester<const N: usize> {
     /// Train offsets acknowledged (everything below).
     acked: u32,
     /// Responses received in order, per message (READ / atomic).
-    got: Vec<u32>,
+    got: [u32; N],
     /// Messages whose answer is complete.
-    complete: Vec<bool>,
+    complete: [bool; N],
     /// The first message not yet retired.
     first: usize,
     /// The message an RNR NAK or an error NAK named.
@@ -189,47 +199,72 @@ struct Requester {
     retries: u8,
 }
 
-/// The train offset of each message's first PSN, and (last) of the PSN after the train.
-pub(crate) fn offsets(msgs: &[Shape]) -> Vec<u32> {
-    let mut base = Vec::with_capacity(msgs.len() + 1);
+/// The train offset of each message's first PSN, and (after the last) of the PSN after
+/// the train; at most [`MAX_TRAIN`] messages are counted.
+#[inline]
+pub(crate) fn offsets(msgs: &[Shape]) -> Offsets {
+    let mut base = [0u32; MAX_TRAIN + 1];
     let mut at = 0u32;
-    for m in msgs {
-        base.push(at);
+    for (i, m) in msgs.iter().take(MAX_TRAIN).enumerate() {
+        base[i] = at;
         at += m.span();
+        base[i + 1] = at;
     }
-    base.push(at);
     base
 }
 
 /// Delivers the train `t` to a responder that exists (a peer that does not is
 /// `lossy::silent_peer`: only the clock moves). Returns how each message ended, in order,
 /// up to and including the one the train ended at (any after it were not delivered).
-pub(crate) fn deliver(st: &mut FabricState, t: &Train, ends: &mut impl Ends) -> Vec<Delivery> {
+/// A train holds at most `N` (and [`MAX_TRAIN`]) messages: any beyond are not delivered.
+/// (`N` sizes the bookkeeping: a train of one keeps none for fifteen more.)
+pub(crate) fn deliver<const N: usize>(
+    st: &mut FabricState,
+    t: &Train,
+    ends: &mut impl Ends,
+    out: &mut Deliveries<N>,
+) {
+    // The queue's storage is kept from one delivery to the next (two allocations per
+    // message otherwise).
+    let mut q = std::mem::take(&mut st.net.queue);
+    q.clear();
+    deliver_on(st, t, ends, out, &mut q);
+    st.net.queue = q;
+}
+
+/// [`deliver`] with the (empty) queue `q`.
+fn deliver_on<const N: usize>(
+    st: &mut FabricState,
+    t: &Train,
+    ends: &mut impl Ends,
+    out: &mut Deliveries<N>,
+    q: &mut Queue,
+) {
+    let t = &Train { msgs: &t.msgs[..t.msgs.len().min(N).min(MAX_TRAIN)], ..*t };
     let n = t.msgs.len();
     let base = offsets(t.msgs);
+    let base = &base[..=n];
     // The message that holds train offset `psn`.
     let msg_of = |psn: u32| base.partition_point(|&b| b <= psn).saturating_sub(1).min(n - 1);
     let timeout_ns = local_ack_timeout_ns(t.timeout);
-    let mut q = Queue::default();
     let mut now = st.net.now_ns;
     let mut rs =
-        Responder { epsn: 0, nak_sent: false, dead: false, committed: (0..n).map(|_| None).collect() };
+        Responder { epsn: 0, nak_sent: false, dead: false, committed: std::array::from_fn(|_| None) };
     let mut rq = Requester {
         acked: 0,
-        got: vec![0; n],
-        complete: vec![false; n],
+        got: [0; N],
+        complete: [false; N],
         first: 0,
         stopped: None,
         retries: t.retry_cnt,
     };
-    let mut out = Vec::with_capacity(n);
 
-    let mut last_tx = transmit(st, &mut q, ends, t, 0, 0, now, false);
+    let mut last_tx = transmit(st, q, ends, t, 0, 0, now, false);
     loop {
         while let Some((at_ns, w)) = q.pop() {
             now = now.max(at_ns);
             if let Wire::Req { msg, off, .. } = w {
-                respond(st, &mut q, ends, t, &base, &mut rs, now, msg as usize, off);
+                respond(st, q, ends, t, base, &mut rs, now, msg as usize, off);
                 continue;
             }
             // Requester: what the answer says, then retire messages in order.
@@ -258,30 +293,32 @@ pub(crate) fn deliver(st: &mut FabricState, t: &Train, ends: &mut impl Ends) -> 
                     if expected >= rq.acked {
                         // Everything before `expected` is acknowledged.
                         rq.acked = expected;
-                        if retire(t, &base, &mut rq, &mut rs, &mut out) {
-                            return finish(st, now, out);
+                        if retire(t, base, &mut rq, &mut rs, out) {
+                            return finish(st, now);
                         }
                         if rq.retries == 0 {
-                            return finish(st, now, give_up(&mut rq, &mut rs, out));
+                            give_up(&mut rq, &mut rs, out);
+                            return finish(st, now);
                         }
                         rq.retries -= 1;
                         // Go back to the PSN the responder expects, and everything after.
                         let i = msg_of(expected);
                         let from = if t.msgs[i].read_like() { rq.got[i] } else { expected - base[i] };
-                        last_tx = transmit(st, &mut q, ends, t, i, from, now, true);
+                        last_tx = transmit(st, q, ends, t, i, from, now, true);
                     }
                 }
                 Wire::Req { .. } => {}
             }
-            if retire(t, &base, &mut rq, &mut rs, &mut out) {
-                return finish(st, now, out);
+            if retire(t, base, &mut rq, &mut rs, out) {
+                return finish(st, now);
             }
         }
         // Nothing in flight and the train unfinished: the local ACK timer runs out.
         now = now.max(last_tx + timeout_ns);
         st.hosts[t.req].stats.ack_timeouts += 1;
         if rq.retries == 0 {
-            return finish(st, now, give_up(&mut rq, &mut rs, out));
+            give_up(&mut rq, &mut rs, out);
+            return finish(st, now);
         }
         rq.retries -= 1;
         // Again from the first unfinished message: where its answer stopped.
@@ -291,13 +328,19 @@ pub(crate) fn deliver(st: &mut FabricState, t: &Train, ends: &mut impl Ends) -> 
         } else {
             rq.acked.saturating_sub(base[i]).min(t.msgs[i].req_pkts - 1)
         };
-        last_tx = transmit(st, &mut q, ends, t, i, from, now, true);
+        last_tx = transmit(st, q, ends, t, i, from, now, true);
     }
 }
 
 /// Retires the messages the requester has complete answers for, in order, into `out`;
 /// true when the train is over (every message retired, or it stopped at one).
-fn retire(t: &Train, base: &[u32], rq: &mut Requester, rs: &mut Responder, out: &mut Vec<Delivery>) -> bool {
+fn retire<const N: usize>(
+    t: &Train,
+    base: &[u32],
+    rq: &mut Requester<N>,
+    rs: &mut Responder<N>,
+    out: &mut Deliveries<N>,
+) -> bool {
     while rq.first < t.msgs.len() {
         let i = rq.first;
         let m = &t.msgs[i];
@@ -334,22 +377,21 @@ fn retire(t: &Train, base: &[u32], rq: &mut Requester, rs: &mut Responder, out: 
 }
 
 /// Retries exceeded at the first unfinished message.
-fn give_up(rq: &mut Requester, rs: &mut Responder, mut out: Vec<Delivery>) -> Vec<Delivery> {
+fn give_up<const N: usize>(rq: &mut Requester<N>, rs: &mut Responder<N>, out: &mut Deliveries<N>) {
     if let Some(c) = rs.committed.get_mut(rq.first) {
         out.push(Delivery::RetryExceeded { committed: c.take() });
     }
-    out
 }
 
 /// The responder takes request packet `off` of message `i`.
 #[allow(clippy::too_many_arguments)]
-fn respond(
+fn respond<const N: usize>(
     st: &mut FabricState,
     q: &mut Queue,
     ends: &mut impl Ends,
     t: &Train,
     base: &[u32],
-    rs: &mut Responder,
+    rs: &mut Responder<N>,
     now: u64,
     i: usize,
     off: u32,
@@ -453,9 +495,8 @@ fn responder_dies(o: &Option<Outcome>) -> bool {
     matches!(o, Some(Outcome::Fail { responder: Some(_), .. }))
 }
 
-fn finish<T>(st: &mut FabricState, now: u64, d: T) -> T {
+fn finish(st: &mut FabricState, now: u64) {
     st.net.now_ns = st.net.now_ns.max(now);
-    d
 }
 
 /// Sends, back to back from `t0`, the request packets of message `i` from offset `from`
@@ -496,8 +537,8 @@ fn transmit(
 }
 
 /// Packets in flight, by arrival time (ties in sending order).
-#[derive(Default)]
-struct Queue {
+#[derive(Debug, Default)]
+pub(crate) struct Queue {
     heap: BinaryHeap<Reverse<(u64, usize)>>,
     wires: Vec<Wire>,
 }
@@ -517,6 +558,11 @@ impl Queue {
             self.heap.push(Reverse((at, self.wires.len())));
             self.wires.push(w);
         }
+    }
+
+    fn clear(&mut self) {
+        self.heap.clear();
+        self.wires.clear();
     }
 
     fn pop(&mut self) -> Option<(u64, Wire)> {
@@ -588,7 +634,9 @@ mod tests {
         let mut st = f.all();
         st.net.script = script.iter().copied().collect();
         let t = Train { req: 0, resp: 1, msgs, timeout: 4, retry_cnt: 3 };
-        let d = deliver(&mut st, &t, &mut log);
+        let mut d = Deliveries::<MAX_TRAIN>::new();
+        deliver(&mut st, &t, &mut log, &mut d);
+        let d = d.into_iter().collect();
         let seen = Seen { a: st.hosts[0].stats, b: st.hosts[1].stats, now_ns: st.net.now_ns };
         (seen, log, d)
     }
