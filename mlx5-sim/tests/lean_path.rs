@@ -1,7 +1,8 @@
 //! Property: the lean path gives the same results as the general path. The same random RC
 //! traffic runs on two fabrics, one built with the lean path (the default) and one with
-//! `FabricConfig::general_path_only`. Both runs must end with the same memory at both ends,
-//! every CQE the same byte for byte (timestamps included: both run on the direct wire),
+//! `FabricConfig::general_path_only`, both on the direct wire or both on the packet wire.
+//! Both runs must end with the same memory at both ends, every CQE the same byte for byte
+//! (timestamps included),
 //! the same counters (the lean path's own count aside), and the same QP states and PSNs.
 //!
 //! The traffic mixes the lean shapes (RDMA WRITE, RDMA READ and SEND with one data
@@ -102,6 +103,8 @@ struct Transcript {
 struct Setup {
     acc_b: u32,
     rnr_retry: u8,
+    /// Every message on the packet wire (`Fabric::set_packet_wire`).
+    packet_wire: bool,
 }
 
 /// Runs `ops` on a fresh pair, lean path on or off; returns the transcript and how many
@@ -219,8 +222,9 @@ proptest! {
         ops in proptest::collection::vec((op(), any::<bool>()), 1..48),
         acc_b in responder_access(),
         rnr_retry in prop_oneof![Just(0u8), Just(7u8)],
+        packet_wire in any::<bool>(),
     ) {
-        let s = Setup { acc_b, rnr_retry };
+        let s = Setup { acc_b, rnr_retry, packet_wire };
         let (general, none) = run(&ops, &s, false);
         let (lean, _) = run(&ops, &s, true);
         prop_assert_eq!(none, 0, "general_path_only: no WQE takes the lean path");
@@ -232,7 +236,7 @@ proptest! {
 /// shapes), its errors are the spec's, and different traffic gives different transcripts.
 #[test]
 fn the_lean_path_runs_and_answers_errors_as_the_spec_says() {
-    let s = Setup { acc_b: ALL_ACCESS & !access::LOCAL_WRITE, rnr_retry: 0 };
+    let s = Setup { acc_b: ALL_ACCESS & !access::LOCAL_WRITE, rnr_retry: 0, packet_wire: false };
     let ops = [
         (Op::Write { len: 64, inline: true }, true),
         (Op::Write { len: 100, inline: false }, true),
@@ -263,7 +267,11 @@ fn the_lean_path_runs_and_answers_errors_as_the_spec_says() {
     assert_eq!(first_error(Op::SendTooLong, &s), (13, 0x12, 1), "remote invalid request");
     assert_eq!(first_error(Op::SendNoRecv, &s), (13, 0x16, 1), "RNR retries exceeded");
     assert_eq!(first_error(Op::Malformed, &s), (13, 0x02, 0), "malformed: the general path");
-    let no_write = Setup { acc_b: ALL_ACCESS & !access::LOCAL_WRITE & !access::REMOTE_WRITE, rnr_retry: 0 };
+    let no_write = Setup {
+        acc_b: ALL_ACCESS & !access::LOCAL_WRITE & !access::REMOTE_WRITE,
+        rnr_retry: 0,
+        packet_wire: false,
+    };
     assert_eq!(
         first_error(Op::Write { len: 8, inline: false }, &no_write),
         (13, 0x12, 1),
