@@ -260,7 +260,7 @@ pub(crate) fn execute_train<const N: usize>(
     };
     let mtu = me.attrs.path_mtu.max(256);
     let (base_psn, timeout, retry_cnt) = (me.attrs.sq_psn, me.attrs.timeout, me.attrs.retry_cnt);
-    let mut shape_of = [Shape { req_pkts: 1, resp_pkts: 0, atomic: false }; MAX_TRAIN];
+    let mut shape_of = [Shape { req_pkts: 1, resp_pkts: 0, atomic: false }; N];
     for (s, rq) in shape_of.iter_mut().zip(rqs) {
         let len = rq.len as u32;
         *s = match rq.op {

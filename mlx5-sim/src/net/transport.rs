@@ -27,8 +27,7 @@
 //! NAKed one comes again; the train ends at an RNR NAK, an error NAK or retries exceeded
 //! (its later messages are the requester's to flush or resend).
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::VecDeque;
 
 use super::PACKET_GAP_NS;
 use crate::fixed::Fixed;
@@ -536,11 +535,13 @@ fn transmit(
     last
 }
 
-/// Packets in flight, by arrival time (ties in sending order).
+/// Packets in flight, by arrival time (ties in sending order): kept sorted, each new one
+/// put in place from the back. On a link without reordering or jitter every packet
+/// arrives after the one sent before it, so that is one step, and taking the next is
+/// one (a binary heap took both in log steps, with a side table).
 #[derive(Debug, Default)]
 pub(crate) struct Queue {
-    heap: BinaryHeap<Reverse<(u64, usize)>>,
-    wires: Vec<Wire>,
+    q: VecDeque<(u64, Wire)>,
 }
 
 impl Queue {
@@ -555,18 +556,25 @@ impl Queue {
             st.hosts[b].stats.icrc_errors += 1;
         }
         for at in fate.arrivals.into_iter().flatten() {
-            self.heap.push(Reverse((at, self.wires.len())));
-            self.wires.push(w);
+            // After every packet arriving at or before `at`.
+            let mut i = self.q.len();
+            while i > 0 && self.q[i - 1].0 > at {
+                i -= 1;
+            }
+            if i == self.q.len() {
+                self.q.push_back((at, w));
+            } else {
+                self.q.insert(i, (at, w));
+            }
         }
     }
 
     fn clear(&mut self) {
-        self.heap.clear();
-        self.wires.clear();
+        self.q.clear();
     }
 
     fn pop(&mut self) -> Option<(u64, Wire)> {
-        self.heap.pop().map(|Reverse((at, i))| (at, self.wires[i]))
+        self.q.pop_front()
     }
 }
 
