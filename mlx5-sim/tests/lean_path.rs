@@ -113,6 +113,7 @@ fn run(ops: &[(Op, bool)], s: &Setup, lean: bool) -> (Transcript, u64) {
     let cfg = FabricConfig { general_path_only: !lean, ..FabricConfig::default() };
     let mut p =
         Pair::with(PairOpts { cfg, sq: 64, acc_b: s.acc_b, rnr_retry: s.rnr_retry, ..PairOpts::default() });
+    p.fabric.set_packet_wire(s.packet_wire);
     let mut src = Buf::new(&p.a, p.pda, 8192, ALL_ACCESS);
     src.fill(|i| (i * 7 + 3) as u8);
     let ro = Buf::new(&p.a, p.pda, 4096, access::REMOTE_READ);
@@ -247,6 +248,11 @@ fn the_lean_path_runs_and_answers_errors_as_the_spec_says() {
     ];
     let (t, lean) = run(&ops, &s, true);
     assert_eq!(lean, 4, "the four WQEs of lean shapes");
+    let on_packets = Setup { packet_wire: true, ..s };
+    let (tp, lean_p) = run(&ops, &on_packets, true);
+    assert_eq!(lean_p, 4, "on the packet wire as well");
+    assert_eq!((tp.psns, tp.cqes[0].len()), (t.psns, 6));
+    let s = Setup { packet_wire: false, ..on_packets };
     assert_eq!(t.cqes[0].iter().map(|c| c[63] >> 4).collect::<Vec<_>>(), [0; 6], "six successes");
     // 64, 100 and 50 bytes, one packet each at MTU 4096; then the SEND, the two-SGE
     // WRITE and the atomic: six PSNs at each end.
