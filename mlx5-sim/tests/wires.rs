@@ -9,8 +9,10 @@
 //! (with and without immediate), SEND (with and without immediate), RDMA READ, both
 //! atomics, inline and gathered, signaled or not, and now and then a WRITE with a bad
 //! rkey (a remote access error: the QP to ERR, an RC responder too, and the flushes of
-//! what follows) or, on RC, a SEND with no receive posted and no RNR retries left (RNR
-//! retry exceeded); on a UD QP, SENDs with and without immediate.
+//! what follows) or, on RC, a SEND with no receive posted: with no RNR retries left, RNR
+//! retry exceeded; with RNR waits, the send queue stops until a later receive and a tick
+//! of the NIC's timer. On a UD QP, SENDs with and without immediate. A QP's doorbell is
+//! rung for every 1 to 5 WQEs (on the packet wire, RC WQEs rung together go as a train).
 
 mod common;
 
@@ -110,8 +112,11 @@ fn masked(p: Polled) -> [u8; 64] {
 
 /// Runs `ops` on the direct wire or the packet wire; a QP's doorbell is rung once for
 /// every `batch` WQEs posted to it (so that on the packet wire its RC WQEs go as trains).
-fn run(ops: &[(Via, Op, bool)], packet_wire: bool, batch: usize) -> Transcript {
-    let mut p = Pair::with(PairOpts { rnr_retry: 0, sq: 64, ..PairOpts::default() });
+/// `rnr_waits`: RC RNR retries unlimited, and the NIC's timer ticks after every WQE (a
+/// SEND with no receive waits until a later receive and a tick); else none allowed.
+fn run(ops: &[(Via, Op, bool)], packet_wire: bool, batch: usize, rnr_waits: bool) -> Transcript {
+    let rnr_retry = if rnr_waits { 7 } else { 0 };
+    let mut p = Pair::with(PairOpts { rnr_retry, sq: 64, ..PairOpts::default() });
     static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let capture = std::env::temp_dir().join(format!("mlx5-sim-wires-{}-{n}.pcap", std::process::id()));
@@ -257,6 +262,9 @@ fn run(ops: &[(Via, Op, bool)], packet_wire: bool, batch: usize) -> Transcript {
             qp.ring(db);
             unrung[k].0 = 0;
         }
+        if rnr_waits {
+            p.a.tick();
+        }
         // Every CQE taken at once: the CQs never fill.
         for (k, cq) in [&mut p.scq_a, &mut p.rcq_a, &mut p.scq_b, &mut p.rcq_b].into_iter().enumerate() {
             cqes[k].extend(cq.poll_all().into_iter().map(masked));
@@ -303,9 +311,10 @@ proptest! {
     fn both_wires_give_the_same_results(
         ops in proptest::collection::vec((via(), op(), any::<bool>()), 1..40),
         batch in 1usize..=5,
+        rnr_waits in any::<bool>(),
     ) {
-        let direct = run(&ops, false, batch);
-        let packets = run(&ops, true, batch);
+        let direct = run(&ops, false, batch, rnr_waits);
+        let packets = run(&ops, true, batch, rnr_waits);
         prop_assert_eq!(direct, packets);
     }
 }
@@ -314,8 +323,8 @@ proptest! {
 /// comparison that sees nothing).
 #[test]
 fn different_traffic_gives_different_transcripts() {
-    let a = run(&[(Via::Rc, Op::Write { len: 64, inline: false }, true)], false, 1);
-    let b = run(&[(Via::Rc, Op::Write { len: 65, inline: false }, true)], true, 1);
+    let a = run(&[(Via::Rc, Op::Write { len: 64, inline: false }, true)], false, 1, false);
+    let b = run(&[(Via::Rc, Op::Write { len: 65, inline: false }, true)], true, 1, false);
     assert_ne!(a, b);
     assert_eq!(a.cqes[0].len(), 1, "one requester CQE");
     // DC and UD traffic does complete on the packet wire: a DC WRITE, a UD SEND and a DC
@@ -328,6 +337,7 @@ fn different_traffic_gives_different_transcripts() {
         ],
         true,
         1,
+        false,
     );
     assert_eq!(t.cqes[0].iter().map(|c| c[63] >> 4).collect::<Vec<_>>(), [0, 0, 0], "{:?}", t.others);
     assert_eq!(t.cqes[3].iter().map(|c| c[63] >> 4).collect::<Vec<_>>(), [2, 2]);
