@@ -14,6 +14,7 @@ use pcap_file::{DataLink, Endianness, TsResolution};
 
 use super::icrc;
 use super::packet::Packet;
+use super::roce;
 use crate::{HostConfig, LinkLayer};
 
 /// The RoCE v2 UDP destination port.
@@ -61,10 +62,10 @@ impl Capture {
         p.transport(&mut self.tp);
         self.frame.clear();
         match (src.link_layer, self.erf) {
-            (LinkLayer::Ethernet, false) => roce_frame(&mut self.frame, src, dst, p, &self.tp),
+            (LinkLayer::Ethernet, false) => roce_frame(&mut self.frame, src, dst, p),
             (LinkLayer::Ethernet, true) => {
                 let mut eth = Vec::new();
-                roce_frame(&mut eth, src, dst, p, &self.tp);
+                roce_frame(&mut eth, src, dst, p);
                 erf_record(&mut self.frame, t_ns, ERF_TYPE_ETH, &[0, 0], &eth);
             }
             (LinkLayer::InfiniBand, _) => {
@@ -85,64 +86,28 @@ impl Capture {
     }
 }
 
-fn ipv4_of(gid: &[u8; 16]) -> Option<[u8; 4]> {
-    (gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff)
-        .then(|| [gid[12], gid[13], gid[14], gid[15]])
-}
-
-fn ipv4_checksum(h: &[u8]) -> u16 {
-    let mut sum = 0u32;
-    for w in h.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
-/// Ethernet / IP / UDP / transport / ICRC.
-fn roce_frame(out: &mut Vec<u8>, src: &HostConfig, dst: &HostConfig, p: &Packet<'_>, tp: &[u8]) {
-    let v4 = ipv4_of(&src.gid).zip(ipv4_of(&dst.gid));
+/// Ethernet / IP / UDP / transport / ICRC: the headers of [`roce::ip_udp`], then the
+/// UDP payload [`roce::encode`] writes (what the UDP wire carries), which the model's own
+/// decoder must read back (checked in debug builds).
+fn roce_frame(out: &mut Vec<u8>, src: &HostConfig, dst: &HostConfig, p: &Packet<'_>) {
+    let v4 = roce::ipv4_of(&src.gid).is_some() && roce::ipv4_of(&dst.gid).is_some();
     out.extend_from_slice(&dst.mac);
     out.extend_from_slice(&src.mac);
-    out.extend_from_slice(if v4.is_some() { &[0x08, 0x00] } else { &[0x86, 0xdd] });
+    out.extend_from_slice(if v4 { &[0x08, 0x00] } else { &[0x86, 0xdd] });
     let ip_at = out.len();
-    let udp_len = (8 + tp.len() + 4) as u16;
-    match v4 {
-        Some((s, d)) => {
-            let mut h = [0u8; 20];
-            h[0] = 0x45;
-            h[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
-            h[6] = 0x40; // don't fragment
-            h[8] = 64; // TTL
-            h[9] = 17; // UDP
-            h[12..16].copy_from_slice(&s);
-            h[16..20].copy_from_slice(&d);
-            let c = ipv4_checksum(&h);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
-            out.extend_from_slice(&h);
-        }
-        None => {
-            out.extend_from_slice(&[0x60, 0, 0, 0]);
-            out.extend_from_slice(&udp_len.to_be_bytes());
-            out.push(17); // next header: UDP
-            out.push(64); // hop limit
-            out.extend_from_slice(&src.gid);
-            out.extend_from_slice(&dst.gid);
-        }
-    }
-    // The source port carries flow entropy (rdma-core derives it from the flow label);
-    // the model takes it from the QP numbers, in 0xc000..=0xffff.
-    let sport = 0xc000 | ((p.sqpn ^ p.dqpn) & 0x3fff) as u16;
-    out.extend_from_slice(&sport.to_be_bytes());
-    out.extend_from_slice(&ROCE_V2_PORT.to_be_bytes());
-    out.extend_from_slice(&udp_len.to_be_bytes());
-    out.extend_from_slice(&[0, 0]); // IPv4: no UDP checksum (allowed); IPv6: below
-    out.extend_from_slice(tp);
-    let crc = icrc::roce_v2_icrc(&out[ip_at..]);
-    out.extend_from_slice(&crc);
-    if v4.is_none() {
+    let sport = roce::udp_sport(p.sqpn, p.dqpn);
+    let mut tp = Vec::new();
+    p.transport(&mut tp);
+    let (h, n) = roce::ip_udp(&src.gid, &dst.gid, sport, tp.len());
+    out.extend_from_slice(&h[..n]);
+    let payload_at = out.len();
+    roce::encode(p, &src.gid, &dst.gid, out);
+    debug_assert!(
+        roce::decode(&out[payload_at..], &src.gid, &dst.gid, sport).is_ok(),
+        "a captured packet the decoder refuses: {:02x?}",
+        &out[payload_at..]
+    );
+    if !v4 {
         // UDP over IPv6 must carry a checksum (RFC 8200 8.1); the ICRC masks it, so it
         // is computed last, over the whole datagram with the ICRC.
         let udp_at = ip_at + 40;
@@ -203,22 +168,4 @@ fn erf_record(out: &mut Vec<u8>, t_ns: u64, ty: u8, pad: &[u8], frame: &[u8]) {
     out.extend_from_slice(&(frame.len() as u16).to_be_bytes());
     out.extend_from_slice(pad);
     out.extend_from_slice(frame);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ipv4_header_checksum_is_ones_complement() {
-        // RFC 1071's example header sums to 0xffff with its checksum in place.
-        let mut h = [
-            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0, 0, 0xc0, 0xa8, 0x00, 0x01, 0xc0,
-            0xa8, 0x00, 0xc7,
-        ];
-        let c = ipv4_checksum(&h);
-        assert_eq!(c, 0xb861);
-        h[10..12].copy_from_slice(&c.to_be_bytes());
-        assert_eq!(ipv4_checksum(&h), 0);
-    }
 }

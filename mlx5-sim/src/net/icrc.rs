@@ -7,12 +7,26 @@ pub(crate) fn crc32(data: &[u8]) -> u32 {
     crc32_update(0xffff_ffff, data) ^ 0xffff_ffff
 }
 
+/// The byte-at-a-time table of the reflected polynomial 0xedb88320.
+const CRC32_TABLE: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 { (c >> 1) ^ 0xedb8_8320 } else { c >> 1 };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
 fn crc32_update(mut crc: u32, data: &[u8]) -> u32 {
     for &b in data {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
-        }
+        crc = (crc >> 8) ^ CRC32_TABLE[((crc ^ u32::from(b)) & 0xff) as usize];
     }
     crc
 }
@@ -28,23 +42,33 @@ pub(crate) fn roce_v2_icrc(ip_udp_bth_on: &[u8]) -> [u8; 4] {
     masked.extend_from_slice(&[0xff; 8]);
     masked.extend_from_slice(ip_udp_bth_on);
     let ip = &mut masked[8..];
-    let ip_len = if ip[0] >> 4 == 4 {
-        ip[1] = 0xff; // TOS
-        ip[8] = 0xff; // TTL
-        ip[10] = 0xff; // header checksum
-        ip[11] = 0xff;
+    // (A byte the input is too short to have is not masked: no panic on a runt.)
+    let mut ones = |at: usize| {
+        if let Some(b) = ip.get_mut(at) {
+            *b = 0xff;
+        }
+    };
+    let ip_len = if ip_udp_bth_on.first().is_some_and(|b| b >> 4 == 4) {
+        ones(1); // TOS
+        ones(8); // TTL
+        ones(10); // header checksum
+        ones(11);
         20
     } else {
-        ip[0] |= 0x0f; // traffic class (low half) and flow label
-        ip[1] = 0xff;
-        ip[2] = 0xff;
-        ip[3] = 0xff;
-        ip[7] = 0xff; // hop limit
+        ones(1); // traffic class and flow label (with the low half of byte 0, below)
+        ones(2);
+        ones(3);
+        ones(7); // hop limit
         40
     };
-    ip[ip_len + 6] = 0xff; // UDP checksum
-    ip[ip_len + 7] = 0xff;
-    ip[ip_len + 8 + 4] = 0xff; // BTH resv8a
+    ones(ip_len + 6); // UDP checksum
+    ones(ip_len + 7);
+    ones(ip_len + 8 + 4); // BTH resv8a
+    if ip_len == 40 {
+        if let Some(b) = ip.first_mut() {
+            *b |= 0x0f;
+        }
+    }
     crc32(&masked).to_le_bytes()
 }
 
@@ -98,5 +122,24 @@ mod tests {
     fn crc32_check_value() {
         // The standard check value of CRC-32 (ISO-HDLC).
         assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+    }
+
+    /// The table gives what the bit-at-a-time definition gives.
+    #[test]
+    fn crc32_table_is_the_bitwise_crc() {
+        let bitwise = |data: &[u8]| {
+            let mut crc = 0xffff_ffffu32;
+            for &b in data {
+                crc ^= u32::from(b);
+                for _ in 0..8 {
+                    crc = if crc & 1 != 0 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+                }
+            }
+            crc ^ 0xffff_ffff
+        };
+        let data: Vec<u8> = (0..1000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        for n in [0, 1, 3, 64, 999, 1000] {
+            assert_eq!(crc32(&data[..n]), bitwise(&data[..n]), "{n} bytes");
+        }
     }
 }

@@ -9,6 +9,7 @@
 pub(crate) mod capture;
 pub(crate) mod icrc;
 pub(crate) mod packet;
+pub(crate) mod roce;
 pub(crate) mod transport;
 
 /// Faults of one link (both directions between two hosts), drawn per packet.
