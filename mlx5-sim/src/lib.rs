@@ -35,6 +35,7 @@ mod mem;
 mod net;
 mod psn;
 mod qp;
+pub mod registry;
 mod requester;
 mod responder;
 mod route;
