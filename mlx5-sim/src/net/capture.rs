@@ -101,7 +101,7 @@ fn roce_frame(out: &mut Vec<u8>, src: &HostConfig, dst: &HostConfig, p: &Packet<
     let (h, n) = roce::ip_udp(&src.gid, &dst.gid, sport, tp.len());
     out.extend_from_slice(&h[..n]);
     let payload_at = out.len();
-    roce::encode(p, &src.gid, &dst.gid, out);
+    roce::encode(p, &src.gid, &dst.gid, sport, out);
     debug_assert!(
         roce::decode(&out[payload_at..], &src.gid, &dst.gid, sport).is_ok(),
         "a captured packet the decoder refuses: {:02x?}",

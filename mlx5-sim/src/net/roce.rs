@@ -84,13 +84,15 @@ fn icrc_of(src: &[u8; 16], dst: &[u8; 16], sport: u16, tp: &[u8]) -> [u8; 4] {
     icrc::roce_v2_icrc(&all)
 }
 
-/// Appends to `out` the UDP payload of RoCE v2 packet `p` from GID `src` to GID `dst`:
-/// its transport bytes ([`Packet::transport`]) and their ICRC. The UDP source port is
-/// [`udp_sport`] of its QPNs.
-pub(crate) fn encode(p: &Packet<'_>, src: &[u8; 16], dst: &[u8; 16], out: &mut Vec<u8>) {
+/// Appends to `out` the UDP payload of RoCE v2 packet `p` from GID `src` to GID `dst`
+/// with UDP source port `sport`: its transport bytes ([`Packet::transport`]) and their
+/// ICRC. (The capture's packets take [`udp_sport`] of their QPNs; the UDP wire's, the
+/// sending socket's port, which the receiver sees: an RC packet does not carry its
+/// source QPN.)
+pub(crate) fn encode(p: &Packet<'_>, src: &[u8; 16], dst: &[u8; 16], sport: u16, out: &mut Vec<u8>) {
     let at = out.len();
     p.transport(out);
-    let crc = icrc_of(src, dst, udp_sport(p.sqpn, p.dqpn), &out[at..]);
+    let crc = icrc_of(src, dst, sport, &out[at..]);
     out.extend_from_slice(&crc);
 }
 
@@ -366,7 +368,7 @@ mod tests {
             let p = packet(opcode, &f, &payload);
             let (src, dst) = if v6 { ([0xfe; 16], [0xfd; 16]) } else { (gid4(A), gid4(B)) };
             let mut dg = Vec::new();
-            encode(&p, &src, &dst, &mut dg);
+            encode(&p, &src, &dst, udp_sport(p.sqpn, p.dqpn), &mut dg);
             let got = decode(&dg, &src, &dst, udp_sport(p.sqpn, p.dqpn)).unwrap();
             prop_assert_eq!(
                 (got.opcode, got.se, got.ack_req, got.dqpn, got.psn, got.pkey),
@@ -492,7 +494,7 @@ mod tests {
             let p = packet(opcode, &f, &payload);
             let sport = udp_sport(p.sqpn, p.dqpn);
             let mut dg = Vec::new();
-            encode(&p, &src, &dst, &mut dg);
+            encode(&p, &src, &dst, sport, &mut dg);
             let seal = |dg: &mut Vec<u8>| {
                 let n = dg.len().saturating_sub(4);
                 dg.truncate(n);

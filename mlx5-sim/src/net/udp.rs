@@ -1,0 +1,154 @@
+//! A simulated host's end of the UDP wire (step 12, `docs/udp-wire.md`): a UDP socket on
+//! the host's own loopback address that sends RoCE v2 datagrams ([`super::roce`]) and
+//! takes in what arrives, dropping and counting, by reason, anything it cannot accept:
+//! whatever reaches the port may be foreign, truncated or corrupt.
+
+use std::io;
+use std::net::{SocketAddrV4, UdpSocket};
+
+use super::packet::Packet;
+use super::roce::{self, Malformed, Parsed};
+
+/// Datagrams an endpoint dropped, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Drops {
+    /// From an address no simulated host has.
+    pub foreign: u64,
+    pub short: u64,
+    pub icrc: u64,
+    pub version: u64,
+    pub pkey: u64,
+    pub opcode: u64,
+    pub length: u64,
+}
+
+impl Drops {
+    fn count(&mut self, m: Malformed) {
+        let c = match m {
+            Malformed::Short => &mut self.short,
+            Malformed::Icrc => &mut self.icrc,
+            Malformed::Version(_) => &mut self.version,
+            Malformed::PKey(_) => &mut self.pkey,
+            Malformed::Opcode(_) => &mut self.opcode,
+            Malformed::Length => &mut self.length,
+        };
+        *c += 1;
+    }
+
+    /// Every datagram dropped.
+    pub(crate) fn total(&self) -> u64 {
+        self.foreign + self.short + self.icrc + self.version + self.pkey + self.opcode + self.length
+    }
+}
+
+/// One host's socket on the wire.
+#[derive(Debug)]
+pub(crate) struct UdpEnd {
+    sock: UdpSocket,
+    /// The host's GID (the ICRC's destination address for what arrives, source for what
+    /// leaves).
+    gid: [u8; 16],
+    pub drops: Drops,
+}
+
+impl UdpEnd {
+    /// A socket at `at` (the host's loopback address and port 4791; port 0 picks one) for
+    /// the host whose GID is `gid`.
+    pub(crate) fn bind(at: SocketAddrV4, gid: [u8; 16]) -> io::Result<UdpEnd> {
+        Ok(UdpEnd { sock: UdpSocket::bind(at)?, gid, drops: Drops::default() })
+    }
+
+    /// Where the socket is bound.
+    pub(crate) fn local(&self) -> io::Result<SocketAddrV4> {
+        match self.sock.local_addr()? {
+            std::net::SocketAddr::V4(a) => Ok(a),
+            std::net::SocketAddr::V6(_) => Err(io::Error::other("an IPv6 socket")),
+        }
+    }
+
+    /// Sends packet `p` to the host with GID `dst_gid` at `to`. Its ICRC takes this
+    /// socket's port as the UDP source port (the receiver sees it; an RC packet does not
+    /// carry the source QPN that the capture's flow entropy comes from).
+    pub(crate) fn send(&self, p: &Packet<'_>, dst_gid: &[u8; 16], to: SocketAddrV4) -> io::Result<()> {
+        let mut dg = Vec::with_capacity(64 + p.payload.len());
+        roce::encode(p, &self.gid, dst_gid, self.local()?.port(), &mut dg);
+        self.sock.send_to(&dg, to)?;
+        Ok(())
+    }
+
+    /// Waits for the next datagram (into `buf`) and decodes it. `gid_of` names the GID of
+    /// the host at a source address (`None`: no simulated host there). `Ok(None)`: it was
+    /// dropped and counted; else the packet and the sender's GID.
+    pub(crate) fn recv<'b>(
+        &mut self,
+        buf: &'b mut [u8],
+        gid_of: impl Fn(SocketAddrV4) -> Option<[u8; 16]>,
+    ) -> io::Result<Option<(Parsed<'b>, [u8; 16])>> {
+        let (n, from) = self.sock.recv_from(buf)?;
+        let std::net::SocketAddr::V4(from) = from else {
+            self.drops.foreign += 1;
+            return Ok(None);
+        };
+        let Some(src_gid) = gid_of(from) else {
+            self.drops.foreign += 1;
+            return Ok(None);
+        };
+        match roce::decode(&buf[..n], &src_gid, &self.gid, from.port()) {
+            Ok(p) => Ok(Some((p, src_gid))),
+            Err(m) => {
+                self.drops.count(m);
+                Ok(None)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::packet::{op, Reth};
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn gid4(a: [u8; 4]) -> [u8; 16] {
+        let mut g = [0u8; 16];
+        g[10] = 0xff;
+        g[11] = 0xff;
+        g[12..].copy_from_slice(&a);
+        g
+    }
+
+    #[test]
+    fn a_packet_crosses_and_noise_is_counted_by_reason() {
+        let local = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
+        let (ga, gb) = (gid4([10, 0, 0, 1]), gid4([10, 0, 0, 2]));
+        let a = UdpEnd::bind(local, ga).unwrap();
+        let mut b = UdpEnd::bind(local, gb).unwrap();
+        let (at_a, at_b) = (a.local().unwrap(), b.local().unwrap());
+        let gid_of = |from: SocketAddrV4| (from == at_a).then_some(ga);
+        let mut p = Packet::new(0, 1, op::WRITE_ONLY, 0x11, 0x22, 5);
+        p.reth = Some(Reth { va: 0x1000, rkey: 7, len: 3 });
+        p.payload = b"abc";
+        p.ack_req = true;
+        a.send(&p, &gb, at_b).unwrap();
+        let mut buf = [0u8; 9000];
+        let (got, from) = b.recv(&mut buf, gid_of).unwrap().expect("accepted");
+        assert_eq!(
+            (got.opcode, got.dqpn, got.psn, got.reth, got.payload),
+            (op::WRITE_ONLY, 0x22, 5, p.reth, &b"abc"[..])
+        );
+        assert_eq!(from, ga);
+        // From a socket no host has: foreign. From A, bytes with a bad ICRC, a runt.
+        let stranger = UdpSocket::bind(local).unwrap();
+        stranger.send_to(&[1, 2, 3], at_b).unwrap();
+        assert!(b.recv(&mut buf, gid_of).unwrap().is_none());
+        a.sock.send_to(&[0u8; 40], at_b).unwrap();
+        assert!(b.recv(&mut buf, gid_of).unwrap().is_none());
+        a.sock.send_to(&[0u8; 3], at_b).unwrap();
+        assert!(b.recv(&mut buf, gid_of).unwrap().is_none());
+        assert_eq!(b.drops, Drops { foreign: 1, icrc: 1, short: 1, ..Drops::default() });
+        assert_eq!(b.drops.total(), 3);
+        // And a good packet still gets through after the noise.
+        a.send(&p, &gb, at_b).unwrap();
+        assert!(b.recv(&mut buf, gid_of).unwrap().is_some());
+    }
+}
