@@ -7,6 +7,12 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(no_ibverbs_utils)");
     println!("cargo::rustc-check-cfg=cfg(no_libibverbs_dev)");
     println!("cargo::rustc-check-cfg=cfg(no_tshark)");
+    println!("cargo::rustc-check-cfg=cfg(no_perftest)");
+    println!("cargo:rerun-if-changed=/usr/bin/ib_write_lat");
+    // perftest's programs (Debian: perftest; .ci/run installs it).
+    if !std::path::Path::new("/usr/bin/ib_write_lat").exists() {
+        println!("cargo:rustc-cfg=no_perftest");
+    }
     println!("cargo:rerun-if-changed=/usr/bin/tshark");
     // The capture test decodes with tshark (.ci/run installs it).
     if !std::path::Path::new("/usr/bin/tshark").exists() {

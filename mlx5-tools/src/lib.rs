@@ -16,6 +16,7 @@ pub mod devinfo;
 pub mod engine;
 pub mod exchange;
 pub mod opts;
+pub mod perftest_xchg;
 pub mod report;
 pub mod stats;
 
