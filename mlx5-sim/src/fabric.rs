@@ -819,8 +819,8 @@ impl Nic {
     pub fn alloc_pd(&self) -> Result<u32, SimError> {
         let mut st = self.state();
         let host = &mut st.hosts[self.host];
-        let pdn = host.next_pdn;
-        host.next_pdn += 1;
+        let pdn = host.number(crate::registry::Kind::Pd, host.next_pdn).ok_or(SimError::OutOfMemory)?;
+        host.next_pdn = pdn + 1;
         host.pds.insert(pdn);
         Ok(pdn)
     }
@@ -842,6 +842,7 @@ impl Nic {
             return Err(SimError::Busy { what: "PD has SRQs" });
         }
         host.pds.remove(&pdn);
+        host.give_back(crate::registry::Kind::Pd, pdn);
         Ok(())
     }
 
@@ -863,7 +864,8 @@ impl Nic {
         if access & !0xf != 0 || !dma::valid_mr_access(access) {
             return bad("MR access: unknown bits, or remote write/atomic without local write");
         }
-        let key = host.mrs.next_key(host.next_key);
+        let local = host.mrs.next_key(host.next_key);
+        let key = host.number(crate::registry::Kind::MKey, local).ok_or(SimError::OutOfMemory)?;
         host.next_key = key.wrapping_add(1);
         host.mrs.insert(key, Mr { pdn, addr, len, access });
         Ok(MrKeys { lkey: key, rkey: key })
@@ -918,7 +920,10 @@ impl Nic {
     /// Deregisters an MR by lkey.
     pub fn dereg_mr(&self, lkey: u32) -> Result<(), SimError> {
         let mut st = self.state();
-        st.hosts[self.host].mrs.remove(lkey).map(|_| ()).ok_or(SimError::NoSuchMr(lkey))
+        let host = &mut st.hosts[self.host];
+        host.mrs.remove(lkey).ok_or(SimError::NoSuchMr(lkey))?;
+        host.give_back(crate::registry::Kind::MKey, lkey);
+        Ok(())
     }
 
     /// Creates a CQ of `cqe_cnt` (power of two, 2..=4194304) entries of `cqe_size` (64 or
@@ -972,7 +977,8 @@ impl Nic {
                 return bad("no such completion channel");
             }
         }
-        let cqn = host.cqs.next_free(host.next_cqn);
+        let local = host.cqs.next_free(host.next_cqn);
+        let cqn = host.number(crate::registry::Kind::Cq, local).ok_or(SimError::OutOfMemory)?;
         let cq = match user {
             None => {
                 Cq::new(cqe_cnt, cqe_size, attr.compression, attr.channel).ok_or(SimError::OutOfMemory)?
@@ -1087,6 +1093,7 @@ impl Nic {
             return Err(SimError::Busy { what: "CQ has QPs" });
         }
         host.cqs.remove(&cqn);
+        host.give_back(crate::registry::Kind::Cq, cqn);
         Ok(())
     }
 
@@ -1173,7 +1180,8 @@ impl Nic {
         if attr.context != 0 && !host.contexts.contains_key(&attr.context) {
             return bad("no such device context");
         }
-        let qpn = host.qps.next_free(host.next_qpn);
+        let local = host.qps.next_free(host.next_qpn);
+        let qpn = host.number(crate::registry::Kind::Qp, local).ok_or(SimError::OutOfMemory)?;
         let dct = attr.qp_type == QpType::Dct;
         // SAFETY: caller contract where `user` is given.
         let mut qp = unsafe { Qp::new_in(qpn, u32::MAX, attr, user) }?;
@@ -1321,8 +1329,8 @@ impl Nic {
         }
         // SAFETY: caller contract where `user` is given.
         let srq = unsafe { Srq::new_in(attr, user) }?;
-        let srqn = host.next_srqn;
-        host.next_srqn += 1;
+        let srqn = host.number(crate::registry::Kind::Srq, host.next_srqn).ok_or(SimError::OutOfMemory)?;
+        host.next_srqn = srqn + 1;
         let res = SrqResources {
             srqn,
             buf: srq.buf.ptr(),
@@ -1367,6 +1375,7 @@ impl Nic {
             return Err(SimError::Busy { what: "SRQ has QPs" });
         }
         host.srqs.remove(&srqn);
+        host.give_back(crate::registry::Kind::Srq, srqn);
         Ok(())
     }
 
@@ -1399,7 +1408,21 @@ impl Nic {
         if let Some(n) = qp.dct_num {
             host.dcts.remove(&n);
         }
+        host.give_back(crate::registry::Kind::Qp, qpn);
         Ok(())
+    }
+
+    /// Takes this device's numbers (QPs, CQs, SRQs, PDs, memory keys) from `registry`,
+    /// which other processes simulating the same device share, recording `endpoint` as
+    /// where the packets of this host's QPs go (step 12, `docs/udp-wire.md`). Numbers
+    /// handed out before keep their values. DCT numbers stay the host's own.
+    pub fn share_numbers(
+        &self,
+        registry: std::sync::Arc<crate::registry::Registry>,
+        endpoint: crate::registry::Endpoint,
+    ) {
+        let mut st = self.state();
+        st.hosts[self.host].numbers = Some((registry, endpoint));
     }
 
     /// MMIO: 8-byte doorbell store at `offset` (0 or bf_size, alternating) of UAR register

@@ -107,6 +107,9 @@ pub(crate) struct Host {
     pub dirty: Vec<u32>,
     /// Scratch for the WQE being executed ([`crate::requester::process_sq`]).
     pub wqe_scratch: Option<Box<[u8; MAX_WQE_DS * DS_SIZE]>>,
+    /// The device's registry when processes share its numbers ([`crate::Nic::share_numbers`]),
+    /// and where this host's packets go.
+    pub numbers: Option<(std::sync::Arc<crate::registry::Registry>, crate::registry::Endpoint)>,
 }
 
 /// A completion channel: CQ numbers of pending events, and a socket pair whose read end
@@ -180,6 +183,7 @@ impl Host {
             clock_pages: Vec::new(),
             dirty: Vec::new(),
             wqe_scratch: None,
+            numbers: None,
         }
     }
 
@@ -248,6 +252,23 @@ impl Host {
         }
         self.cq_db_pages.push(idx);
         Some(first)
+    }
+
+    /// The number a new object of `kind` gets: from the registry the device shares with
+    /// other processes, or else `local` (the host's own choice). A registry that can give
+    /// none is an allocation failure, as a kernel out of numbers answers ENOMEM.
+    pub(crate) fn number(&self, kind: crate::registry::Kind, local: u32) -> Option<u32> {
+        match &self.numbers {
+            None => Some(local),
+            Some((r, ep)) => r.alloc(kind, *ep).ok(),
+        }
+    }
+
+    /// Gives number `n` of `kind` back to the shared registry, if there is one.
+    pub(crate) fn give_back(&self, kind: crate::registry::Kind, n: u32) {
+        if let Some((r, _)) = &self.numbers {
+            let _ = r.free(kind, n);
+        }
     }
 
     /// Advances the clock by one tick and publishes it on the attached clock pages.

@@ -12,6 +12,37 @@ use std::process::{Command, Stdio};
 
 use mlx5_sim::registry::{Endpoint, Kind, Registry};
 
+/// A child simulating device `mlx5_0` with its numbers from the registry at `path`:
+/// a PD, a CQ, an MR and `count` QPs, whose numbers it prints (`kind number` a line).
+fn nic_child(path: &str, count: u32) {
+    use mlx5_sim::{Fabric, FabricConfig, HostConfig, QpInitAttr, QpType};
+    let fabric = Fabric::new(FabricConfig::default());
+    let nic = fabric.add_host(HostConfig::infiniband("mlx5_0", 1));
+    let r = std::sync::Arc::new(Registry::open(Path::new(path)).expect("open the registry"));
+    nic.share_numbers(r, Endpoint { addr: [127, 0, 0, 1], port: 4791 });
+    let pd = nic.alloc_pd().unwrap();
+    let cq = nic.create_cq(64, 64).unwrap().cqn;
+    let buf = [0u8; 64];
+    // SAFETY: `buf` outlives the MR (the process exits below without deregistering).
+    let mr = unsafe { nic.reg_mr(pd, buf.as_ptr() as u64, 64, 0) }.unwrap();
+    let mut out = format!("pd {pd}\ncq {cq}\nmkey {}\n", mr.lkey);
+    for _ in 0..count {
+        let attr = QpInitAttr {
+            qp_type: QpType::Rc,
+            pdn: pd,
+            send_cqn: cq,
+            recv_cqn: cq,
+            sq_wqe_cnt: 8,
+            rq_wqe_cnt: 8,
+            rq_stride: 16,
+            ..QpInitAttr::default()
+        };
+        out.push_str(&format!("qp {}\n", nic.create_qp(&attr).unwrap().qpn));
+    }
+    print!("{out}");
+    std::process::exit(0);
+}
+
 /// A child: allocate `count` QPNs from the registry at `path` and print them, a line
 /// each; then give them back if `free`, or exit at once, holding them.
 fn child(spec: &str) {
@@ -86,12 +117,53 @@ fn a_process_gone_leaves_nothing_that_blocks() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// Two processes simulating the same device with a shared registry: every number of every
+/// kind differs between them.
+fn two_simulated_nics_sharing_a_registry_hand_out_different_numbers() {
+    let path = scratch("nics");
+    let run = || {
+        Command::new(std::env::current_exe().unwrap())
+            .env("MLX5_REG_NIC", format!("{},50", path.display()))
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run a child")
+    };
+    let (a, b) = (run(), run());
+    let lines = |c: std::process::Child| -> Vec<(String, u32)> {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "child failed: {:?}", out.status);
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let (k, n) = l.split_once(' ').unwrap();
+                (k.to_string(), n.parse().unwrap())
+            })
+            .collect()
+    };
+    let (a, b) = (lines(a), lines(b));
+    assert_eq!((a.len(), b.len()), (53, 53));
+    for (kind, n) in &a {
+        assert!(!b.contains(&(kind.clone(), *n)), "both processes got {kind} {n:#x}");
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var("MLX5_REG_NIC") {
+        let (path, count) = spec.split_once(',').unwrap();
+        nic_child(path, count.parse().unwrap());
+        return;
+    }
     if let Ok(spec) = std::env::var("MLX5_REG_CHILD") {
         child(&spec);
         return;
     }
-    let tests: [(&str, fn()); 2] = [
+    let tests: [(&str, fn()); 3] = [
+        (
+            "two_simulated_nics_sharing_a_registry_hand_out_different_numbers",
+            two_simulated_nics_sharing_a_registry_hand_out_different_numbers,
+        ),
         ("processes_never_share_a_number", processes_never_share_a_number),
         ("a_process_gone_leaves_nothing_that_blocks", a_process_gone_leaves_nothing_that_blocks),
     ];

@@ -33,9 +33,12 @@ pub(crate) fn devices() -> &'static Devices {
         let setup = std::env::var(mlx5_simrun::ENV_SETUP)
             .ok()
             .and_then(|s| mlx5_simrun::Setup::from_env(&s))
-            .unwrap_or(mlx5_simrun::Setup { devices: 1, roce: false });
+            .unwrap_or(mlx5_simrun::Setup { devices: 1, roce: false, shared: false });
         let fabric = setup.fabric();
         let nics = fabric.nics();
+        if setup.shared {
+            share_numbers(&nics);
+        }
         if std::env::var_os(STATS_ENV).is_some() {
             // SAFETY: registering a plain function to run at exit.
             unsafe { libc::atexit(write_stats) };
@@ -53,6 +56,24 @@ pub(crate) fn devices() -> &'static Devices {
         }
         Devices { fabric, nics }
     })
+}
+
+/// `--shared`: each device takes its numbers from the registry the processes simulating
+/// it share (`/dev/shm`, `mlx5_sim::registry`), with `127.0.0.N:4791` (device N - 1) as
+/// where its packets go. A registry that cannot be opened leaves the device's numbers
+/// its own, with a warning.
+fn share_numbers(nics: &[Nic]) {
+    for (i, nic) in nics.iter().enumerate() {
+        let name = nic.info().name;
+        let path = mlx5_sim::registry::Registry::path_of(&name);
+        match mlx5_sim::registry::Registry::open(&path) {
+            Ok(r) => nic.share_numbers(
+                std::sync::Arc::new(r),
+                mlx5_sim::registry::Endpoint { addr: [127, 0, 0, i as u8 + 1], port: 4791 },
+            ),
+            Err(e) => eprintln!("mlx5_simkern: {name}: numbers not shared: {e}"),
+        }
+    }
 }
 
 /// `MLX5_SIMKERN_STATS=FILE`: at exit, each device's counters go to FILE,

@@ -25,6 +25,9 @@ pub struct Setup {
     pub devices: u32,
     /// RoCE instead of InfiniBand.
     pub roce: bool,
+    /// The devices' numbers come from registries shared with the other processes run
+    /// with `--shared` (`mlx5_sim::registry`; step 12).
+    pub shared: bool,
 }
 
 /// The environment variable that names the capture file (`--pcap`) for the
@@ -35,15 +38,23 @@ pub const ENV_PCAP: &str = "MLX5_SIMRUN_PCAP";
 pub const ENV_SETUP: &str = "MLX5_SIMRUN_SETUP";
 
 impl Setup {
-    /// `devices,ib` or `devices,roce`.
+    /// `devices,ib` or `devices,roce`, and `,shared` after it when shared.
     pub fn to_env(self) -> String {
-        format!("{},{}", self.devices, if self.roce { "roce" } else { "ib" })
+        let shared = if self.shared { ",shared" } else { "" };
+        format!("{},{}{shared}", self.devices, if self.roce { "roce" } else { "ib" })
     }
 
     /// The inverse of [`Setup::to_env`].
     pub fn from_env(s: &str) -> Option<Setup> {
-        let (n, link) = s.split_once(',')?;
-        Some(Setup { devices: n.parse().ok()?, roce: link == "roce" })
+        let mut f = s.split(',');
+        let devices = f.next()?.parse().ok()?;
+        let roce = f.next()? == "roce";
+        let shared = match f.next() {
+            None => false,
+            Some("shared") => true,
+            Some(_) => return None,
+        };
+        Some(Setup { devices, roce, shared })
     }
 
     /// The simulator's hosts for this setup: host `i` is device `mlx5_i`,
@@ -212,7 +223,7 @@ mod tests {
     #[test]
     fn the_tree_describes_the_simulators_nics() {
         let dir = TempDir::new("simrun-test").unwrap();
-        write_sysfs(&dir.0, Setup { devices: 2, roce: false }).unwrap();
+        write_sysfs(&dir.0, Setup { devices: 2, roce: false, shared: false }).unwrap();
         let read = |p: &str| std::fs::read_to_string(dir.0.join(p)).unwrap();
         assert_eq!(read("class/infiniband_verbs/abi_version"), "6\n");
         assert_eq!(read("class/infiniband_verbs/uverbs1/ibdev"), "mlx5_1\n");
@@ -222,13 +233,13 @@ mod tests {
         assert!(read("class/infiniband/mlx5_0/device/modalias").starts_with("pci:v000015B3d00001017"));
         assert!(read("class/infiniband/mlx5_0/ports/1/gids/0").starts_with("fe80:0000:0000:0000:"));
         let dir = TempDir::new("simrun-test").unwrap();
-        write_sysfs(&dir.0, Setup { devices: 1, roce: true }).unwrap();
+        write_sysfs(&dir.0, Setup { devices: 1, roce: true, shared: false }).unwrap();
         let read = |p: &str| std::fs::read_to_string(dir.0.join(p)).unwrap();
         assert_eq!(read("class/infiniband/mlx5_0/ports/1/link_layer"), "Ethernet\n");
         assert_eq!(read("class/infiniband/mlx5_0/ports/1/gid_attrs/types/0"), "RoCE v2\n");
         assert_eq!(
-            Setup::from_env(&Setup { devices: 3, roce: true }.to_env()),
-            Some(Setup { devices: 3, roce: true })
+            Setup::from_env(&Setup { devices: 3, roce: true, shared: false }.to_env()),
+            Some(Setup { devices: 3, roce: true, shared: false })
         );
     }
 }

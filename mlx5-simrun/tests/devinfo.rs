@@ -37,7 +37,7 @@ fn ibv_devices_and_ibv_devinfo_show_the_simulators_devices() {
     assert!(out.contains("mlx5_0") && out.contains("0002c90300000001"), "{out}");
     assert!(out.contains("mlx5_1") && out.contains("0002c90300000002"), "{out}");
 
-    let setup = mlx5_simrun::Setup { devices: 2, roce: false };
+    let setup = mlx5_simrun::Setup { devices: 2, roce: false, shared: false };
     let nics: Vec<_> = setup.fabric().nics().iter().map(|n| n.info()).collect();
     let out = run(&["--devices", "2", "--", "ibv_devinfo", "-v"]);
     for (i, nic) in nics.iter().enumerate() {

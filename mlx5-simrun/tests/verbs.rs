@@ -226,3 +226,59 @@ fn responses_reach_the_program_without_process_vm_writev() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// `mlx5_simrun --shared` (step 12): two processes on the same device take their numbers
+/// from the device's shared registry, so the QPNs and memory keys of one are not the
+/// other's. Without it, each process numbers its own device from the start, and the two
+/// get the same numbers (which is why sharing is needed before packets can tell them
+/// apart).
+#[test]
+#[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
+fn processes_sharing_a_device_get_different_numbers() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let prog = compile("numbers");
+    // A registry of this test's own, not the user's /dev/shm one.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("registry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let numbers_of_two = |shared: bool| -> Vec<String> {
+        let mut kids: Vec<_> = (0..2)
+            .map(|_| {
+                let mut c = simrun();
+                if shared {
+                    c.arg("--shared");
+                }
+                c.arg("--")
+                    .arg(&prog)
+                    .env("MLX5_SIM_REGISTRY_DIR", &dir)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .expect("run mlx5_simrun")
+            })
+            .collect();
+        // Both hold their numbers while both lines are read.
+        let lines: Vec<String> = kids
+            .iter_mut()
+            .map(|k| {
+                let mut l = String::new();
+                BufReader::new(k.stdout.as_mut().unwrap()).read_line(&mut l).unwrap();
+                l
+            })
+            .collect();
+        for mut k in kids {
+            drop(k.stdin.take());
+            assert!(k.wait().unwrap().success());
+        }
+        lines
+    };
+    let shared = numbers_of_two(true);
+    let fields = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    let (a, b) = (fields(&shared[0]), fields(&shared[1]));
+    assert_eq!((a.len(), a[0].as_str(), a[2].as_str()), (4, "qpn", "lkey"), "{shared:?}");
+    assert_ne!(a[1], b[1], "the same QPN in two processes: {shared:?}");
+    assert_ne!(a[3], b[3], "the same memory key in two processes: {shared:?}");
+    let own = numbers_of_two(false);
+    assert_eq!(own[0], own[1], "without --shared each process numbers the device alike");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -12,7 +12,8 @@ use std::process::{Command, ExitCode};
 
 use mlx5_simrun::{write_sysfs, Setup, TempDir, ENV_PCAP, ENV_SETUP};
 
-const USAGE: &str = "usage: mlx5_simrun [--devices N] [--link ib|roce] [--pcap FILE] -- PROGRAM [ARGS...]";
+const USAGE: &str =
+    "usage: mlx5_simrun [--devices N] [--link ib|roce] [--shared] [--pcap FILE] -- PROGRAM [ARGS...]";
 
 /// The preload library: `MLX5_SIMKERN` if set, else `libmlx5_simkern.so`
 /// beside this executable (cargo builds both into the same directory).
@@ -37,7 +38,7 @@ fn preload() -> Result<PathBuf, String> {
 
 fn run() -> Result<ExitCode, String> {
     let mut args = std::env::args().skip(1);
-    let mut setup = Setup { devices: 1, roce: false };
+    let mut setup = Setup { devices: 1, roce: false, shared: false };
     let mut program = Vec::new();
     let mut pcap = None;
     while let Some(a) = args.next() {
@@ -54,6 +55,7 @@ fn run() -> Result<ExitCode, String> {
                 Some("roce") => setup.roce = true,
                 other => return Err(format!("--link {}: ib or roce", other.unwrap_or(""))),
             },
+            "--shared" => setup.shared = true,
             "--pcap" => {
                 let f = PathBuf::from(args.next().ok_or("--pcap needs a file")?);
                 // The program may change directory: an absolute path.
