@@ -978,16 +978,16 @@ impl Nic {
             }
         }
         let local = host.cqs.next_free(host.next_cqn);
-        let cqn = host.number(crate::registry::Kind::Cq, local).ok_or(SimError::OutOfMemory)?;
-        let cq = match user {
-            None => {
-                Cq::new(cqe_cnt, cqe_size, attr.compression, attr.channel).ok_or(SimError::OutOfMemory)?
-            }
+        let made = match user {
+            None => Cq::new(cqe_cnt, cqe_size, attr.compression, attr.channel).ok_or(SimError::OutOfMemory),
             // SAFETY: caller contract.
             Some(u) => unsafe { Cq::new_in(cqe_cnt, cqe_size, attr.compression, attr.channel, u) }.ok_or(
                 SimError::InvalidArgument { what: "CQ buffer or doorbell record: null or misaligned" },
-            )?,
+            ),
         };
+        // (The number after the CQ: nothing to give back to a shared registry on a refusal.)
+        let cq = made?;
+        let cqn = host.number(crate::registry::Kind::Cq, local).ok_or(SimError::OutOfMemory)?;
         host.next_cqn = cqn.wrapping_add(1);
         let res = CqResources {
             cqn,
@@ -1183,18 +1183,30 @@ impl Nic {
         let local = host.qps.next_free(host.next_qpn);
         let qpn = host.number(crate::registry::Kind::Qp, local).ok_or(SimError::OutOfMemory)?;
         let dct = attr.qp_type == QpType::Dct;
-        // SAFETY: caller contract where `user` is given.
-        let mut qp = unsafe { Qp::new_in(qpn, u32::MAX, attr, user) }?;
-        if late_doorbells {
-            qp.keep_shadow_per_slot();
-        }
-        if let Some(r) = reg {
-            qp.uar_index = host.take_borrowed_reg(attr.context, r).ok_or(SimError::InvalidArgument {
-                what: "no such register on the context's attached pages",
-            })?;
-        } else if !dct {
-            qp.uar_index = host.assign_reg(attr.context, attr.dedicated_uar).ok_or(SimError::OutOfMemory)?;
-        }
+        let made = (|| {
+            // SAFETY: caller contract where `user` is given.
+            let mut qp = unsafe { Qp::new_in(qpn, u32::MAX, attr, user) }?;
+            if late_doorbells {
+                qp.keep_shadow_per_slot();
+            }
+            if let Some(r) = reg {
+                qp.uar_index = host.take_borrowed_reg(attr.context, r).ok_or(SimError::InvalidArgument {
+                    what: "no such register on the context's attached pages",
+                })?;
+            } else if !dct {
+                qp.uar_index =
+                    host.assign_reg(attr.context, attr.dedicated_uar).ok_or(SimError::OutOfMemory)?;
+            }
+            Ok(qp)
+        })();
+        let qp = match made {
+            Ok(qp) => qp,
+            Err(e) => {
+                // A number from the shared registry goes back with the refusal.
+                host.give_back(crate::registry::Kind::Qp, qpn);
+                return Err(e);
+            }
+        };
         let uar_index = qp.uar_index;
         host.next_qpn = qpn.wrapping_add(1);
         let base = qp.buf.ptr();
