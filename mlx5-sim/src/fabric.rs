@@ -383,7 +383,8 @@ impl Link {
 
 /// A NIC thread of [`ExecMode::Watch`]: how to wake it and how far it got.
 struct Watcher {
-    thread: std::thread::Thread,
+    /// Its thread (replaced by [`Fabric::restart_after_fork`] in a forked child).
+    thread: Mutex<std::thread::Thread>,
     stop: std::sync::atomic::AtomicBool,
     /// Completed scans (for `quiesce`).
     scans: Mutex<u64>,
@@ -398,6 +399,12 @@ const WATCH_SLEEP_MIN: Duration = Duration::from_micros(10);
 const WATCH_SLEEP_MAX: Duration = Duration::from_millis(1);
 /// The RNR timer period of a watching NIC (as in threaded mode).
 const RNR_PERIOD: Duration = Duration::from_micros(20);
+
+impl Watcher {
+    fn unpark(&self) {
+        self.thread.lock().unwrap_or_else(|e| e.into_inner()).unpark();
+    }
+}
 
 fn watch_thread(state: State, h: usize, w: Arc<Watcher>) {
     let mut idle = 0u32;
@@ -443,7 +450,7 @@ impl Drop for Front {
     fn drop(&mut self) {
         for w in self.watchers.lock().unwrap_or_else(|e| e.into_inner()).iter().flatten() {
             w.stop.store(true, Ordering::Release);
-            w.thread.unpark();
+            w.unpark();
         }
         // Every Nic handle is gone (they hold the Front): a NIC thread handles what is
         // still queued, sees the stop request and returns.
@@ -457,6 +464,15 @@ impl Drop for Front {
         for t in threads {
             let _ = t.join();
         }
+    }
+}
+
+/// Every host of a fabric held across `fork` ([`Fabric::hold_for_fork`]).
+pub struct ForkGuard<'a>(#[allow(dead_code)] FabricState<'a>);
+
+impl std::fmt::Debug for ForkGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForkGuard").finish_non_exhaustive()
     }
 }
 
@@ -679,6 +695,40 @@ impl Fabric {
         }
     }
 
+    /// Holds every host (and the network) until the guard drops: taken before `fork`
+    /// (`pthread_atfork`'s prepare handler) so that the child gets no lock a vanished
+    /// thread held in the middle of its work, and dropped after it in both processes.
+    pub fn hold_for_fork(&self) -> ForkGuard<'_> {
+        ForkGuard(self.front.state.all())
+    }
+
+    /// In a child of `fork` (after the [`Fabric::hold_for_fork`] guard is dropped):
+    /// starts the NIC threads of [`ExecMode::Watch`] again, which `fork` does not copy,
+    /// so that the child's own doorbells are executed. The parent's threads' handles are
+    /// forgotten, not joined (they name threads of the parent). Other modes: deterministic
+    /// needs no thread; threaded mode's queues are not restarted (a forked child of a
+    /// threaded fabric must not use it).
+    pub fn restart_after_fork(&self) {
+        if self.front.state.cfg.mode != ExecMode::Watch {
+            return;
+        }
+        for t in std::mem::take(&mut *self.front.threads.lock().unwrap_or_else(|e| e.into_inner())) {
+            std::mem::forget(t);
+        }
+        let watchers = self.front.watchers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for (h, w) in watchers.into_iter().enumerate() {
+            let Some(w) = w else { continue };
+            let state = Arc::clone(&self.front.state);
+            let w2 = Arc::clone(&w);
+            let t = std::thread::Builder::new()
+                .name(format!("mlx5-sim-watch{h}"))
+                .spawn(move || watch_thread(state, h, w2))
+                .expect("spawning a NIC thread");
+            *w.thread.lock().unwrap_or_else(|e| e.into_inner()) = t.thread().clone();
+            self.front.threads.lock().unwrap_or_else(|e| e.into_inner()).push(t);
+        }
+    }
+
     /// Adds a host with one single-port NIC and returns its handle.
     pub fn add_host(&self, cfg: HostConfig) -> Nic {
         let mut links = self.front.links.lock().unwrap_or_else(|e| e.into_inner());
@@ -701,7 +751,7 @@ impl Fabric {
                     })
                     .expect("spawning a NIC thread");
                 let w = Arc::new(Watcher {
-                    thread: t.thread().clone(),
+                    thread: Mutex::new(t.thread().clone()),
                     stop: std::sync::atomic::AtomicBool::new(false),
                     scans: Mutex::new(0),
                     cv: Condvar::new(),
@@ -1509,7 +1559,7 @@ impl Nic {
     #[inline]
     pub fn kick(&self) {
         if let Some(w) = &self.watch {
-            w.thread.unpark();
+            w.unpark();
         }
     }
 
@@ -1616,12 +1666,12 @@ impl Nic {
         if let Some(w) = &self.watch {
             let mut scans = w.scans.lock().unwrap_or_else(|e| e.into_inner());
             let target = *scans + 2;
-            w.thread.unpark();
+            w.unpark();
             while *scans < target {
                 let (g, _) =
                     w.cv.wait_timeout(scans, Duration::from_millis(1)).unwrap_or_else(|e| e.into_inner());
                 scans = g;
-                w.thread.unpark();
+                w.unpark();
             }
         }
         if let Some(l) = &self.link {

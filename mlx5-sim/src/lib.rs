@@ -48,7 +48,7 @@ mod wires;
 mod wqe;
 
 pub use cq::{MiniCqeFormat, MAX_SESSION};
-pub use fabric::{Fabric, Nic};
+pub use fabric::{Fabric, ForkGuard, Nic};
 pub use net::LinkFaults;
 
 /// How the NICs of a fabric process doorbells.

@@ -39,6 +39,8 @@ pub(crate) fn devices() -> &'static Devices {
         if setup.shared {
             share_numbers(&nics);
         }
+        // SAFETY: registering plain functions; they touch only DEVS and FORK.
+        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
         if std::env::var_os(STATS_ENV).is_some() {
             // SAFETY: registering a plain function to run at exit.
             unsafe { libc::atexit(write_stats) };
@@ -56,6 +58,35 @@ pub(crate) fn devices() -> &'static Devices {
         }
         Devices { fabric, nics }
     })
+}
+
+thread_local! {
+    /// Every host held across a `fork` of the program ([`Fabric::hold_for_fork`]): the
+    /// three handlers run in the thread that forks (and the child's one thread is it).
+    static FORK: std::cell::RefCell<Option<mlx5_sim::ForkGuard<'static>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Before `fork`: hold every host, so that no NIC thread is in the middle of its work
+/// in the copy the child gets.
+extern "C" fn fork_prepare() {
+    if let Some(d) = DEVS.get() {
+        let g = d.fabric.hold_for_fork();
+        FORK.with(|f| *f.borrow_mut() = Some(g));
+    }
+}
+
+/// After `fork`, in the parent: let go.
+extern "C" fn fork_parent() {
+    FORK.with(|f| drop(f.borrow_mut().take()));
+}
+
+/// After `fork`, in the child: let go, and start the NIC threads again (`fork` copies
+/// only the calling thread), so that the child's doorbells are executed.
+extern "C" fn fork_child() {
+    FORK.with(|f| drop(f.borrow_mut().take()));
+    if let Some(d) = DEVS.get() {
+        d.fabric.restart_after_fork();
+    }
 }
 
 /// `--shared`: each device takes its numbers from the registry the processes simulating

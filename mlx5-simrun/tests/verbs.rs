@@ -282,3 +282,11 @@ fn processes_sharing_a_device_get_different_numbers() {
     assert_eq!(own[0], own[1], "without --shared each process numbers the device alike");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `fork` in a program under the launcher (step 12): the child of a parent that already
+/// used the device runs RC traffic of its own, and so does the parent afterwards.
+#[test]
+#[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
+fn a_forked_child_gets_its_own_working_nic_threads() {
+    run_under_simrun(&compile("fork"), &[], &[]);
+}
