@@ -28,7 +28,7 @@ use crate::hosts::FabricState;
 use crate::psn::packets;
 use crate::responder::{accept_rc, fail, Outcome, Request};
 use crate::route::{resolve_peer, unanswered, Sender};
-use crate::wire::{opcode, syndrome, CtrlRepr, DS_SIZE};
+use crate::wire::{get_u32, get_u64, opcode, syndrome, CtrlRepr, DS_SIZE};
 use crate::wires::{DirectWire, PacketWire, Wire};
 use crate::{access, QpType};
 
@@ -59,31 +59,23 @@ pub(crate) struct Lean {
     pub data: Data,
 }
 
-fn be32(b: &[u8], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&b[at..at + 4]);
-    u32::from_be_bytes(w)
-}
-
-fn be64(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_be_bytes(w)
-}
-
 /// The data segment at DS `i` of `wqe`, when it is the WQE's last: a data pointer segment
 /// at DS `ds - 1`, or an inline segment (bit 31 of its first word, spec §3.3) whose
 /// `ceil((4 + len) / 16)` DS end exactly at `ds`. `None` for anything else.
 #[inline]
 fn last_data(wqe: &[u8], i: usize, ds: usize, inline_ok: bool) -> Option<Data> {
     let at = i * DS_SIZE;
-    let w0 = be32(wqe, at);
+    let w0 = get_u32(wqe, at..at + 4);
     if w0 & 0x8000_0000 != 0 {
         let len = (w0 & 0x7fff_ffff) as usize;
         (inline_ok && i + (4 + len).div_ceil(DS_SIZE) == ds).then_some(Data::Inline { off: at + 4, len })
     } else {
         // One data segment holds at most 2^31 - 1 bytes: never past MAX_MSG.
-        (i + 1 == ds).then(|| Data::Sge { len: w0, lkey: be32(wqe, at + 4), addr: be64(wqe, at + 8) })
+        (i + 1 == ds).then(|| Data::Sge {
+            len: w0,
+            lkey: get_u32(wqe, at + 4..at + 8),
+            addr: get_u64(wqe, at + 8..at + 16),
+        })
     }
 }
 
@@ -101,7 +93,7 @@ pub(crate) fn shape(ctrl: &CtrlRepr, wqe: &[u8], req_scatter: bool) -> Option<Le
             if op == opcode::RDMA_READ && req_scatter {
                 return None;
             }
-            (op, be64(wqe, DS_SIZE), be32(wqe, DS_SIZE + 8))
+            (op, get_u64(wqe, DS_SIZE..DS_SIZE + 8), get_u32(wqe, DS_SIZE + 8..DS_SIZE + 12))
         }
         _ => return None,
     };

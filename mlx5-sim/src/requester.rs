@@ -9,6 +9,7 @@ use crate::dma::{Sgl, Src, SrcList};
 use crate::hosts::Restart;
 use crate::lean;
 use crate::local::local_side;
+use crate::net::roce;
 use crate::psn::*;
 use crate::responder::*;
 use crate::route::{resolve_av, resolve_peer, unanswered, Sender};
@@ -143,17 +144,6 @@ fn ud_transport_len(len: u64, imm: bool) -> u64 {
     12 + 8 + if imm { 4 } else { 0 } + len + (4 - len % 4) % 4 + 4
 }
 
-fn ipv4_checksum(h: &[u8; 20]) -> u16 {
-    let mut sum: u32 = 0;
-    for c in h.chunks_exact(2) {
-        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 /// Builds the GRH / IPv6 (40 bytes) or IPv4 (20 bytes) header of a UD datagram.
 fn ud_header(kind: UdL3, av: &DatagramSeg<&[u8]>, sgid: [u8; 16], len: u64, imm: bool) -> ([u8; 40], usize) {
     let mut hdr = [0u8; 40];
@@ -181,16 +171,12 @@ fn ud_header(kind: UdL3, av: &DatagramSeg<&[u8]>, sgid: [u8; 16], len: u64, imm:
             v4[9] = 17; // UDP
             v4[12..16].copy_from_slice(&sgid[12..16]);
             v4[16..20].copy_from_slice(&av.rgid()[12..16]);
-            let csum = ipv4_checksum(&v4);
+            let csum = roce::ipv4_checksum(&v4);
             v4[10..12].copy_from_slice(&csum.to_be_bytes());
             hdr[..20].copy_from_slice(&v4);
             (hdr, 20)
         }
     }
-}
-
-fn is_ipv4_mapped(gid: &[u8; 16]) -> bool {
-    gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff
 }
 
 /// Executes a UD SEND / SEND_IMM: unreliable, so every delivery problem is a silent drop
@@ -244,7 +230,7 @@ fn execute_ud(
     let kind = match (roce, av.grh()) {
         (false, false) => UdL3::None,
         (false, true) => UdL3::IbGrh,
-        (true, _) if is_ipv4_mapped(&av.rgid()) => UdL3::Ipv4,
+        (true, _) if roce::ipv4_of(&av.rgid()).is_some() => UdL3::Ipv4,
         (true, _) => UdL3::Ipv6,
     };
     let (hdr, hlen) = ud_header(kind, av, sgid, len, imm);
@@ -564,7 +550,7 @@ mod tests {
         let mut v4 = [0u8; 20];
         v4.copy_from_slice(&h[..20]);
         // A header including its checksum sums to 0xffff (checksum of it is 0).
-        assert_eq!(ipv4_checksum(&v4), 0);
+        assert_eq!(roce::ipv4_checksum(&v4), 0);
         // Total length: IPv4 20 + UDP 8 + BTH 12 + DETH 8 + 100 + ICRC 4.
         assert_eq!(u16::from_be_bytes([v4[2], v4[3]]), 152);
     }

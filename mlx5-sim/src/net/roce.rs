@@ -26,7 +26,9 @@ pub(crate) fn ipv4_of(gid: &[u8; 16]) -> Option<[u8; 4]> {
         .then(|| [gid[12], gid[13], gid[14], gid[15]])
 }
 
-fn ipv4_checksum(h: &[u8]) -> u16 {
+/// The IPv4 header checksum (RFC 791: the ones' complement of the ones' complement
+/// sum of the header's 16-bit words; 0 over a header with its checksum in place).
+pub(crate) fn ipv4_checksum(h: &[u8]) -> u16 {
     let mut sum = 0u32;
     for w in h.chunks(2) {
         sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
@@ -279,11 +281,12 @@ pub(crate) fn decode<'a>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn gid4(a: [u8; 4]) -> [u8; 16] {
+    /// The IPv4-mapped GID `::ffff:a.b.c.d`.
+    pub(crate) fn gid4(a: [u8; 4]) -> [u8; 16] {
         let mut g = [0u8; 16];
         g[10] = 0xff;
         g[11] = 0xff;

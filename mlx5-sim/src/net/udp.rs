@@ -106,16 +106,9 @@ impl UdpEnd {
 #[cfg(test)]
 mod tests {
     use super::super::packet::{op, Reth};
+    use super::super::roce::tests::gid4;
     use super::*;
     use std::net::Ipv4Addr;
-
-    fn gid4(a: [u8; 4]) -> [u8; 16] {
-        let mut g = [0u8; 16];
-        g[10] = 0xff;
-        g[11] = 0xff;
-        g[12..].copy_from_slice(&a);
-        g
-    }
 
     #[test]
     fn a_packet_crosses_and_noise_is_counted_by_reason() {

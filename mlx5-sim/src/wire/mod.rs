@@ -65,16 +65,19 @@ pub(crate) fn check_len(what: &'static str, got: usize, need: usize) -> Result<(
 
 // The helpers below index with ranges that `new_checked` has validated; views built
 // with `new_unchecked` over a short buffer panic like smoltcp's do.
+#[inline]
 pub(crate) fn get_u16(b: &[u8], f: Field) -> u16 {
     let mut a = [0u8; 2];
     a.copy_from_slice(&b[f]);
     u16::from_be_bytes(a)
 }
+#[inline]
 pub(crate) fn get_u32(b: &[u8], f: Field) -> u32 {
     let mut a = [0u8; 4];
     a.copy_from_slice(&b[f]);
     u32::from_be_bytes(a)
 }
+#[inline]
 pub(crate) fn get_u64(b: &[u8], f: Field) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[f]);

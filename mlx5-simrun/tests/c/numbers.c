@@ -7,11 +7,7 @@
 
 int main(void)
 {
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list && n > 0, "no device");
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	CHECK(ctx, "open %s", ibv_get_device_name(list[0]));
+	struct ibv_context *ctx = open_first(NULL, NULL);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	CHECK(pd, "alloc_pd");
 	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
@@ -33,6 +29,5 @@ int main(void)
 	CHECK(!ibv_destroy_cq(cq), "destroy_cq");
 	CHECK(!ibv_dealloc_pd(pd), "dealloc_pd");
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
 	return 0;
 }

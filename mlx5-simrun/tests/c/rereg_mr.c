@@ -31,14 +31,9 @@ static enum ibv_wc_status write8(struct ibv_qp *qp, struct ibv_cq *cq, struct ib
 
 int main(void)
 {
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list && n >= 1, "no device");
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	CHECK(ctx, "open");
 	struct ibv_port_attr port;
 	union ibv_gid gid;
-	CHECK(!ibv_query_port(ctx, 1, &port) && !ibv_query_gid(ctx, 1, 0, &gid), "query");
+	struct ibv_context *ctx = open_first(&port, &gid);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx), *pd2 = ibv_alloc_pd(ctx), *pd3 = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
 	CHECK(pd && pd2 && pd3 && cq, "objects");
@@ -87,7 +82,6 @@ int main(void)
 	free(a);
 	free(b);
 	free(s);
-	ibv_free_device_list(list);
 	printf("rereg_mr: all right\n");
 	return 0;
 }

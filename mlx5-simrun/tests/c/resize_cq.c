@@ -48,14 +48,9 @@ static void poll_n(int n)
 
 int main(void)
 {
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list && n >= 1, "no device");
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	CHECK(ctx, "open");
 	struct ibv_port_attr port;
 	union ibv_gid gid;
-	CHECK(!ibv_query_port(ctx, 1, &port) && !ibv_query_gid(ctx, 1, 0, &gid), "query");
+	struct ibv_context *ctx = open_first(&port, &gid);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	mr = ibv_reg_mr(pd, calloc(1, 4096), 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	cq = ibv_create_cq(ctx, 3, NULL, NULL, 0);
@@ -105,7 +100,6 @@ int main(void)
 	void *buf = mr->addr;
 	CHECK(!ibv_dereg_mr(mr) && !ibv_dealloc_pd(pd) && !ibv_close_device(ctx), "close");
 	free(buf);
-	ibv_free_device_list(list);
 	printf("resize_cq: all right\n");
 	return 0;
 }

@@ -37,14 +37,9 @@ static void writes(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *src, str
 
 int main(void)
 {
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list && n >= 1, "no device");
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	CHECK(ctx, "open");
 	struct ibv_port_attr port;
 	union ibv_gid gid;
-	CHECK(!ibv_query_port(ctx, 1, &port) && !ibv_query_gid(ctx, 1, 0, &gid), "query");
+	struct ibv_context *ctx = open_first(&port, &gid);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	CHECK(pd, "pd");
 
@@ -88,7 +83,6 @@ int main(void)
 		free(b);
 	}
 	CHECK(!ibv_dealloc_pd(pd) && !ibv_close_device(ctx), "close");
-	ibv_free_device_list(list);
 	printf("thread_domain: all right\n");
 	return 0;
 }

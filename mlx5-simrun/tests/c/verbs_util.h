@@ -24,6 +24,22 @@
 		}                                                                                          \
 	} while (0)
 
+/* The first device, opened; port 1's attributes into `port` and its GID 0 into
+ * `gid` unless NULL. (The device list is freed: an open context keeps its
+ * device.) */
+static inline struct ibv_context *open_first(struct ibv_port_attr *port, union ibv_gid *gid)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list && n >= 1, "no device");
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	CHECK(ctx, "open %s", ibv_get_device_name(list[0]));
+	ibv_free_device_list(list);
+	CHECK(!port || !ibv_query_port(ctx, 1, port), "query port");
+	CHECK(!gid || !ibv_query_gid(ctx, 1, 0, gid), "query gid");
+	return ctx;
+}
+
 /* RC QP `qp` to RTS towards QP `dest` of the port `port` describes (its LID;
  * on RoCE a GRH to `gid`, source GID 0): REMOTE_WRITE access, 1024-byte MTU,
  * 7 retries and RNR retries. */
