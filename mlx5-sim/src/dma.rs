@@ -74,6 +74,14 @@ impl Region {
         self.len
     }
 
+    /// A region over the model's own buffer `b`, not registered memory: where a READ
+    /// or an atomic for a requester in another process leaves its result
+    /// ([`crate::udp_wire`]). It is valid while `b` is neither moved nor dropped; the
+    /// caller keeps `b` for as long as it uses the region.
+    pub(crate) fn scratch(b: &mut [u8]) -> Region {
+        Region { addr: b.as_mut_ptr() as u64, len: b.len() as u64 }
+    }
+
     /// The part of this (checked) region after its first `n` bytes.
     fn after(&self, n: u64) -> Region {
         let n = n.min(self.len);

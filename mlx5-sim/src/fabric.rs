@@ -444,10 +444,15 @@ pub(crate) struct Front {
     links: Mutex<Vec<Option<Arc<Link>>>>,
     watchers: Mutex<Vec<Option<Arc<Watcher>>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The hosts' ends of the UDP wire ([`Nic::open_wire`]), stopped with the fabric.
+    wire_ends: crate::udp_wire::Ends,
 }
 
 impl Drop for Front {
     fn drop(&mut self) {
+        for e in self.wire_ends.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            e.stop();
+        }
         for w in self.watchers.lock().unwrap_or_else(|e| e.into_inner()).iter().flatten() {
             w.stop.store(true, Ordering::Release);
             w.unpark();
@@ -691,6 +696,7 @@ impl Fabric {
                 links: Mutex::new(Vec::new()),
                 watchers: Mutex::new(Vec::new()),
                 threads: Mutex::new(Vec::new()),
+                wire_ends: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -1487,6 +1493,55 @@ impl Nic {
         st.hosts[self.host].numbers = Some((registry, endpoint));
     }
 
+    /// Joins this device to the UDP wire between processes (step 12,
+    /// `docs/udp-wire.md`): its numbers come from `registry`, shared with the other
+    /// processes simulating the same device ([`Nic::share_numbers`]), and an endpoint on
+    /// a loopback address of its own (`127.k.0.n:4791`, device `n - 1`, the first `k` no
+    /// other process holds) sends and receives RoCE v2 datagrams: RC and UD traffic to a
+    /// QP another process owns goes there, with RC's PSNs, acknowledgements and
+    /// retransmission. Returns the endpoint, as recorded in the registry.
+    pub fn open_wire(
+        &self,
+        registry: std::sync::Arc<crate::registry::Registry>,
+    ) -> std::io::Result<crate::registry::Endpoint> {
+        let n = u8::try_from(self.host + 1)
+            .ok()
+            .filter(|&n| n < 255)
+            .ok_or_else(|| std::io::Error::other("only hosts 0 to 253 can join the UDP wire"))?;
+        let gid = self.state().hosts[self.host].cfg.gid;
+        let end = Arc::new(crate::udp_wire::WireEnd::bind(n, gid)?);
+        let ep = crate::registry::Endpoint { addr: end.at.ip().octets(), port: end.at.port() };
+        {
+            let mut st = self.state();
+            st.hosts[self.host].numbers = Some((registry, ep));
+            st.hosts[self.host].wire = Some(end.clone());
+        }
+        let (shared, h, e) = (self.front.state.clone(), self.host, end.clone());
+        let t = std::thread::Builder::new()
+            .name(format!("mlx5-sim-wire{h}"))
+            .spawn(move || crate::udp_wire::run(shared, h, e))?;
+        self.front.threads.lock().unwrap_or_else(|e| e.into_inner()).push(t);
+        self.front.wire_ends.lock().unwrap_or_else(|e| e.into_inner()).push(end);
+        Ok(ep)
+    }
+
+    /// Datagrams this device's end of the UDP wire dropped before they reached a QP, by
+    /// reason (foreign sender, runt, ICRC, transport version, P_Key, opcode, length);
+    /// `None` when it has none ([`Nic::open_wire`]).
+    pub fn wire_drops(&self) -> Option<crate::WireDrops> {
+        let st = self.state();
+        let d = st.hosts[self.host].wire.as_ref()?.drops();
+        Some(crate::WireDrops {
+            foreign: d.foreign,
+            short: d.short,
+            icrc: d.icrc,
+            version: d.version,
+            pkey: d.pkey,
+            opcode: d.opcode,
+            length: d.length,
+        })
+    }
+
     /// MMIO: 8-byte doorbell store at `offset` (0 or bf_size, alternating) of UAR register
     /// `uar_index`. `value` = first 8 bytes of the ctrl segment of the last posted WQE.
     pub fn uar_write64(&self, uar_index: u32, offset: u32, value: [u8; 8]) {
@@ -1711,7 +1766,12 @@ impl Nic {
 
     /// Counters.
     pub fn stats(&self) -> NicStats {
-        let mut s = self.state().hosts[self.host].stats;
+        let st = self.state();
+        let mut s = st.hosts[self.host].stats;
+        if let Some(w) = &st.hosts[self.host].wire {
+            s.datagrams_dropped += w.drops().total();
+        }
+        drop(st);
         // Threaded: doorbells covered by one already queued were still written.
         if let Some(l) = &self.link {
             s.doorbells_coalesced = l.coalesced.load(Ordering::Relaxed);

@@ -110,6 +110,8 @@ pub(crate) struct Host {
     /// The device's registry when processes share its numbers ([`crate::Nic::share_numbers`]),
     /// and where this host's packets go.
     pub numbers: Option<(std::sync::Arc<crate::registry::Registry>, crate::registry::Endpoint)>,
+    /// The host's end of the UDP wire to other processes ([`crate::Nic::open_wire`]).
+    pub wire: Option<std::sync::Arc<crate::udp_wire::WireEnd>>,
 }
 
 /// A completion channel: CQ numbers of pending events, and a socket pair whose read end
@@ -184,6 +186,7 @@ impl Host {
             dirty: Vec::new(),
             wqe_scratch: None,
             numbers: None,
+            wire: None,
         }
     }
 

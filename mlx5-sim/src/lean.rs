@@ -179,7 +179,9 @@ pub(crate) fn execute(
     };
     match answer {
         Some(o) => o,
-        None => unanswered(st, h, qpn),
+        // No local QP answers: one in another process may (the UDP wire).
+        None => crate::udp_wire::requester::request(st, h, qpn, me, &p, rh, &rq)
+            .unwrap_or_else(|| unanswered(st, h, qpn)),
     }
 }
 

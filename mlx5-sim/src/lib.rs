@@ -43,6 +43,7 @@ mod shared;
 mod slots;
 mod srq;
 mod train;
+mod udp_wire;
 pub mod wire;
 mod wires;
 mod wqe;
@@ -659,6 +660,33 @@ pub struct NicStats {
     /// RDMA READ and SEND of the common shapes on the direct wire, with the same checks
     /// and results as the general path ([`FabricConfig::general_path_only`] turns it off).
     pub lean_wqes: u64,
+    /// RoCE v2 datagrams this NIC sent to other processes on the UDP wire.
+    pub datagrams_sent: u64,
+    /// Datagrams from the UDP wire this NIC accepted (ICRC and headers good).
+    pub datagrams_received: u64,
+    /// Datagrams from the UDP wire this NIC dropped: malformed, corrupt or foreign
+    /// (by reason in `Nic::wire_drops`), or naming no QP it has (`stray`).
+    pub datagrams_dropped: u64,
+}
+
+/// Datagrams a device's end of the UDP wire dropped before they reached a QP, by reason
+/// ([`Nic::wire_drops`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WireDrops {
+    /// From an address where no simulated host is.
+    pub foreign: u64,
+    /// Shorter than the headers they name.
+    pub short: u64,
+    /// ICRC mismatch: corrupt, or not between the GIDs taken.
+    pub icrc: u64,
+    /// BTH transport version other than 0.
+    pub version: u64,
+    /// A P_Key other than the default partition.
+    pub pkey: u64,
+    /// An opcode neither RC nor UD.
+    pub opcode: u64,
+    /// Payload, pad and headers that do not add up.
+    pub length: u64,
 }
 
 /// Control-path errors (what `ibv_*` calls would return as errno).

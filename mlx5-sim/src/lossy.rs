@@ -70,7 +70,7 @@ impl<const N: usize> Ends for TrainEnds<'_, '_, N> {
             }
             Outcome::Fail { synd, .. } => self.committed[i] = Some((false, *synd)),
             // Nothing done (`respond` never restarts: every host is held here).
-            Outcome::Rnr | Outcome::Restart => {}
+            Outcome::Rnr | Outcome::Restart | Outcome::Pending => {}
         }
         o
     }

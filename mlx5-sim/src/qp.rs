@@ -64,6 +64,11 @@ pub(crate) struct Qp {
     pub attrs: QpAttrs,
     /// `Some(n)`: the SQ is blocked at `sq_ci` by an RNR NAK after `n` failed retries.
     pub rnr: Option<u8>,
+    /// The SQ waits at `sq_ci` for the answer to a message on the UDP wire
+    /// ([`crate::udp_wire`]): the endpoint's thread runs it on when the answer comes.
+    pub waiting: bool,
+    /// The QP's transport state on the UDP wire, when it has a peer in another process.
+    pub wire: Option<Box<crate::udp_wire::QpWire>>,
     /// The last WQE executed or flushed. A doorbell handled when it is rung
     /// (deterministic mode) can match an executed WQE only if that WQE ends at the
     /// producer, and then it is this one: executed WQEs end at or before the hardware
@@ -217,6 +222,8 @@ impl Qp {
             rq_ci: 0,
             attrs: QpAttrs::default(),
             rnr: None,
+            waiting: false,
+            wire: None,
             last: Shadow::default(),
             shadow: Vec::new(),
             srqn: attr.srqn,
@@ -276,7 +283,9 @@ impl Qp {
             QpState::Err => {
                 self.sq_producer() != self.sq_ci || (self.rq_wqe_cnt != 0 && self.rq_producer() != self.rq_ci)
             }
-            QpState::Rts | QpState::Sqe => self.rnr.is_none() && self.sq_producer() != self.sq_ci,
+            QpState::Rts | QpState::Sqe => {
+                self.rnr.is_none() && !self.waiting && self.sq_producer() != self.sq_ci
+            }
             _ => false,
         }
     }
@@ -450,6 +459,8 @@ impl Qp {
         self.sq_ci = 0;
         self.rq_ci = 0;
         self.rnr = None;
+        self.waiting = false;
+        self.wire = None;
         self.attrs = QpAttrs::default();
         self.peer = 0;
         self.dct_num = None;

@@ -260,7 +260,12 @@ impl Registry {
         Ok(Locked { r: self })
     }
 
-    /// The file behind this registry.
+    /// The process this registry's numbers are taken for (the calling one).
+    pub fn me(&self) -> Owner {
+        self.me
+    }
+
+    /// The registry file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }

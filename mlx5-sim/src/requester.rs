@@ -89,7 +89,13 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, me: &Sender, wqe: &[u8], w:
             let rh = found.h;
             match accept_rc(&mut st.hosts[rh], rh, p.dest_qpn, qpn, sq_psn) {
                 Some(t) => t,
-                None => return unanswered(st, h, qpn),
+                // No local QP answers: one in another process may (the UDP wire).
+                None => {
+                    let pkts = packets(op, w.len as u32, mtu);
+                    let rq = Request::of(w, srcs, &sink, qpn, src_lid, req_scatter, pkts);
+                    return crate::udp_wire::requester::request(st, h, qpn, me, &p, rh, &rq)
+                        .unwrap_or_else(|| unanswered(st, h, qpn));
+                }
             }
         }
         // DCI: host by the AV, DCT by its number; a wrong DC key is dropped by the DCT
@@ -233,6 +239,22 @@ fn execute_ud(
         (true, _) if roce::ipv4_of(&av.rgid()).is_some() => UdL3::Ipv4,
         (true, _) => UdL3::Ipv6,
     };
+    // A QP another process owns: one datagram on the UDP wire.
+    if let Some(to) = crate::udp_wire::ud::remote(st, h, qpn, rh, rqpn) {
+        let gid = st.hosts[rh].cfg.gid;
+        let o = crate::udp_wire::ud::Out {
+            qpn,
+            dqpn: rqpn,
+            psn,
+            qkey,
+            imm: imm.then_some(w.ctrl.imm),
+            se: w.ctrl.fm_ce_se & 2 != 0,
+            len,
+            srcs,
+        };
+        crate::udp_wire::ud::send_datagram(st, h, &o, &gid, to);
+        return done;
+    }
     let (hdr, hlen) = ud_header(kind, av, sgid, len, imm);
     let dg = Datagram {
         imm: imm.then_some(w.ctrl.imm),
@@ -327,7 +349,7 @@ fn report(st: &mut FabricState, h: usize, w: &SendRetired, outcome: &Outcome) ->
             fail_qp(&mut st.hosts[h], w.qpn);
             false
         }
-        Outcome::Rnr | Outcome::Restart => false,
+        Outcome::Rnr | Outcome::Restart | Outcome::Pending => false,
     }
 }
 
@@ -428,7 +450,7 @@ fn process_sq_in(
             None => qp.sq_producer(),
         };
         let counter = qp.sq_ci;
-        if counter == producer || (qp.rnr.is_some() && !retry) {
+        if counter == producer || ((qp.rnr.is_some() || qp.waiting) && !retry) {
             return;
         }
         let avail = producer.wrapping_sub(counter);
@@ -469,6 +491,9 @@ fn process_sq_in(
             }
             (Err(_), _) => malformed(st, h),
         };
+        if let Outcome::Pending = done {
+            return; // on the UDP wire: the answer runs the queue on
+        }
         if let Outcome::Restart = done {
             // A host it needs was busy, and this operation does not wait
             // (`Shared::try_host`): the WQE is left as it was, for the NIC.

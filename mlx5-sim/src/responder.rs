@@ -34,6 +34,9 @@ pub(crate) enum Outcome {
     /// Nothing was done: the hosts were taken again in order ([`FabricState::need`]);
     /// execute the WQE afresh.
     Restart,
+    /// The message is on the UDP wire to another process ([`crate::udp_wire`]): the send
+    /// queue waits at it until its answer comes.
+    Pending,
 }
 
 pub(crate) fn fail(synd: u8) -> Outcome {
@@ -47,7 +50,7 @@ pub(crate) fn load_u64(b: [u8; 8], e: AtomicEndianness) -> u64 {
     }
 }
 
-fn store_u64(v: u64, e: AtomicEndianness) -> [u8; 8] {
+pub(crate) fn store_u64(v: u64, e: AtomicEndianness) -> [u8; 8] {
     match e {
         AtomicEndianness::Host => v.to_ne_bytes(),
         AtomicEndianness::BigEndian => v.to_be_bytes(),

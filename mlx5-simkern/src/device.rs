@@ -90,18 +90,20 @@ extern "C" fn fork_child() {
 }
 
 /// `--shared`: each device takes its numbers from the registry the processes simulating
-/// it share (`/dev/shm`, `mlx5_sim::registry`), with `127.0.0.N:4791` (device N - 1) as
-/// where its packets go. A registry that cannot be opened leaves the device's numbers
-/// its own, with a warning.
+/// it share (`/dev/shm`, `mlx5_sim::registry`) and joins the UDP wire between them
+/// (`Nic::open_wire`: an endpoint at `127.k.0.N:4791` for device N - 1). A registry that
+/// cannot be opened, or an endpoint that cannot be bound, leaves the device to this
+/// process alone, with a warning.
 fn share_numbers(nics: &[Nic]) {
-    for (i, nic) in nics.iter().enumerate() {
+    for nic in nics {
         let name = nic.info().name;
         let path = mlx5_sim::registry::Registry::path_of(&name);
         match mlx5_sim::registry::Registry::open(&path) {
-            Ok(r) => nic.share_numbers(
-                std::sync::Arc::new(r),
-                mlx5_sim::registry::Endpoint { addr: [127, 0, 0, i as u8 + 1], port: 4791 },
-            ),
+            Ok(r) => {
+                if let Err(e) = nic.open_wire(std::sync::Arc::new(r)) {
+                    eprintln!("mlx5_simkern: {name}: no UDP wire: {e}");
+                }
+            }
             Err(e) => eprintln!("mlx5_simkern: {name}: numbers not shared: {e}"),
         }
     }

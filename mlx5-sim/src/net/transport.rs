@@ -407,7 +407,7 @@ fn respond<const N: usize>(
         if psn == rs.epsn && off == 0 {
             let o = ends.commit(st, i as u32);
             match o {
-                Outcome::Rnr | Outcome::Restart => {
+                Outcome::Rnr | Outcome::Restart | Outcome::Pending => {
                     rs.nak_sent = true;
                     reply = Some(Wire::RnrNak { msg: i as u32 });
                 }
@@ -442,7 +442,7 @@ fn respond<const N: usize>(
         if off + 1 == m.req_pkts {
             match ends.commit(st, i as u32) {
                 // (`respond` never restarts: every host is held here.)
-                Outcome::Rnr | Outcome::Restart => {
+                Outcome::Rnr | Outcome::Restart | Outcome::Pending => {
                     rs.epsn = base[i]; // nothing accepted: the message starts over
                     rs.nak_sent = true;
                     reply = Some(Wire::RnrNak { msg: i as u32 });

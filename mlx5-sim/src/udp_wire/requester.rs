@@ -1,0 +1,380 @@
+//! The requester's side of the UDP wire: an RC message whose responder QP another
+//! process owns leaves as RoCE v2 request packets, and the send queue waits at its WQE
+//! ([`Outcome::Pending`]) until the answer comes: an ACK (SEND, WRITE), the READ
+//! responses, an ATOMIC ACKNOWLEDGE, an RNR NAK or an error NAK. Then the endpoint's
+//! thread runs the send queue again; the WQE, still at the hardware counter, is executed
+//! afresh (its local checks again), finds its answer here and is concluded as any other:
+//! READ data and atomic results go to its scatter list (or its CQE), the send PSN moves
+//! past it.
+//!
+//! Reliability (IBA 9.7): a PSN sequence error NAK resends from the PSN it names, a gap in
+//! READ responses asks again for the rest, and the local ACK timeout resends from the
+//! first unanswered PSN; each resend on a timeout costs one of the QP's `retry_cnt`
+//! retries, and with none left the WQE fails with TRANSPORT_RETRY_EXC_ERR, as on a NIC
+//! whose peer died.
+
+use std::time::{Duration, Instant};
+
+use super::{psn_add, psn_diff, send, Dest, WireEnd};
+use crate::dma::{self, Src};
+use crate::hosts::FabricState;
+use crate::net::packet::{aeth, op, read_response_opcode, send_opcode, write_opcode, AtomicEth, Packet, Pos, Reth};
+use crate::net::roce::Parsed;
+use crate::net::transport::local_ack_timeout_ns;
+use crate::psn::advance_sq_psn;
+use crate::responder::{fail, load_u64, store_u64, Outcome, Request};
+use crate::route::Sender;
+use crate::wire::{opcode, syndrome};
+use crate::RcPath;
+
+/// The local ACK timeout on the wire is at least this long: the peer is a process that
+/// the machine may not run for a while, and a resend before its answer costs a retry.
+const MIN_ACK_TIMEOUT: Duration = Duration::from_millis(50);
+/// ... and at most this long (a timeout code of 0 is "infinite" in IBA).
+const MAX_ACK_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// What a message waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// SEND, WRITE: an ACK of its last PSN.
+    Ack,
+    /// READ: its responses, in order.
+    Read,
+    /// Atomic: an ATOMIC ACKNOWLEDGE.
+    Atomic,
+}
+
+/// How a message on the wire ended.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    Ack,
+    Read(Vec<u8>),
+    Atomic(u64),
+    Rnr,
+    /// An error NAK: the requester's syndrome.
+    Nak(u8),
+    RetryExceeded,
+}
+
+/// The message a QP has in flight.
+#[derive(Debug)]
+pub(crate) struct Outstanding {
+    /// The WQE (at the send queue's hardware counter) and its first PSN.
+    counter: u16,
+    psn: u32,
+    /// PSNs it takes.
+    pkts: u32,
+    kind: Kind,
+    sent: Instant,
+    timeout: Duration,
+    /// Resends after a timeout so far, and the most allowed.
+    tries: u8,
+    retry_cnt: u8,
+    /// Send again from this packet (offset from `psn`) at the next run.
+    resend: Option<u32>,
+    answer: Option<Answer>,
+    /// READ responses taken so far, and their bytes.
+    got: u32,
+    data: Vec<u8>,
+}
+
+/// The destination of RC QP `qpn` on host `h` whose path leads to host `rh` and QPN
+/// `dqpn`, when another process owns that QP: from the QP's cache, or the registry.
+fn dest(st: &mut FabricState, h: usize, qpn: u32, rh: usize, dqpn: u32) -> Option<Dest> {
+    if let Some(d) = st.hosts[h].qps.get(&qpn)?.wire.as_ref().and_then(|w| w.dest) {
+        if d.dqpn == dqpn {
+            return Some(d);
+        }
+    }
+    let to = super::remote_owner(st, rh, dqpn)?;
+    let d = Dest { dqpn, gid: st.hosts[rh].cfg.gid, to };
+    st.hosts[h].qps.get_mut(&qpn)?.wire.get_or_insert_with(Default::default).dest = Some(d);
+    Some(d)
+}
+
+fn kind_of(op: u8) -> Kind {
+    match op {
+        opcode::RDMA_READ => Kind::Read,
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA => Kind::Atomic,
+        _ => Kind::Ack,
+    }
+}
+
+/// Request `rq` of RC QP `qpn` on host `h` (its WQE at the hardware counter), whose path
+/// `path` leads to host `rh` where no local QP answers: on the UDP wire when another
+/// process owns the destination QP. `None`: it does not (nobody answers).
+///
+/// Sends the message the first time, again when a NAK or the timer asked for it, and
+/// concludes it when its answer is in; otherwise the send queue keeps waiting.
+pub(crate) fn request(
+    st: &mut FabricState,
+    h: usize,
+    qpn: u32,
+    me: &Sender,
+    path: &RcPath,
+    rh: usize,
+    rq: &Request<'_, '_>,
+) -> Option<Outcome> {
+    let end = st.hosts[h].wire.clone()?;
+    let dest = dest(st, h, qpn, rh, path.dest_qpn)?;
+    let now = Instant::now();
+    let qp = st.hosts[h].qps.get_mut(&qpn)?;
+    let counter = qp.sq_ci;
+    let timeout =
+        Duration::from_nanos(local_ack_timeout_ns(qp.attrs.timeout)).clamp(MIN_ACK_TIMEOUT, MAX_ACK_TIMEOUT);
+    let retry_cnt = qp.attrs.retry_cnt;
+    let w = qp.wire.get_or_insert_with(Default::default);
+    let from = match &mut w.out {
+        Some(o) if o.counter == counter && o.psn == me.sq_psn => {
+            if let Some(a) = o.answer.take() {
+                w.out = None;
+                qp.waiting = false;
+                return Some(conclude(st, h, qpn, rq, a));
+            }
+            let Some(from) = o.resend.take() else {
+                qp.waiting = true;
+                return Some(Outcome::Pending);
+            };
+            o.sent = now;
+            st.hosts[h].stats.retransmits += 1;
+            from
+        }
+        _ => {
+            w.out = Some(Outstanding {
+                counter,
+                psn: me.sq_psn,
+                pkts: rq.pkts.max(1),
+                kind: kind_of(rq.op),
+                sent: now,
+                timeout,
+                tries: 0,
+                retry_cnt,
+                resend: None,
+                answer: None,
+                got: 0,
+                data: Vec::new(),
+            });
+            0
+        }
+    };
+    if let Some(q) = st.hosts[h].qps.get_mut(&qpn) {
+        q.waiting = true;
+    }
+    transmit(st, h, &end, qpn, &dest, me, rq, from);
+    Some(Outcome::Pending)
+}
+
+/// What the requester does with answer `a` to request `rq` of QP `qpn` on host `h`.
+fn conclude(st: &mut FabricState, h: usize, qpn: u32, rq: &Request<'_, '_>, a: Answer) -> Outcome {
+    let endian = st.cfg.atomic_endianness;
+    let done = Outcome::Done { byte_cnt: rq.len as u32 };
+    match a {
+        Answer::Ack => {
+            advance_sq_psn(&mut st.hosts[h], qpn, rq.pkts);
+            done
+        }
+        Answer::Read(data) => {
+            advance_sq_psn(&mut st.hosts[h], qpn, rq.pkts);
+            let n = data.len().min(rq.len as usize);
+            if n > 0 && rq.len <= rq.req_scatter {
+                let mut inline = Box::new([0u8; 64]);
+                inline[..n].copy_from_slice(&data[..n]);
+                return Outcome::DoneInline { byte_cnt: rq.len as u32, data: inline };
+            }
+            dma::stream(&[Src::Bytes(&data[..n])], rq.sink.regions());
+            done
+        }
+        Answer::Atomic(v) => {
+            advance_sq_psn(&mut st.hosts[h], qpn, rq.pkts);
+            let bytes = store_u64(v, endian);
+            if rq.req_scatter >= 8 {
+                let mut inline = Box::new([0u8; 64]);
+                inline[..8].copy_from_slice(&bytes);
+                return Outcome::DoneInline { byte_cnt: 8, data: inline };
+            }
+            match rq.sink.regions().first() {
+                Some(r) => {
+                    dma::write(r, 0, &bytes);
+                    Outcome::Done { byte_cnt: 8 }
+                }
+                None => fail(syndrome::LOCAL_QP_OP_ERR),
+            }
+        }
+        Answer::Rnr => Outcome::Rnr,
+        Answer::Nak(synd) => fail(synd),
+        Answer::RetryExceeded => fail(syndrome::TRANSPORT_RETRY_EXC_ERR),
+    }
+}
+
+/// Sends the packets of request `rq` (first PSN `me.sq_psn`) from packet `from` on.
+#[allow(clippy::too_many_arguments)]
+fn transmit(
+    st: &mut FabricState,
+    h: usize,
+    end: &WireEnd,
+    qpn: u32,
+    dest: &Dest,
+    me: &Sender,
+    rq: &Request<'_, '_>,
+    from: u32,
+) {
+    let psn0 = me.sq_psn;
+    let mtu = me.mtu as usize;
+    let pkt = |opc: u8, i: u32| Packet::new(h, h, opc, qpn, dest.dqpn, psn_add(psn0, i));
+    match rq.op {
+        opcode::RDMA_READ => {
+            let off = (u64::from(from) * mtu as u64).min(rq.len);
+            let mut p = pkt(op::READ_REQUEST, from);
+            p.ack_req = true;
+            p.reth = Some(Reth { va: rq.raddr.wrapping_add(off), rkey: rq.rkey, len: (rq.len - off) as u32 });
+            send(st, h, end, &p, &dest.gid, dest.to);
+        }
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
+            let opc = if rq.op == opcode::ATOMIC_CS { op::COMPARE_SWAP } else { op::FETCH_ADD };
+            let mut p = pkt(opc, 0);
+            p.ack_req = true;
+            p.atomic = Some(AtomicEth { va: rq.raddr, rkey: rq.rkey, swap_add: rq.swap_add, compare: rq.compare });
+            send(st, h, end, &p, &dest.gid, dest.to);
+        }
+        o => {
+            let len = rq.len as usize;
+            let mut data = vec![0u8; len];
+            dma::gather(rq.srcs, &mut data);
+            let n = rq.pkts.max(1);
+            let write = matches!(o, opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM);
+            let imm = matches!(o, opcode::RDMA_WRITE_IMM | opcode::SEND_IMM);
+            let inv = o == opcode::SEND_INVAL;
+            for i in from..n {
+                let pos = Pos::of(i, n);
+                let last = matches!(pos, Pos::Last | Pos::Only);
+                let opc = if write { write_opcode(pos, imm) } else { send_opcode(pos, imm, inv) };
+                let mut p = pkt(opc, i);
+                let (a, b) = ((i as usize * mtu).min(len), ((i as usize + 1) * mtu).min(len));
+                p.payload = &data[a..b];
+                p.ack_req = last;
+                if last {
+                    p.se = rq.se && (!write || imm);
+                    if imm {
+                        p.imm = Some(rq.imm);
+                    }
+                    if inv {
+                        p.ieth = Some(rq.imm);
+                    }
+                }
+                if write && matches!(pos, Pos::First | Pos::Only) {
+                    p.reth = Some(Reth { va: rq.raddr, rkey: rq.rkey, len: len as u32 });
+                }
+                send(st, h, end, &p, &dest.gid, dest.to);
+            }
+        }
+    }
+}
+
+/// An answer `p` arrived for a requester QP of host `h`: taken when it answers the
+/// message in flight, and the send queue runs on.
+pub(crate) fn on_response(st: &mut FabricState, h: usize, _end: &WireEnd, p: &Parsed<'_>) {
+    let qpn = p.dqpn;
+    let Some(o) = st.hosts[h].qps.get_mut(&qpn).and_then(|q| q.wire.as_mut()).and_then(|w| w.out.as_mut()) else {
+        st.hosts[h].stats.datagrams_dropped += 1;
+        return;
+    };
+    if o.answer.is_some() {
+        return;
+    }
+    let d = psn_diff(p.psn, o.psn);
+    let last = o.pkts as i32 - 1;
+    let mut seq_nak = false;
+    match p.opcode {
+        op::ACKNOWLEDGE => {
+            let Some((s, _msn)) = p.aeth else { return };
+            match s >> 5 {
+                // ACK: of the whole message (SEND, WRITE).
+                0 if o.kind == Kind::Ack && d == last => o.answer = Some(Answer::Ack),
+                1 if (0..=last).contains(&d) => o.answer = Some(Answer::Rnr),
+                3 if (0..=last).contains(&d) => match s {
+                    aeth::NAK_PSN_SEQ => {
+                        o.resend = Some(d as u32);
+                        seq_nak = true;
+                    }
+                    aeth::NAK_REMOTE_ACCESS => o.answer = Some(Answer::Nak(syndrome::REMOTE_ACCESS_ERR)),
+                    aeth::NAK_REMOTE_OP => o.answer = Some(Answer::Nak(syndrome::REMOTE_OP_ERR)),
+                    _ => o.answer = Some(Answer::Nak(syndrome::REMOTE_INVAL_REQ_ERR)),
+                },
+                _ => return, // an old or stray acknowledgement
+            }
+        }
+        op::ATOMIC_ACKNOWLEDGE if o.kind == Kind::Atomic && d == 0 => {
+            let Some(v) = p.atomic_ack else { return };
+            o.answer = Some(Answer::Atomic(v));
+        }
+        opc if o.kind == Kind::Read && (op::READ_RESPONSE_FIRST..=op::READ_RESPONSE_ONLY).contains(&opc) => {
+            if d == o.got as i32 {
+                o.data.extend_from_slice(p.payload);
+                o.got += 1;
+                if matches!(opc, op::READ_RESPONSE_LAST | op::READ_RESPONSE_ONLY) || o.got == o.pkts {
+                    o.answer = Some(Answer::Read(std::mem::take(&mut o.data)));
+                }
+            } else if d > o.got as i32 && o.resend.is_none() {
+                // A response lost: ask again for the rest.
+                o.resend = Some(o.got);
+            } else {
+                return;
+            }
+        }
+        _ => return,
+    }
+    if seq_nak {
+        st.hosts[h].stats.seq_naks += 1;
+    }
+    if o_ready(st, h, qpn) {
+        crate::requester::process_sq(st, h, qpn, true);
+    }
+}
+
+/// Whether QP `qpn`'s message has an answer or a resend for the send queue to act on.
+fn o_ready(st: &FabricState, h: usize, qpn: u32) -> bool {
+    st.hosts[h]
+        .qps
+        .get(&qpn)
+        .and_then(|q| q.wire.as_ref())
+        .and_then(|w| w.out.as_ref())
+        .is_some_and(|o| o.answer.is_some() || o.resend.is_some())
+}
+
+/// The local ACK timers of host `h`'s requesters: a message unanswered for its timeout
+/// is sent again from its first unanswered packet, or fails when its retries are spent.
+pub(crate) fn timers(st: &mut FabricState, h: usize, _end: &WireEnd) {
+    let now = Instant::now();
+    let waiting: Vec<u32> = st.hosts[h].qps.iter().filter(|(_, q)| q.waiting).map(|(n, _)| *n).collect();
+    let mut due = Vec::new();
+    for qpn in waiting {
+        let Some(q) = st.hosts[h].qps.get_mut(&qpn) else { continue };
+        let Some(o) = q.wire.as_mut().and_then(|w| w.out.as_mut()) else { continue };
+        if o.answer.is_some() || o.resend.is_some() || now.duration_since(o.sent) < o.timeout {
+            continue;
+        }
+        if o.tries >= o.retry_cnt {
+            o.answer = Some(Answer::RetryExceeded);
+        } else {
+            o.tries += 1;
+            o.resend = Some(if o.kind == Kind::Read { o.got } else { 0 });
+        }
+        due.push(qpn);
+    }
+    for qpn in due {
+        st.hosts[h].stats.ack_timeouts += 1;
+        crate::requester::process_sq(st, h, qpn, true);
+    }
+}
+
+/// The original value an ATOMIC ACKNOWLEDGE carries, read from the 8 bytes the
+/// responder's atomic left in its result buffer (in the fabric's atomic byte order).
+pub(crate) fn atomic_value(b: [u8; 8], endian: crate::AtomicEndianness) -> u64 {
+    load_u64(b, endian)
+}
+
+/// The READ response opcodes for `n` responses (for the responder; here so that both
+/// sides read the same table).
+pub(crate) fn response_opcode(i: u32, n: u32) -> u8 {
+    read_response_opcode(Pos::of(i, n))
+}
