@@ -342,6 +342,36 @@ fn copy_region(src: &Region, soff: u64, dst: &Region, doff: u64, n: u64) -> bool
     true
 }
 
+/// Copies bytes of the concatenation of `src`, from its byte `off` on, into `out`, until
+/// either runs out. Returns the number of bytes copied.
+pub(crate) fn gather_at(src: &[Src<'_>], mut off: u64, out: &mut [u8]) -> usize {
+    let mut at = 0;
+    for s in src {
+        let len = s.len();
+        if off >= len {
+            off -= len;
+            continue;
+        }
+        let n = ((len - off) as usize).min(out.len() - at);
+        let ok = match s {
+            Src::Bytes(b) => {
+                out[at..at + n].copy_from_slice(&b[off as usize..off as usize + n]);
+                true
+            }
+            Src::Mem(r) => read(r, off, &mut out[at..at + n]),
+        };
+        if !ok {
+            break;
+        }
+        at += n;
+        off = 0;
+        if at == out.len() {
+            break;
+        }
+    }
+    at
+}
+
 /// Streams the concatenation of `src` into the concatenation of `dst`, piece by
 /// piece and without a bounce buffer, stopping when either runs out. Returns the
 /// number of bytes copied.
@@ -399,6 +429,18 @@ pub(crate) fn valid_mr_access(a: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gather_at_skips_whole_and_partial_sources() {
+        let (a, b, c) = (b"abc", b"defg", b"hi");
+        let srcs = [Src::Bytes(a), Src::Bytes(&[]), Src::Bytes(b), Src::Bytes(c)];
+        let mut out = [0u8; 4];
+        assert_eq!(gather_at(&srcs, 2, &mut out), 4);
+        assert_eq!(&out, b"cdef");
+        assert_eq!(gather_at(&srcs, 7, &mut out), 2);
+        assert_eq!(&out[..2], b"hi");
+        assert_eq!(gather_at(&srcs, 9, &mut out), 0);
+    }
 
     fn table(buf: &[u8], access: u32) -> MrTable {
         let mut t = MrTable::default();

@@ -56,8 +56,31 @@ pub(crate) fn devices() -> &'static Devices {
                 }
             }
         }
+        if setup.shared {
+            yield_to_the_nic();
+        }
         Devices { fabric, nics }
     })
+}
+
+/// `MLX5_SIMKERN_NICE` (default 19): the niceness the program's thread takes once the
+/// devices' threads run. A NIC is hardware of its own: it never waits for the program's
+/// cores. The simulated one is threads (its engine, its UDP endpoints) that the
+/// program's threads, spinning on their completion queues, would otherwise keep waiting
+/// for a time slice: two pingpong processes on two cores then take milliseconds per
+/// message instead of microseconds. The devices' threads were started before, so they
+/// keep the priority they had; the program's later threads inherit its niceness. (A
+/// process may always lower its own priority; 0 leaves it as it is.)
+fn yield_to_the_nic() {
+    let nice = std::env::var("MLX5_SIMKERN_NICE").ok().and_then(|v| v.parse::<i32>().ok()).unwrap_or(19);
+    if nice > 0 {
+        // SAFETY: plain syscalls on the calling thread.
+        unsafe {
+            let tid = libc::gettid();
+            let now = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, (now + nice).min(19));
+        }
+    }
 }
 
 thread_local! {

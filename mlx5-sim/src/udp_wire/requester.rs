@@ -7,11 +7,16 @@
 //! READ data and atomic results go to its scatter list (or its CQE), the send PSN moves
 //! past it.
 //!
+//! Flow: a message has at most [`WINDOW`] packets on the wire beyond those acknowledged;
+//! a SEND or WRITE asks for an acknowledgement every [`WINDOW`]` / 2` packets, and each
+//! moves its window on; a READ asks for its responses a window at a time, each request a
+//! READ of its own to the responder.
+//!
 //! Reliability (IBA 9.7): a PSN sequence error NAK resends from the PSN it names, a gap in
-//! READ responses asks again for the rest, and the local ACK timeout resends from the
-//! first unanswered PSN; each resend on a timeout costs one of the QP's `retry_cnt`
-//! retries, and with none left the WQE fails with TRANSPORT_RETRY_EXC_ERR, as on a NIC
-//! whose peer died.
+//! READ responses asks again for the rest of the window, and the local ACK timeout resends
+//! from the first packet not known to have arrived; each resend on a timeout costs one of
+//! the QP's `retry_cnt` retries, and with none left the WQE fails with
+//! TRANSPORT_RETRY_EXC_ERR, as on a NIC whose peer died.
 
 use std::time::{Duration, Instant};
 
@@ -56,6 +61,24 @@ pub(crate) enum Answer {
     RetryExceeded,
 }
 
+/// Most packets a message has on the wire beyond those acknowledged (its window): a
+/// socket's receive buffer holds about this many of the largest (4 KiB MTU), so that a
+/// long message does not lose most of itself to the receiver's buffer.
+pub(crate) const WINDOW: u32 = 32;
+
+/// A SEND or WRITE asks for an acknowledgement every this many packets (and on its
+/// last), so that its window moves on before it is spent.
+const ACK_EVERY: u32 = WINDOW / 2;
+
+/// Packets to send at the requester's next run: `[from, to)`, and whether they were sent
+/// before.
+#[derive(Debug, Clone, Copy)]
+struct Next {
+    from: u32,
+    to: u32,
+    again: bool,
+}
+
 /// The message a QP has in flight.
 #[derive(Debug)]
 pub(crate) struct Outstanding {
@@ -70,12 +93,25 @@ pub(crate) struct Outstanding {
     /// Resends after a timeout so far, and the most allowed.
     tries: u8,
     retry_cnt: u8,
-    /// Send again from this packet (offset from `psn`) at the next run.
-    resend: Option<u32>,
+    /// Packets sent so far, `[0, sent_to)` (READ: responses asked for).
+    sent_to: u32,
+    /// Packets known to have arrived, `[0, done)`: acknowledged (SEND, WRITE), or READ
+    /// responses taken.
+    done: u32,
+    /// What to send at the next run.
+    next: Option<Next>,
+    /// The READ response offset a resend was asked for after a gap (asked once per gap).
+    gap_at: Option<u32>,
     answer: Option<Answer>,
-    /// READ responses taken so far, and their bytes.
-    got: u32,
+    /// READ responses' bytes so far.
     data: Vec<u8>,
+}
+
+impl Outstanding {
+    /// The window after `from`: up to [`WINDOW`] packets, never past the message.
+    fn window(&self, from: u32) -> u32 {
+        (from + WINDOW).min(self.pkts)
+    }
 }
 
 /// The destination of RC QP `qpn` on host `h` whose path leads to host `rh` and QPN
@@ -124,23 +160,22 @@ pub(crate) fn request(
         Duration::from_nanos(local_ack_timeout_ns(qp.attrs.timeout)).clamp(MIN_ACK_TIMEOUT, MAX_ACK_TIMEOUT);
     let retry_cnt = qp.attrs.retry_cnt;
     let w = qp.wire.get_or_insert_with(Default::default);
-    let from = match &mut w.out {
+    let next = match &mut w.out {
         Some(o) if o.counter == counter && o.psn == me.sq_psn => {
             if let Some(a) = o.answer.take() {
                 w.out = None;
                 qp.waiting = false;
                 return Some(conclude(st, h, qpn, rq, a));
             }
-            let Some(from) = o.resend.take() else {
+            let Some(next) = o.next.take() else {
                 qp.waiting = true;
                 return Some(Outcome::Pending);
             };
-            o.sent = now;
-            st.hosts[h].stats.retransmits += 1;
-            from
+            o.sent_to = o.sent_to.max(next.to);
+            next
         }
         _ => {
-            w.out = Some(Outstanding {
+            let mut o = Outstanding {
                 counter,
                 psn: me.sq_psn,
                 pkts: rq.pkts.max(1),
@@ -149,18 +184,28 @@ pub(crate) fn request(
                 timeout,
                 tries: 0,
                 retry_cnt,
-                resend: None,
+                sent_to: 0,
+                done: 0,
+                next: None,
+                gap_at: None,
                 answer: None,
-                got: 0,
                 data: Vec::new(),
-            });
-            0
+            };
+            let next = Next { from: 0, to: o.window(0), again: false };
+            o.sent_to = next.to;
+            w.out = Some(o);
+            next
         }
     };
-    if let Some(q) = st.hosts[h].qps.get_mut(&qpn) {
-        q.waiting = true;
+    qp.waiting = true;
+    if next.again {
+        st.hosts[h].stats.retransmits += 1;
     }
-    transmit(st, h, &end, qpn, &dest, me, rq, from);
+    transmit(st, h, &end, qpn, &dest, me, rq, (next.from, next.to));
+    // The timer runs from the end of the transmission (a long message takes a while).
+    if let Some(o) = st.hosts[h].qps.get_mut(&qpn).and_then(|q| q.wire.as_mut()).and_then(|w| w.out.as_mut()) {
+        o.sent = Instant::now();
+    }
     Some(Outcome::Pending)
 }
 
@@ -206,7 +251,9 @@ fn conclude(st: &mut FabricState, h: usize, qpn: u32, rq: &Request<'_, '_>, a: A
     }
 }
 
-/// Sends the packets of request `rq` (first PSN `me.sq_psn`) from packet `from` on.
+/// Sends packets `[from, to)` of request `rq` (first PSN `me.sq_psn`). A READ asks for
+/// those responses with one READ request for their bytes (the responder takes it as a
+/// READ of its own: a long READ goes as several, a window each).
 #[allow(clippy::too_many_arguments)]
 fn transmit(
     st: &mut FabricState,
@@ -216,17 +263,18 @@ fn transmit(
     dest: &Dest,
     me: &Sender,
     rq: &Request<'_, '_>,
-    from: u32,
+    (from, to): (u32, u32),
 ) {
     let psn0 = me.sq_psn;
-    let mtu = me.mtu as usize;
+    let mtu = u64::from(me.mtu);
     let pkt = |opc: u8, i: u32| Packet::new(h, h, opc, qpn, dest.dqpn, psn_add(psn0, i));
     match rq.op {
         opcode::RDMA_READ => {
-            let off = (u64::from(from) * mtu as u64).min(rq.len);
+            let a = (u64::from(from) * mtu).min(rq.len);
+            let b = (u64::from(to) * mtu).min(rq.len);
             let mut p = pkt(op::READ_REQUEST, from);
             p.ack_req = true;
-            p.reth = Some(Reth { va: rq.raddr.wrapping_add(off), rkey: rq.rkey, len: (rq.len - off) as u32 });
+            p.reth = Some(Reth { va: rq.raddr.wrapping_add(a), rkey: rq.rkey, len: (b - a) as u32 });
             send(st, h, end, &p, &dest.gid, dest.to);
         }
         opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
@@ -237,21 +285,23 @@ fn transmit(
             send(st, h, end, &p, &dest.gid, dest.to);
         }
         o => {
-            let len = rq.len as usize;
-            let mut data = vec![0u8; len];
-            dma::gather(rq.srcs, &mut data);
+            let len = rq.len;
+            let base = (u64::from(from) * mtu).min(len);
+            let mut data = vec![0u8; ((u64::from(to) * mtu).min(len) - base) as usize];
+            dma::gather_at(rq.srcs, base, &mut data);
             let n = rq.pkts.max(1);
             let write = matches!(o, opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM);
             let imm = matches!(o, opcode::RDMA_WRITE_IMM | opcode::SEND_IMM);
             let inv = o == opcode::SEND_INVAL;
-            for i in from..n {
+            for i in from..to.min(n) {
                 let pos = Pos::of(i, n);
                 let last = matches!(pos, Pos::Last | Pos::Only);
                 let opc = if write { write_opcode(pos, imm) } else { send_opcode(pos, imm, inv) };
                 let mut p = pkt(opc, i);
-                let (a, b) = ((i as usize * mtu).min(len), ((i as usize + 1) * mtu).min(len));
+                let a = ((u64::from(i) * mtu).min(len) - base) as usize;
+                let b = ((u64::from(i + 1) * mtu).min(len) - base) as usize;
                 p.payload = &data[a..b];
-                p.ack_req = last;
+                p.ack_req = last || (i + 1).is_multiple_of(ACK_EVERY);
                 if last {
                     p.se = rq.se && (!write || imm);
                     if imm {
@@ -261,7 +311,7 @@ fn transmit(
                         p.ieth = Some(rq.imm);
                     }
                 }
-                if write && matches!(pos, Pos::First | Pos::Only) {
+                if write && i == 0 {
                     p.reth = Some(Reth { va: rq.raddr, rkey: rq.rkey, len: len as u32 });
                 }
                 send(st, h, end, &p, &dest.gid, dest.to);
@@ -288,12 +338,21 @@ pub(crate) fn on_response(st: &mut FabricState, h: usize, _end: &WireEnd, p: &Pa
         op::ACKNOWLEDGE => {
             let Some((s, _msn)) = p.aeth else { return };
             match s >> 5 {
-                // ACK: of the whole message (SEND, WRITE).
+                // ACK: of the whole message (SEND, WRITE), or of its packets up to `d`,
+                // which moves its window on.
                 0 if o.kind == Kind::Ack && d == last => o.answer = Some(Answer::Ack),
+                0 if o.kind == Kind::Ack && (0..last).contains(&d) => {
+                    o.done = o.done.max(d as u32 + 1);
+                    if o.sent_to < o.pkts && o.next.is_none() {
+                        o.next = Some(Next { from: o.sent_to, to: o.window(o.done), again: false });
+                    }
+                }
                 1 if (0..=last).contains(&d) => o.answer = Some(Answer::Rnr),
                 3 if (0..=last).contains(&d) => match s {
                     aeth::NAK_PSN_SEQ => {
-                        o.resend = Some(d as u32);
+                        // Go back to the PSN the responder expects (IBA 9.7.5.2.2).
+                        o.done = o.done.max(d as u32);
+                        o.next = Some(Next { from: d as u32, to: o.window(d as u32), again: true });
                         seq_nak = true;
                     }
                     aeth::NAK_REMOTE_ACCESS => o.answer = Some(Answer::Nak(syndrome::REMOTE_ACCESS_ERR)),
@@ -308,15 +367,22 @@ pub(crate) fn on_response(st: &mut FabricState, h: usize, _end: &WireEnd, p: &Pa
             o.answer = Some(Answer::Atomic(v));
         }
         opc if o.kind == Kind::Read && (op::READ_RESPONSE_FIRST..=op::READ_RESPONSE_ONLY).contains(&opc) => {
-            if d == o.got as i32 {
+            if d == o.done as i32 {
                 o.data.extend_from_slice(p.payload);
-                o.got += 1;
-                if matches!(opc, op::READ_RESPONSE_LAST | op::READ_RESPONSE_ONLY) || o.got == o.pkts {
+                o.done += 1;
+                o.gap_at = None;
+                if o.done == o.pkts {
                     o.answer = Some(Answer::Read(std::mem::take(&mut o.data)));
+                } else if o.done == o.sent_to && o.next.is_none() {
+                    // This window's responses are in: ask for the next.
+                    o.next = Some(Next { from: o.sent_to, to: o.window(o.sent_to), again: false });
+                } else {
+                    return;
                 }
-            } else if d > o.got as i32 && o.resend.is_none() {
-                // A response lost: ask again for the rest.
-                o.resend = Some(o.got);
+            } else if d > o.done as i32 && d < o.sent_to as i32 && o.gap_at != Some(o.done) {
+                // A response lost: ask again for the rest of the window, once per gap.
+                o.gap_at = Some(o.done);
+                o.next = Some(Next { from: o.done, to: o.sent_to, again: true });
             } else {
                 return;
             }
@@ -338,7 +404,7 @@ fn o_ready(st: &FabricState, h: usize, qpn: u32) -> bool {
         .get(&qpn)
         .and_then(|q| q.wire.as_ref())
         .and_then(|w| w.out.as_ref())
-        .is_some_and(|o| o.answer.is_some() || o.resend.is_some())
+        .is_some_and(|o| o.answer.is_some() || o.next.is_some())
 }
 
 /// The local ACK timers of host `h`'s requesters: a message unanswered for its timeout
@@ -350,14 +416,17 @@ pub(crate) fn timers(st: &mut FabricState, h: usize, _end: &WireEnd) {
     for qpn in waiting {
         let Some(q) = st.hosts[h].qps.get_mut(&qpn) else { continue };
         let Some(o) = q.wire.as_mut().and_then(|w| w.out.as_mut()) else { continue };
-        if o.answer.is_some() || o.resend.is_some() || now.duration_since(o.sent) < o.timeout {
+        if o.answer.is_some() || o.next.is_some() || now.duration_since(o.sent) < o.timeout {
             continue;
         }
         if o.tries >= o.retry_cnt {
             o.answer = Some(Answer::RetryExceeded);
         } else {
             o.tries += 1;
-            o.resend = Some(if o.kind == Kind::Read { o.got } else { 0 });
+            // Go back to the first packet not known to have arrived.
+            let from = if o.kind == Kind::Atomic { 0 } else { o.done };
+            let to = if o.kind == Kind::Read { o.sent_to.max(from + 1).min(o.pkts) } else { o.window(from) };
+            o.next = Some(Next { from, to, again: true });
         }
         due.push(qpn);
     }

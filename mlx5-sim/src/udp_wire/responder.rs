@@ -129,7 +129,8 @@ pub(crate) fn on_request(st: &mut FabricState, h: usize, end: &WireEnd, p: &Pars
         return duplicate(st, h, end, &me, p, from, expected);
     }
     w.nak_sent = false;
-    // In order.
+    // In order. A packet before a message's last that asks for an acknowledgement gets
+    // one (the requester's window moves on with it).
     let (first, pkts, reth, data) = match (part(p.opcode), w.asm.take()) {
         (Some((write, Part::First)), None) => {
             w.asm = Some(Assembly {
@@ -140,14 +141,14 @@ pub(crate) fn on_request(st: &mut FabricState, h: usize, end: &WireEnd, p: &Pars
                 reth: p.reth,
                 data: p.payload.to_vec(),
             });
-            return;
+            return ack_part(st, h, end, &me, p, from);
         }
         (Some((write, Part::Middle)), Some(mut a)) if a.write == write => {
             a.data.extend_from_slice(p.payload);
             a.next = psn_add(a.next, 1);
             a.pkts += 1;
             w.asm = Some(a);
-            return;
+            return ack_part(st, h, end, &me, p, from);
         }
         (Some((write, Part::Last)), Some(mut a)) if a.write == write => {
             a.data.extend_from_slice(p.payload);
@@ -295,6 +296,14 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
     }
 }
 
+/// Acknowledges packet `p` of a message still being reassembled, if it asks for it.
+fn ack_part(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_>, from: From) {
+    if p.ack_req {
+        let msn = st.hosts[h].qps.get(&me.qpn).and_then(|q| q.wire.as_ref()).map_or(0, |w| w.msn);
+        send(st, h, end, &ack_packet(h, me, p.psn, aeth::ACK, msn), &from.gid, from.at);
+    }
+}
+
 /// An ACK or NAK (syndrome `s`) of PSN `psn` from responder `me`.
 fn ack_packet(h: usize, me: &Me, psn: u32, s: u8, msn: u32) -> Packet<'static> {
     let mut p = Packet::new(h, h, op::ACKNOWLEDGE, me.qpn, me.peer_qpn, psn);
@@ -309,6 +318,11 @@ fn duplicate(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<
         let n = p.reth.map_or(1, |r| packets(opcode::RDMA_READ, r.len, me.mtu));
         let m = Msg { first: p.psn, pkts: n, reth: p.reth, data: Vec::new(), advance: false };
         return execute(st, h, end, me, p, from, m);
+    }
+    // A SEND or WRITE packet is answered only when it asks for an acknowledgement (its
+    // message's last): a message sent again after a timeout is not answered per packet.
+    if !p.ack_req && !matches!(p.opcode, op::COMPARE_SWAP | op::FETCH_ADD) {
+        return;
     }
     let Some(w) = st.hosts[h].qps.get(&me.qpn).and_then(|q| q.wire.as_ref()) else { return };
     let msn = w.msn;
