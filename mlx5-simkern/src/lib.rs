@@ -9,7 +9,7 @@
 //! `shared/design/emulated-kernel.md`, run):
 //! - `socket(AF_NETLINK, _, NETLINK_RDMA)` fails with `EPROTONOSUPPORT`, so
 //!   libibverbs enumerates from sysfs (`SYSFS_PATH`), never a real device;
-//! - `open*` and `stat*` of `/dev/infiniband/uverbsN` go to `/dev/zero`,
+//! - `open*`, `stat*` and `access` of `/dev/infiniband/uverbsN` go to `/dev/zero`,
 //!   whose device number (1:5) the sysfs tree gives: the character-device
 //!   check passes, and every core `ioctl` on it fails with `ENOTTY`, which
 //!   makes libibverbs use the `write()` command ABI (driver-namespace methods,
@@ -195,6 +195,20 @@ pub unsafe extern "C" fn stat64(path: *const c_char, buf: *mut libc::stat64) -> 
     type Stat = unsafe extern "C" fn(*const c_char, *mut libc::stat64) -> c_int;
     // SAFETY: forwarded.
     unsafe { real!("stat64", Stat)(path, buf) }
+}
+
+/// `access(2)`: a device file is there, readable and writable, as `stat` says (UCX
+/// checks it before it opens a device).
+///
+/// # Safety
+/// As `access(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: caller contract (a C string).
+    let path = if unsafe { uverbs_index(path) }.is_some() { c"/dev/zero".as_ptr() } else { path };
+    type Access = unsafe extern "C" fn(*const c_char, c_int) -> c_int;
+    // SAFETY: forwarded.
+    unsafe { real!("access", Access)(path, mode) }
 }
 
 /// `socket(2)`: no NETLINK_RDMA, so that only the simulated devices show.

@@ -148,6 +148,11 @@ pub fn write_sysfs(root: &Path, setup: Setup) -> std::io::Result<()> {
             format!("{dev}/device/modalias"),
             format!("pci:v000015B3d{PART_ID:08X}sv000015B3sd00000001bc02sc00i00"),
         )?;
+        // The PCI function's ids, as sysfs gives them (UCX picks its mlx5
+        // transports by them).
+        put(format!("{dev}/device/vendor"), "0x15b3".into())?;
+        put(format!("{dev}/device/device"), format!("0x{PART_ID:04x}"))?;
+        put(format!("{dev}/device/numa_node"), "0".into())?;
         let port = format!("{dev}/ports/1");
         let roce = info.link_layer == mlx5_sim::LinkLayer::Ethernet;
         put(format!("{port}/state"), "4: ACTIVE".into())?;
