@@ -664,6 +664,10 @@ pub struct NicStats {
     pub datagrams_sent: u64,
     /// Datagrams from the UDP wire this NIC accepted (ICRC and headers good).
     pub datagrams_received: u64,
+    /// Payload bytes of the messages this NIC sent on the UDP wire, each byte once however
+    /// often it was sent again: SEND and WRITE data and UD datagrams as requester, READ
+    /// responses as responder.
+    pub wire_payload_bytes: u64,
     /// Datagrams from the UDP wire this NIC dropped: malformed, corrupt or foreign
     /// (by reason in `Nic::wire_drops`), or naming no QP it has (`stray`).
     pub datagrams_dropped: u64,

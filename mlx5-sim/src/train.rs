@@ -78,6 +78,11 @@ pub(crate) fn send(
         return Some(Err(Restart));
     }
     let rh = found.h;
+    // A peer in another process: no train; each message goes on the UDP wire
+    // ([`crate::udp_wire`]) as the WQE at the counter runs alone.
+    if st.hosts[h].wire.is_some() && !st.hosts[rh].qps.contains_key(&p.dest_qpn) {
+        return None;
+    }
     let Some(tgt) = accept_rc(&mut st.hosts[rh], rh, p.dest_qpn, qpn, me.sq_psn) else {
         return Some(Ok(vec![ran(&fetched[0], unanswered(st, h, qpn))]));
     };

@@ -133,8 +133,42 @@ pub(crate) struct From {
     pub lid: u16,
 }
 
+/// Records packet `p` that host `h` sent or received on the UDP wire in the capture, when
+/// one runs (`Fabric::start_capture`; a process captures what its hosts send and
+/// receive, stamped with the time of day). Its two ends are host `h`'s device: the
+/// processes of a run share it. Saved responses sent again are not recorded.
+fn capture(st: &mut FabricState, h: usize, p: &Packet<'_>) {
+    if !st.lossy() {
+        return;
+    }
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let FabricState { net, hosts, .. } = st;
+    if let Some(c) = net.capture.as_mut() {
+        let cfg = &hosts[h].cfg;
+        c.record(cfg, cfg, t, p);
+    }
+}
+
+/// The packet a decoded datagram carries (its source QPN, which an RC packet does not
+/// carry, taken as 0).
+fn packet_of<'a>(h: usize, p: &Parsed<'a>) -> Packet<'a> {
+    let mut q = Packet::new(h, h, p.opcode, p.deth.map_or(0, |d| d.1), p.dqpn, p.psn);
+    q.se = p.se;
+    q.ack_req = p.ack_req;
+    q.qkey = p.deth.map(|d| d.0);
+    q.reth = p.reth;
+    q.atomic = p.atomic;
+    q.aeth = p.aeth;
+    q.atomic_ack = p.atomic_ack;
+    q.imm = p.imm;
+    q.ieth = p.ieth;
+    q.payload = p.payload;
+    q
+}
+
 /// Hands packet `p` that arrived for host `h` to the side it is for.
 fn dispatch(st: &mut FabricState, h: usize, end: &WireEnd, p: &Parsed<'_>, from: From) {
+    capture(st, h, &packet_of(h, p));
     match p.opcode {
         op::UD_SEND_ONLY | op::UD_SEND_ONLY_IMM => ud::receive(st, h, p, from),
         op::ACKNOWLEDGE | op::ATOMIC_ACKNOWLEDGE => requester::on_response(st, h, end, p),
@@ -145,9 +179,11 @@ fn dispatch(st: &mut FabricState, h: usize, end: &WireEnd, p: &Parsed<'_>, from:
     }
 }
 
-/// Sends packet `p` from host `h` to the host with GID `gid` at `to`; counted.
+/// Sends packet `p` from host `h` to the host with GID `gid` at `to`; counted, and
+/// captured when a capture runs.
 pub(crate) fn send(st: &mut FabricState, h: usize, end: &WireEnd, p: &Packet<'_>, gid: &[u8; 16], to: SocketAddrV4) {
     st.hosts[h].stats.datagrams_sent += 1;
+    capture(st, h, p);
     // (A full socket buffer or an unreachable peer is a lost packet: the transport's
     // retransmission, or nobody for UD, takes care of it.)
     let _ = end.end.send(p, gid, to);
@@ -174,6 +210,8 @@ pub(crate) struct QpWire {
     pub dest: Option<Dest>,
     /// Requester: the message in flight.
     pub out: Option<requester::Outstanding>,
+    /// Requester: the message (WQE counter, first PSN) an RNR NAK sent back, to go again.
+    pub rnr_of: Option<(u16, u32)>,
     /// Responder: the message being reassembled, the last response, and whether a
     /// PSN sequence error NAK was sent for the current gap.
     pub asm: Option<responder::Assembly>,

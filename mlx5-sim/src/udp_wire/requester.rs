@@ -163,6 +163,8 @@ pub(crate) fn request(
     let next = match &mut w.out {
         Some(o) if o.counter == counter && o.psn == me.sq_psn => {
             if let Some(a) = o.answer.take() {
+                // After an RNR NAK the same message goes again (not new bytes).
+                w.rnr_of = matches!(a, Answer::Rnr).then_some((counter, me.sq_psn));
                 w.out = None;
                 qp.waiting = false;
                 return Some(conclude(st, h, qpn, rq, a));
@@ -191,7 +193,8 @@ pub(crate) fn request(
                 answer: None,
                 data: Vec::new(),
             };
-            let next = Next { from: 0, to: o.window(0), again: false };
+            let again = w.rnr_of.take() == Some((counter, me.sq_psn));
+            let next = Next { from: 0, to: o.window(0), again };
             o.sent_to = next.to;
             w.out = Some(o);
             next
@@ -201,7 +204,7 @@ pub(crate) fn request(
     if next.again {
         st.hosts[h].stats.retransmits += 1;
     }
-    transmit(st, h, &end, qpn, &dest, me, rq, (next.from, next.to));
+    transmit(st, h, &end, qpn, &dest, me, rq, (next.from, next.to, next.again));
     // The timer runs from the end of the transmission (a long message takes a while).
     if let Some(o) = st.hosts[h].qps.get_mut(&qpn).and_then(|q| q.wire.as_mut()).and_then(|w| w.out.as_mut()) {
         o.sent = Instant::now();
@@ -251,7 +254,8 @@ fn conclude(st: &mut FabricState, h: usize, qpn: u32, rq: &Request<'_, '_>, a: A
     }
 }
 
-/// Sends packets `[from, to)` of request `rq` (first PSN `me.sq_psn`). A READ asks for
+/// Sends packets `[from, to)` of request `rq` (first PSN `me.sq_psn`); `again`: sent
+/// before (its payload bytes are not counted again). A READ asks for
 /// those responses with one READ request for their bytes (the responder takes it as a
 /// READ of its own: a long READ goes as several, a window each).
 #[allow(clippy::too_many_arguments)]
@@ -263,7 +267,7 @@ fn transmit(
     dest: &Dest,
     me: &Sender,
     rq: &Request<'_, '_>,
-    (from, to): (u32, u32),
+    (from, to, again): (u32, u32, bool),
 ) {
     let psn0 = me.sq_psn;
     let mtu = u64::from(me.mtu);
@@ -313,6 +317,9 @@ fn transmit(
                 }
                 if write && i == 0 {
                     p.reth = Some(Reth { va: rq.raddr, rkey: rq.rkey, len: len as u32 });
+                }
+                if !again {
+                    st.hosts[h].stats.wire_payload_bytes += p.payload.len() as u64;
                 }
                 send(st, h, end, &p, &dest.gid, dest.to);
             }

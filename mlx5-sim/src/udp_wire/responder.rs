@@ -242,6 +242,7 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
     });
     let last = psn_add(m.first, m.pkts - 1);
     let mut dgs = Vec::new();
+    let mut payload = 0u64;
     let mut put = |pk: &Packet<'_>| {
         if let Ok(dg) = end.end.encode(pk, &from.gid) {
             dgs.push(dg);
@@ -259,6 +260,9 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
                     r.payload = &result[a..b];
                     if opc != op::READ_RESPONSE_MIDDLE {
                         r.aeth = Some((aeth::ACK, msn));
+                    }
+                    if m.advance {
+                        payload += r.payload.len() as u64;
                     }
                     put(&r);
                 }
@@ -284,6 +288,7 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
         }
         Outcome::Restart | Outcome::Pending => {}
     }
+    st.hosts[h].stats.wire_payload_bytes += payload;
     for dg in &dgs {
         send_raw(st, h, end, dg, from.at);
     }

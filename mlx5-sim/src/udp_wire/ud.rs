@@ -62,6 +62,7 @@ pub(crate) fn send_datagram(st: &mut FabricState, h: usize, o: &Out<'_, '_>, gid
     p.imm = o.imm;
     p.se = o.se;
     p.payload = &data;
+    st.hosts[h].stats.wire_payload_bytes += data.len() as u64;
     send(st, h, &end, &p, gid, to);
 }
 
