@@ -50,6 +50,7 @@ mod wqe;
 
 pub use cq::{MiniCqeFormat, MAX_SESSION};
 pub use fabric::{Fabric, ForkGuard, Nic};
+pub use net::noise as wire_noise;
 pub use net::LinkFaults;
 
 /// How the NICs of a fabric process doorbells.

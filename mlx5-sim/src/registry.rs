@@ -44,10 +44,12 @@ pub enum Kind {
 const KINDS: usize = 5;
 
 impl Kind {
-    /// The numbers of this kind: from `first` up to and including `last`.
+    /// The numbers of this kind: from `first` up to and including `last`. Memory keys
+    /// start above 0x100, which mlx5 reserves as the invalid lkey that ends a receive
+    /// WQE's scatter list (spec §4.2; `MLX5_INVALID_LKEY`).
     fn range(self) -> (u32, u32) {
         match self {
-            Kind::MKey => (0x100, u32::MAX),
+            Kind::MKey => (0x1000, u32::MAX),
             _ => (0x100, 0xff_ffff),
         }
     }
@@ -195,6 +197,11 @@ impl Registry {
     pub fn path_of(name: &str) -> PathBuf {
         let dir = std::env::var_os("MLX5_SIM_REGISTRY_DIR")
             .map_or_else(|| PathBuf::from("/dev/shm"), PathBuf::from);
+        Self::path_in(&dir, name)
+    }
+
+    /// The registry file of device `name` in directory `dir` (the user's own).
+    pub fn path_in(dir: &Path, name: &str) -> PathBuf {
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };
         dir.join(format!("mlx5-sim-{uid}-{name}"))
@@ -357,6 +364,20 @@ mod tests {
         let p = std::env::temp_dir().join(format!("mlx5-sim-reg-{}-{name}", std::process::id()));
         let _ = std::fs::remove_file(&p);
         p
+    }
+
+    /// A fresh registry's memory keys are never 0x100, the lkey that ends a receive
+    /// scatter list (spec §4.2): a key of 0x100 made an MR's receives and atomic results
+    /// vanish (found by the UDP wire's stream test).
+    #[test]
+    fn memory_keys_are_never_the_invalid_lkey() {
+        let p = scratch("mkeys");
+        let r = Registry::open(&p).unwrap();
+        let ep = Endpoint::default();
+        let keys: Vec<u32> = (0..300).map(|_| r.alloc(Kind::MKey, ep).unwrap()).collect();
+        assert!(keys.iter().all(|&k| k != 0x100 && k != 0), "{keys:x?}");
+        assert!(keys.iter().all(|&k| k >= 0x1000));
+        let _ = std::fs::remove_file(&p);
     }
 
     #[test]

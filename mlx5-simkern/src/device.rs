@@ -133,7 +133,8 @@ fn share_numbers(nics: &[Nic]) {
 }
 
 /// `MLX5_SIMKERN_STATS=FILE`: at exit, each device's counters go to FILE,
-/// a line per device (`mlx5_0 NicStats { doorbells: .., bf_writes: .., .. }`), for tests
+/// a line per device (`mlx5_0 NicStats { doorbells: .., bf_writes: .., .. }`, then
+/// `WireDrops { .. }` for a device on the UDP wire), for tests
 /// and for users who want to see what the program asked of the device.
 pub const STATS_ENV: &str = "MLX5_SIMKERN_STATS";
 
@@ -142,7 +143,11 @@ extern "C" fn write_stats() {
     let Some(d) = DEVS.get() else { return };
     let mut out = String::new();
     for (i, n) in d.nics.iter().enumerate() {
-        out += &format!("mlx5_{i} {:?}\n", n.stats());
+        out += &format!("mlx5_{i} {:?}", n.stats());
+        if let Some(w) = n.wire_drops() {
+            out += &format!(" {w:?}");
+        }
+        out += "\n";
     }
     let _ = std::fs::write(path, out);
 }

@@ -8,6 +8,7 @@
 
 pub(crate) mod capture;
 pub(crate) mod icrc;
+pub mod noise;
 pub(crate) mod packet;
 pub(crate) mod roce;
 pub(crate) mod transport;

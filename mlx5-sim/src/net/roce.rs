@@ -78,7 +78,7 @@ pub(crate) fn ip_udp(src: &[u8; 16], dst: &[u8; 16], sport: u16, tp_len: usize) 
 }
 
 /// The ICRC of transport bytes `tp` between GIDs `src` and `dst` from port `sport`.
-fn icrc_of(src: &[u8; 16], dst: &[u8; 16], sport: u16, tp: &[u8]) -> [u8; 4] {
+pub(crate) fn icrc_of(src: &[u8; 16], dst: &[u8; 16], sport: u16, tp: &[u8]) -> [u8; 4] {
     let (h, n) = ip_udp(src, dst, sport, tp.len());
     let mut all = Vec::with_capacity(n + tp.len());
     all.extend_from_slice(&h[..n]);

@@ -141,7 +141,8 @@ fn capture(st: &mut FabricState, h: usize, p: &Packet<'_>) {
     if !st.lossy() {
         return;
     }
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let t =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let FabricState { net, hosts, .. } = st;
     if let Some(c) = net.capture.as_mut() {
         let cfg = &hosts[h].cfg;
@@ -181,7 +182,14 @@ fn dispatch(st: &mut FabricState, h: usize, end: &WireEnd, p: &Parsed<'_>, from:
 
 /// Sends packet `p` from host `h` to the host with GID `gid` at `to`; counted, and
 /// captured when a capture runs.
-pub(crate) fn send(st: &mut FabricState, h: usize, end: &WireEnd, p: &Packet<'_>, gid: &[u8; 16], to: SocketAddrV4) {
+pub(crate) fn send(
+    st: &mut FabricState,
+    h: usize,
+    end: &WireEnd,
+    p: &Packet<'_>,
+    gid: &[u8; 16],
+    to: SocketAddrV4,
+) {
     st.hosts[h].stats.datagrams_sent += 1;
     capture(st, h, p);
     // (A full socket buffer or an unreachable peer is a lost packet: the transport's

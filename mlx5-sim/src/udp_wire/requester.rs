@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 use super::{psn_add, psn_diff, send, Dest, WireEnd};
 use crate::dma::{self, Src};
 use crate::hosts::FabricState;
-use crate::net::packet::{aeth, op, read_response_opcode, send_opcode, write_opcode, AtomicEth, Packet, Pos, Reth};
+use crate::net::packet::{
+    aeth, op, read_response_opcode, send_opcode, write_opcode, AtomicEth, Packet, Pos, Reth,
+};
 use crate::net::roce::Parsed;
 use crate::net::transport::local_ack_timeout_ns;
 use crate::psn::advance_sq_psn;
@@ -206,7 +208,8 @@ pub(crate) fn request(
     }
     transmit(st, h, &end, qpn, &dest, me, rq, (next.from, next.to, next.again));
     // The timer runs from the end of the transmission (a long message takes a while).
-    if let Some(o) = st.hosts[h].qps.get_mut(&qpn).and_then(|q| q.wire.as_mut()).and_then(|w| w.out.as_mut()) {
+    if let Some(o) = st.hosts[h].qps.get_mut(&qpn).and_then(|q| q.wire.as_mut()).and_then(|w| w.out.as_mut())
+    {
         o.sent = Instant::now();
     }
     Some(Outcome::Pending)
@@ -285,7 +288,8 @@ fn transmit(
             let opc = if rq.op == opcode::ATOMIC_CS { op::COMPARE_SWAP } else { op::FETCH_ADD };
             let mut p = pkt(opc, 0);
             p.ack_req = true;
-            p.atomic = Some(AtomicEth { va: rq.raddr, rkey: rq.rkey, swap_add: rq.swap_add, compare: rq.compare });
+            p.atomic =
+                Some(AtomicEth { va: rq.raddr, rkey: rq.rkey, swap_add: rq.swap_add, compare: rq.compare });
             send(st, h, end, &p, &dest.gid, dest.to);
         }
         o => {
@@ -331,7 +335,8 @@ fn transmit(
 /// message in flight, and the send queue runs on.
 pub(crate) fn on_response(st: &mut FabricState, h: usize, _end: &WireEnd, p: &Parsed<'_>) {
     let qpn = p.dqpn;
-    let Some(o) = st.hosts[h].qps.get_mut(&qpn).and_then(|q| q.wire.as_mut()).and_then(|w| w.out.as_mut()) else {
+    let Some(o) = st.hosts[h].qps.get_mut(&qpn).and_then(|q| q.wire.as_mut()).and_then(|w| w.out.as_mut())
+    else {
         st.hosts[h].stats.datagrams_dropped += 1;
         return;
     };

@@ -92,18 +92,20 @@ struct Me {
 pub(crate) fn on_request(st: &mut FabricState, h: usize, end: &WireEnd, p: &Parsed<'_>, from: From) {
     let host = &mut st.hosts[h];
     let me = match host.qps.get(&p.dqpn) {
-        Some(q) if q.qp_type == QpType::Rc && matches!(q.state, QpState::Rtr | QpState::Rts) => match q.attrs.path {
-            Some(path) => Me {
-                qpn: q.qpn,
-                peer_qpn: path.dest_qpn,
-                mtu: q.attrs.path_mtu.max(256),
-                rnr_timer: q.attrs.min_rnr_timer,
-            },
-            None => {
-                host.stats.datagrams_dropped += 1;
-                return;
+        Some(q) if q.qp_type == QpType::Rc && matches!(q.state, QpState::Rtr | QpState::Rts) => {
+            match q.attrs.path {
+                Some(path) => Me {
+                    qpn: q.qpn,
+                    peer_qpn: path.dest_qpn,
+                    mtu: q.attrs.path_mtu.max(256),
+                    rnr_timer: q.attrs.min_rnr_timer,
+                },
+                None => {
+                    host.stats.datagrams_dropped += 1;
+                    return;
+                }
             }
-        },
+        }
         _ => {
             host.stats.datagrams_dropped += 1;
             return;
@@ -256,7 +258,8 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
                 for i in 0..n {
                     let opc = super::requester::response_opcode(i, n);
                     let mut r = Packet::new(h, h, opc, me.qpn, me.peer_qpn, psn_add(m.first, i));
-                    let (a, b) = ((i as usize * mtu).min(result.len()), ((i as usize + 1) * mtu).min(result.len()));
+                    let (a, b) =
+                        ((i as usize * mtu).min(result.len()), ((i as usize + 1) * mtu).min(result.len()));
                     r.payload = &result[a..b];
                     if opc != op::READ_RESPONSE_MIDDLE {
                         r.aeth = Some((aeth::ACK, msn));
@@ -318,7 +321,15 @@ fn ack_packet(h: usize, me: &Me, psn: u32, s: u8, msn: u32) -> Packet<'static> {
 
 /// A request packet `p` behind the expected PSN `expected`: answered, never executed
 /// again (a READ reads again; that changes nothing).
-fn duplicate(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_>, from: From, expected: u32) {
+fn duplicate(
+    st: &mut FabricState,
+    h: usize,
+    end: &WireEnd,
+    me: &Me,
+    p: &Parsed<'_>,
+    from: From,
+    expected: u32,
+) {
     if p.opcode == op::READ_REQUEST {
         let n = p.reth.map_or(1, |r| packets(opcode::RDMA_READ, r.len, me.mtu));
         let m = Msg { first: p.psn, pkts: n, reth: p.reth, data: Vec::new(), advance: false };

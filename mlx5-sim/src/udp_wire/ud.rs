@@ -34,7 +34,8 @@ pub(crate) fn remote(st: &mut FabricState, h: usize, qpn: u32, rh: usize, dqpn: 
         }
     }
     let to = super::remote_owner(st, rh, dqpn)?;
-    st.hosts[h].qps.get_mut(&qpn)?.wire.get_or_insert_with(Default::default).ud_dest = Some((dqpn, rh, to, now));
+    st.hosts[h].qps.get_mut(&qpn)?.wire.get_or_insert_with(Default::default).ud_dest =
+        Some((dqpn, rh, to, now));
     Some(to)
 }
 
@@ -52,7 +53,13 @@ pub(crate) struct Out<'a, 'w> {
 }
 
 /// Sends datagram `o` from host `h` to the host with GID `gid` at `to`.
-pub(crate) fn send_datagram(st: &mut FabricState, h: usize, o: &Out<'_, '_>, gid: &[u8; 16], to: SocketAddrV4) {
+pub(crate) fn send_datagram(
+    st: &mut FabricState,
+    h: usize,
+    o: &Out<'_, '_>,
+    gid: &[u8; 16],
+    to: SocketAddrV4,
+) {
     let Some(end) = st.hosts[h].wire.clone() else { return };
     let mut data = vec![0u8; o.len as usize];
     dma::gather(o.srcs, &mut data);

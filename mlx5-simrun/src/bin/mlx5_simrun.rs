@@ -90,6 +90,16 @@ fn run() -> Result<ExitCode, String> {
     if let Some(f) = &pcap {
         cmd.env(ENV_PCAP, f);
     }
+    // The program goes when the launcher goes (killed, say): a simulated device whose
+    // launcher is gone should not keep its program running, its peers waiting on it.
+    // SAFETY: prctl is async-signal-safe; it runs in the child between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
     let status = cmd
         .args(rest)
         .env("SYSFS_PATH", &dir.0)
