@@ -32,7 +32,7 @@ fn resolve<'a>(
 /// [`resolve`] for RC QP `qpn`'s path `p`, through the QP's cache of the host it found
 /// last (`peer`, as read from `Qp::peer` with the path): kept while nothing [`FabricState::find_host`] sees has changed since
 /// (the fabric's address epoch) and the path is the same (a new path forgets it).
-#[inline]
+#[inline(always)]
 pub(crate) fn resolve_peer<'a>(
     st: &mut FabricState<'a>,
     h: usize,
