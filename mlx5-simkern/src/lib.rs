@@ -15,7 +15,9 @@
 //!   makes libibverbs use the `write()` command ABI (driver-namespace methods,
 //!   which have no `write()` form, answer `EOPNOTSUPP`: see `ioctl_errno`);
 //! - `write` on such a descriptor is a command (`kern.c`), `close` ends its
-//!   context.
+//!   context;
+//! - `open*`, `stat*` and `access` of `/sys/class/infiniband*` go to the
+//!   launcher's sysfs tree (`SYSFS_PATH`): UCX reads `/sys` itself.
 //!
 //! Everything else passes through to the next definition (`dlsym(RTLD_NEXT)`).
 //! The C entry points are variadic (`open`, `openat`): they are declared
@@ -47,6 +49,29 @@ unsafe fn uverbs_index(path: *const c_char) -> Option<u8> {
     let p = unsafe { CStr::from_ptr(path) }.to_bytes();
     let n = p.strip_prefix(UVERBS_PREFIX)?;
     std::str::from_utf8(n).ok()?.parse::<u8>().ok().filter(|&i| i < 250)
+}
+
+/// `path` moved into the launcher's sysfs tree (`SYSFS_PATH`) when it names the simulated
+/// devices' part of the real one (`/sys/class/infiniband*/...`, the RoCE ports' network
+/// devices `/sys/class/net/mlx5sim*`): libibverbs reads sysfs through `SYSFS_PATH`, but
+/// other programs (UCX) read `/sys` itself.
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+unsafe fn sysfs_path(path: *const c_char) -> Option<std::ffi::CString> {
+    if path.is_null() {
+        return None;
+    }
+    // SAFETY: caller contract.
+    let p = unsafe { CStr::from_ptr(path) }.to_bytes();
+    let rest = p.strip_prefix(b"/sys")?;
+    if !(rest.starts_with(b"/class/infiniband") || rest.starts_with(b"/class/net/mlx5sim")) {
+        return None;
+    }
+    let root = std::env::var_os("SYSFS_PATH")?;
+    let mut out = std::os::unix::ffi::OsStrExt::as_bytes(root.as_os_str()).to_vec();
+    out.extend_from_slice(rest);
+    std::ffi::CString::new(out).ok()
 }
 
 /// The address of the next definition of `name` (the C library's).
@@ -101,6 +126,9 @@ pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -
     if let Some(i) = unsafe { uverbs_index(path) } {
         return open_device(i, flags);
     }
+    // SAFETY: caller contract (a C string).
+    let moved = unsafe { sysfs_path(path) };
+    let path = moved.as_ref().map_or(path, |c| c.as_ptr());
     type Open = unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int;
     // SAFETY: forwarded.
     unsafe { real!("open", Open)(path, flags, mode) }
@@ -116,6 +144,9 @@ pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint)
     if let Some(i) = unsafe { uverbs_index(path) } {
         return open_device(i, flags);
     }
+    // SAFETY: caller contract (a C string).
+    let moved = unsafe { sysfs_path(path) };
+    let path = moved.as_ref().map_or(path, |c| c.as_ptr());
     type Open = unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int;
     // SAFETY: forwarded.
     unsafe { real!("open64", Open)(path, flags, mode) }
@@ -131,6 +162,9 @@ pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int,
     if let Some(i) = unsafe { uverbs_index(path) } {
         return open_device(i, flags);
     }
+    // SAFETY: caller contract (a C string).
+    let moved = unsafe { sysfs_path(path) };
+    let path = moved.as_ref().map_or(path, |c| c.as_ptr());
     type OpenAt = unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int;
     // SAFETY: forwarded.
     unsafe { real!("openat", OpenAt)(dirfd, path, flags, mode) }
@@ -146,6 +180,9 @@ pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_in
     if let Some(i) = unsafe { uverbs_index(path) } {
         return open_device(i, flags);
     }
+    // SAFETY: caller contract (a C string).
+    let moved = unsafe { sysfs_path(path) };
+    let path = moved.as_ref().map_or(path, |c| c.as_ptr());
     type OpenAt = unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int;
     // SAFETY: forwarded.
     unsafe { real!("openat64", OpenAt)(dirfd, path, flags, mode) }
@@ -179,6 +216,9 @@ pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int 
 pub unsafe extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_int {
     // SAFETY: caller contract (a C string).
     let path = if unsafe { uverbs_index(path) }.is_some() { c"/dev/zero".as_ptr() } else { path };
+    // SAFETY: caller contract (a C string).
+    let moved = unsafe { sysfs_path(path) };
+    let path = moved.as_ref().map_or(path, |c| c.as_ptr());
     type Stat = unsafe extern "C" fn(*const c_char, *mut libc::stat) -> c_int;
     // SAFETY: forwarded.
     unsafe { real!("stat", Stat)(path, buf) }
@@ -192,6 +232,9 @@ pub unsafe extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_in
 pub unsafe extern "C" fn stat64(path: *const c_char, buf: *mut libc::stat64) -> c_int {
     // SAFETY: caller contract (a C string).
     let path = if unsafe { uverbs_index(path) }.is_some() { c"/dev/zero".as_ptr() } else { path };
+    // SAFETY: caller contract (a C string).
+    let moved = unsafe { sysfs_path(path) };
+    let path = moved.as_ref().map_or(path, |c| c.as_ptr());
     type Stat = unsafe extern "C" fn(*const c_char, *mut libc::stat64) -> c_int;
     // SAFETY: forwarded.
     unsafe { real!("stat64", Stat)(path, buf) }
@@ -206,6 +249,9 @@ pub unsafe extern "C" fn stat64(path: *const c_char, buf: *mut libc::stat64) -> 
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     // SAFETY: caller contract (a C string).
     let path = if unsafe { uverbs_index(path) }.is_some() { c"/dev/zero".as_ptr() } else { path };
+    // SAFETY: caller contract (a C string).
+    let moved = unsafe { sysfs_path(path) };
+    let path = moved.as_ref().map_or(path, |c| c.as_ptr());
     type Access = unsafe extern "C" fn(*const c_char, c_int) -> c_int;
     // SAFETY: forwarded.
     unsafe { real!("access", Access)(path, mode) }

@@ -28,13 +28,18 @@ stat() { grep '^mlx5_0 ' "$1" 2>/dev/null | grep -o "$2: [0-9]*" | head -1 | awk
 
 # Runs one pair. pair NAME LINK CHECK -- PROGRAM ARGS...
 #   LINK: ib | roce; CHECK: bw-c (client's payload), bw-s (server's payload), lat (both
-#   sides' payload), wqe (client's WQEs), pp (pingpong: both print iterations).
+#   sides' payload), wqe (client's WQEs), pp (pingpong: both print iterations), ucx
+#   (ucx_perftest's Final line).
 pair() {
   local name=$1 link=$2 check=$3
   shift 4
   if [ -n "$filter" ] && [[ "$name" != *"$filter"* ]]; then return; fi
-  if ! command -v "$1" >/dev/null 2>&1; then
-    printf '%-34s %-5s %-8s %s\n' "$name" "$link" "skipped" "($1 not installed)"
+  local tool=$1
+  if [ "$tool" = env ]; then # env VAR=... PROGRAM: the program
+    for a in "${@:2}"; do [[ "$a" == *=* ]] || { tool=$a; break; }; done
+  fi
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    printf '%-44s %-5s %-8s %s\n' "$name" "$link" "skipped" "($tool not installed)"
     skipped=$((skipped + 1))
     return
   fi
@@ -72,14 +77,17 @@ pair() {
         [ "$(stat "$d/c.stats" wqes_executed)" = "$want" ] || result="FAIL(WQEs: perftest $want, simulator $(stat "$d/c.stats" wqes_executed))" ;;
       pp)
         grep -q "iters in" "$d/c.log" && grep -q "iters in" "$d/s.log" || result="FAIL(no iteration count)" ;;
+      ucx)
+        grep -q "^Final:" "$d/c.log" || result="FAIL(no Final line)" ;;
     esac
-    [ -n "$rows" ] || [ "$check" = pp ] || result="FAIL(no result rows)"
+    [ -n "$rows" ] || [ "$check" = pp ] || [ "$check" = ucx ] || result="FAIL(no result rows)"
     case $check in
       pp) figure=$(grep -o '[0-9.]* usec/iter' "$d/c.log" | head -1) ;;
+      ucx) figure=$(grep '^Final:' "$d/c.log" | awk '{$1=$1; print}') ;;
       *) figure=$(tail -n 1 <<<"$rows" | awk '{$1=$1; print}') ;;
     esac
   fi
-  printf '%-34s %-5s %-8s %s\n' "$name" "$link" "$result" "$figure"
+  printf '%-44s %-5s %-8s %s\n' "$name" "$link" "$result" "$figure"
   if [ "$result" = ok ]; then
     passed=$((passed + 1))
   else
@@ -89,7 +97,7 @@ pair() {
   fi
 }
 
-printf '%-34s %-5s %-8s %s\n' "pair" "link" "result" "last row (perftest: bytes iterations figures) / pingpong"
+printf '%-44s %-5s %-8s %s\n' "pair" "link" "result" "last row (perftest: bytes iterations figures) / pingpong"
 
 # perftest: every program with default flags and the flag sets of the issue. "-a" runs
 # every size from 2 bytes to 8 MiB, with -n 20 iterations each to keep CI short.
@@ -126,13 +134,25 @@ pair "ibv_ud_pingpong -g 0 (RoCE)" roce pp -- ibv_ud_pingpong -d mlx5_0 -g 0
 pair "ibv_srq_pingpong" ib pp -- ibv_srq_pingpong -d mlx5_0
 pair "ibv_srq_pingpong -e" ib pp -- ibv_srq_pingpong -d mlx5_0 -e
 
+# UCX (ucx_perftest) on the mlx5 transports, DEVX off: tag and put, latency and
+# bandwidth, over RC (with UD for its wire-up) and over UD. (dc_mlx5: DC does not cross
+# processes yet.) Final line: iterations, typical/average/overall latency (us),
+# bandwidth (MB/s), message rate.
+for tls in rc_mlx5,ud_mlx5 ud_mlx5; do
+  for t in tag_lat tag_bw ucp_put_lat ucp_put_bw; do
+    [ "$tls" = ud_mlx5 ] && [[ $t == ucp_put_* ]] && continue
+    pair "ucx_perftest $t $tls" ib ucx -- env UCX_TLS=$tls UCX_NET_DEVICES=mlx5_0:1 UCX_IB_MLX5_DEVX=n \
+      ucx_perftest -t $t -n 1000
+  done
+done
+
 # One pair captured (--pcap, each process its own file of what it sent and received),
 # decoded by tshark: every packet RoCE v2 (BTH), none malformed, no expert warning.
 capture_pair() {
   local name="ib_write_bw --pcap (RoCE)"
   if [ -n "$filter" ] && [[ "$name" != *"$filter"* ]]; then return; fi
   if ! command -v tshark >/dev/null 2>&1 || ! command -v ib_write_bw >/dev/null 2>&1; then
-    printf '%-34s %-5s %-8s %s\n' "$name" roce skipped "(tshark or perftest not installed)"
+    printf '%-44s %-5s %-8s %s\n' "$name" roce skipped "(tshark or perftest not installed)"
     skipped=$((skipped + 1))
     return
   fi
@@ -162,7 +182,7 @@ capture_pair() {
       fi
     done
   fi
-  printf '%-34s %-5s %-8s %s\n' "$name" roce "$result" "$n packets decoded (two captures)"
+  printf '%-44s %-5s %-8s %s\n' "$name" roce "$result" "$n packets decoded (two captures)"
   if [ "$result" = ok ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 }
 capture_pair

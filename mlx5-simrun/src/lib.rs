@@ -131,6 +131,20 @@ pub fn write_sysfs(root: &Path, setup: Setup) -> std::io::Result<()> {
     for (i, nic) in fabric.nics().iter().enumerate() {
         let i = i as u32;
         let info = nic.info();
+        // As the kernel lays it out: the device's directory under its PCI function's
+        // (`devices/pci0000:00/0000:00:0N.0/infiniband/mlx5_i`, with `device` the way
+        // back to the function), and `class/infiniband/mlx5_i` a link to it. UCX finds
+        // the PCI function by resolving that link (its vendor and device ids decide
+        // its mlx5 transports).
+        let pci = format!("devices/pci0000:00/0000:00:{:02x}.0", i + 2);
+        let real = format!("{pci}/infiniband/{}", info.name);
+        std::fs::create_dir_all(root.join(&real))?;
+        std::fs::create_dir_all(root.join("class/infiniband"))?;
+        std::os::unix::fs::symlink(
+            format!("../../{real}"),
+            root.join(format!("class/infiniband/{}", info.name)),
+        )?;
+        std::os::unix::fs::symlink("../..", root.join(format!("{real}/device")))?;
         let dev = format!("class/infiniband/{}", info.name);
         let uv = format!("class/infiniband_verbs/uverbs{i}");
         put(format!("{uv}/ibdev"), info.name.clone())?;
@@ -237,6 +251,13 @@ mod tests {
         assert_eq!(read("class/infiniband/mlx5_1/ports/1/lid"), "0x2\n");
         assert!(read("class/infiniband/mlx5_0/device/modalias").starts_with("pci:v000015B3d00001017"));
         assert!(read("class/infiniband/mlx5_0/ports/1/gids/0").starts_with("fe80:0000:0000:0000:"));
+        // As UCX finds a device's PCI function: the class entry resolved, two levels up,
+        // holds the function's vendor and device ids (Mellanox, ConnectX-5).
+        let real = std::fs::canonicalize(dir.0.join("class/infiniband/mlx5_1")).unwrap();
+        assert!(real.ends_with("devices/pci0000:00/0000:00:03.0/infiniband/mlx5_1"), "{real:?}");
+        let pci = real.parent().unwrap().parent().unwrap();
+        assert_eq!(std::fs::read_to_string(pci.join("vendor")).unwrap(), "0x15b3\n");
+        assert_eq!(std::fs::read_to_string(pci.join("device")).unwrap(), "0x1017\n");
         let dir = TempDir::new("simrun-test").unwrap();
         write_sysfs(&dir.0, Setup { devices: 1, roce: true, shared: false }).unwrap();
         let read = |p: &str| std::fs::read_to_string(dir.0.join(p)).unwrap();

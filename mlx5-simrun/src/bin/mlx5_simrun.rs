@@ -87,6 +87,12 @@ fn run() -> Result<ExitCode, String> {
         preload = format!("{preload}:{}", old.to_string_lossy());
     }
     let mut cmd = Command::new(prog);
+    // UCX's memory hooks patch every library's calls to mmap to go to the C library's,
+    // past this launcher's preload: libmlx5's maps of its UAR pages would then miss the
+    // emulated device. Off unless the user chose a mode.
+    if std::env::var_os("UCX_MEM_MMAP_HOOK_MODE").is_none() {
+        cmd.env("UCX_MEM_MMAP_HOOK_MODE", "none");
+    }
     if let Some(f) = &pcap {
         cmd.env(ENV_PCAP, f);
     }
