@@ -1327,6 +1327,9 @@ impl Nic {
             QpState::Reset => {
                 if let Some(n) = qp.dct_num {
                     host.dcts.remove(&n);
+                    if let Some((r, _)) = &host.numbers {
+                        let _ = r.free(crate::registry::Kind::Qp, n);
+                    }
                 }
                 qp.reset();
             }
@@ -1336,8 +1339,19 @@ impl Nic {
                 requester::process_sq(&mut st, h, qpn, false);
             }
             QpState::Rtr if qp.qp_type == QpType::Dct && from == QpState::Init => {
-                let n = host.next_dct;
-                host.next_dct = (n + 1) & 0xff_ffff | 0x80_0000;
+                // A device processes share takes DCT numbers from its registry, as QPNs
+                // (on mlx5 a DCT number is a QPN), so that a DCI in another process finds
+                // the DCT's process.
+                let n = match &host.numbers {
+                    Some((r, ep)) => {
+                        r.alloc(crate::registry::Kind::Qp, *ep).map_err(|_| SimError::OutOfMemory)?
+                    }
+                    None => {
+                        let n = host.next_dct;
+                        host.next_dct = (n + 1) & 0xff_ffff | 0x80_0000;
+                        n
+                    }
+                };
                 qp.dct_num = Some(n);
                 qp.state = to;
                 host.dcts.insert(n, qpn);
@@ -1475,6 +1489,7 @@ impl Nic {
         }
         if let Some(n) = qp.dct_num {
             host.dcts.remove(&n);
+            host.give_back(crate::registry::Kind::Qp, n);
         }
         host.give_back(crate::registry::Kind::Qp, qpn);
         Ok(())
@@ -1483,7 +1498,7 @@ impl Nic {
     /// Takes this device's numbers (QPs, CQs, SRQs, PDs, memory keys) from `registry`,
     /// which other processes simulating the same device share, recording `endpoint` as
     /// where the packets of this host's QPs go (step 12, `docs/udp-wire.md`). Numbers
-    /// handed out before keep their values. DCT numbers stay the host's own.
+    /// handed out before keep their values. DCT numbers come from it too, as QPNs.
     pub fn share_numbers(
         &self,
         registry: std::sync::Arc<crate::registry::Registry>,

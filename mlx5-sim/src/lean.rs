@@ -180,8 +180,16 @@ pub(crate) fn execute(
     match answer {
         Some(o) => o,
         // No local QP answers: one in another process may (the UDP wire).
-        None => crate::udp_wire::requester::request(st, h, qpn, me, &p, rh, &rq)
-            .unwrap_or_else(|| unanswered(st, h, qpn)),
+        None => crate::udp_wire::requester::request(
+            st,
+            h,
+            qpn,
+            me,
+            crate::udp_wire::requester::Peer::Rc { dqpn: p.dest_qpn },
+            rh,
+            &rq,
+        )
+        .unwrap_or_else(|| unanswered(st, h, qpn)),
     }
 }
 

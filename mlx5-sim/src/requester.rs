@@ -93,7 +93,8 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, me: &Sender, wqe: &[u8], w:
                 None => {
                     let pkts = packets(op, w.len as u32, mtu);
                     let rq = Request::of(w, srcs, &sink, qpn, src_lid, req_scatter, pkts);
-                    return crate::udp_wire::requester::request(st, h, qpn, me, &p, rh, &rq)
+                    let peer = crate::udp_wire::requester::Peer::Rc { dqpn: p.dest_qpn };
+                    return crate::udp_wire::requester::request(st, h, qpn, me, peer, rh, &rq)
                         .unwrap_or_else(|| unanswered(st, h, qpn));
                 }
             }
@@ -104,8 +105,8 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, me: &Sender, wqe: &[u8], w:
         QpType::Dci => {
             let avb = read_av(wqe);
             let av = DatagramSeg::new_unchecked(&avb[..]);
-            let me = &st.hosts[h].cfg;
-            if me.grh_required && me.link_layer == LinkLayer::InfiniBand && !av.grh() {
+            let cfg = &st.hosts[h].cfg;
+            if cfg.grh_required && cfg.link_layer == LinkLayer::InfiniBand && !av.grh() {
                 return unanswered(st, h, qpn);
             }
             let Some(found) = resolve_av(st, h, &av) else {
@@ -117,7 +118,13 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, me: &Sender, wqe: &[u8], w:
             let rh = found.h;
             match accept_dc(&mut st.hosts[rh], rh, av.dqpn(), av.dc_key()) {
                 Some(t) => t,
-                None => return unanswered(st, h, qpn),
+                // No local DCT answers: one in another process may (the UDP wire).
+                None => {
+                    let rq = Request::of(w, srcs, &sink, qpn, src_lid, req_scatter, 0);
+                    let peer = crate::udp_wire::requester::Peer::Dc { dct: av.dqpn(), key: av.dc_key() };
+                    return crate::udp_wire::requester::request(st, h, qpn, me, peer, rh, &rq)
+                        .unwrap_or_else(|| unanswered(st, h, qpn));
+                }
             }
         }
         QpType::Dct => return fail(syndrome::LOCAL_QP_OP_ERR),

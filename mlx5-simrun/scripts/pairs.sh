@@ -116,6 +116,8 @@ for prog in ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_l
   case $prog in *_bw) pair "$prog --report_gbits" ib $check -- $prog -d mlx5_0 --report_gbits ;; esac
   pair "$prog --out_json" ib $check -- $prog -d mlx5_0 --out_json --out_json_file "$out/$prog.json"
   pair "$prog (RoCE)" roce $check -- $prog -d mlx5_0
+  # DC: perftest's DC path without DEVX (DCI and DCT through mlx5dv_create_qp).
+  pair "$prog -c DC" ib $check -- $prog -d mlx5_0 -c DC
 done
 # UD.
 pair "ib_send_bw -c UD" ib bw-c -- ib_send_bw -d mlx5_0 -c UD
@@ -135,10 +137,9 @@ pair "ibv_srq_pingpong" ib pp -- ibv_srq_pingpong -d mlx5_0
 pair "ibv_srq_pingpong -e" ib pp -- ibv_srq_pingpong -d mlx5_0 -e
 
 # UCX (ucx_perftest) on the mlx5 transports, DEVX off: tag and put, latency and
-# bandwidth, over RC (with UD for its wire-up) and over UD. (dc_mlx5: DC does not cross
-# processes yet.) Final line: iterations, typical/average/overall latency (us),
-# bandwidth (MB/s), message rate.
-for tls in rc_mlx5,ud_mlx5 ud_mlx5; do
+# bandwidth, over RC and DC (with UD for their wire-up) and over UD. Final line:
+# iterations, typical/average/overall latency (us), bandwidth (MB/s), message rate.
+for tls in rc_mlx5,ud_mlx5 dc_mlx5,ud_mlx5 ud_mlx5; do
   for t in tag_lat tag_bw ucp_put_lat ucp_put_bw; do
     [ "$tls" = ud_mlx5 ] && [[ $t == ucp_put_* ]] && continue
     pair "ucx_perftest $t $tls" ib ucx -- env UCX_TLS=$tls UCX_NET_DEVICES=mlx5_0:1 UCX_IB_MLX5_DEVX=n \

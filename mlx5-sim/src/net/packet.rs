@@ -29,6 +29,22 @@ pub(crate) mod op {
     pub const SEND_ONLY_INV: u8 = 0x17;
     pub const UD_SEND_ONLY: u8 = 0x64;
     pub const UD_SEND_ONLY_IMM: u8 = 0x65;
+
+    /// A DC request on the UDP wire: the RC request opcode `rc` in the manufacturer-specific
+    /// range (prefix 110), with a DCETH after the BTH [model choice: ConnectX's DC wire
+    /// format is not public; IBA leaves opcodes 0xc0-0xff to manufacturers].
+    pub const fn dc(rc: u8) -> u8 {
+        0xc0 | rc
+    }
+
+    /// The RC opcode of DC request opcode `o` ([`dc`]), if it is one.
+    pub const fn dc_rc(o: u8) -> Option<u8> {
+        if o & 0xe0 == 0xc0 {
+            Some(o & 0x1f)
+        } else {
+            None
+        }
+    }
 }
 
 /// AETH syndromes (IBA 9.7.5.1.2): ACK with credit field 0b11111 (no credit
@@ -149,6 +165,8 @@ pub(crate) struct Packet<'a> {
     pub imm: Option<[u8; 4]>,
     /// IETH: the R_Key to invalidate, as the WQE carries it (network order).
     pub ieth: Option<[u8; 4]>,
+    /// DCETH of a DC request ([`op::dc`]): the DC access key and the DCI's QPN.
+    pub dceth: Option<(u64, u32)>,
     pub payload: &'a [u8],
 }
 
@@ -171,11 +189,13 @@ impl<'a> Packet<'a> {
             atomic_ack: None,
             imm: None,
             ieth: None,
+            dceth: None,
             payload: &[],
         }
     }
 
-    /// The transport bytes: BTH, the extension headers in IBA order (DETH, RETH,
+    /// The transport bytes: BTH, the DCETH of a DC request, the extension headers in IBA
+    /// order (DETH, RETH,
     /// AtomicETH, AETH, AtomicAckETH, ImmDt, IETH), the payload and its pad to 4 bytes
     /// (not the ICRC). P_Key 0xffff, transport version 0.
     pub(crate) fn transport(&self, out: &mut Vec<u8>) {
@@ -187,6 +207,11 @@ impl<'a> Packet<'a> {
         out.extend_from_slice(&self.dqpn.to_be_bytes()[1..]);
         out.push(u8::from(self.ack_req) << 7);
         out.extend_from_slice(&self.psn.to_be_bytes()[1..]);
+        if let Some((key, dci)) = self.dceth {
+            out.extend_from_slice(&key.to_be_bytes());
+            out.push(0);
+            out.extend_from_slice(&dci.to_be_bytes()[1..]);
+        }
         if let Some(q) = self.qkey {
             out.extend_from_slice(&q.to_be_bytes());
             out.push(0);

@@ -124,6 +124,7 @@ pub(crate) enum Malformed {
 /// The extension headers an opcode carries (IBA table 38) and whether it has a payload.
 #[derive(Debug, Clone, Copy, Default)]
 struct Headers {
+    dceth: bool,
     deth: bool,
     reth: bool,
     atomic: bool,
@@ -135,6 +136,12 @@ struct Headers {
 }
 
 fn headers(opcode: u8) -> Option<Headers> {
+    // A DC request: its RC request's headers after a DCETH.
+    if let Some(rc) = op::dc_rc(opcode) {
+        let h = headers(rc).filter(|h| !h.aeth && !h.atomic_ack && !h.deth)?;
+        return (rc != op::ACKNOWLEDGE && !(op::READ_RESPONSE_FIRST..=op::READ_RESPONSE_ONLY).contains(&rc))
+            .then_some(Headers { dceth: true, ..h });
+    }
     let h = Headers::default();
     let p = Headers { payload: true, ..h };
     Some(match opcode {
@@ -168,6 +175,8 @@ pub(crate) struct Parsed<'a> {
     pub dqpn: u32,
     pub ack_req: bool,
     pub psn: u32,
+    /// DCETH (a DC request): DC access key and the DCI's QPN.
+    pub dceth: Option<(u64, u32)>,
     /// DETH: Q_Key and source QP.
     pub deth: Option<(u32, u32)>,
     pub reth: Option<Reth>,
@@ -239,6 +248,7 @@ pub(crate) fn decode<'a>(
         dqpn,
         ack_req: a & 0x80 != 0,
         psn,
+        dceth: None,
         deth: None,
         reth: None,
         atomic: None,
@@ -248,6 +258,11 @@ pub(crate) fn decode<'a>(
         ieth: None,
         payload: &[],
     };
+    if h.dceth {
+        let key = r.u64()?;
+        let (_, dci) = r.u24()?;
+        p.dceth = Some((key, dci));
+    }
     if h.deth {
         let qkey = r.u32()?;
         let (_, sqpn) = r.u24()?;
@@ -471,6 +486,27 @@ pub(crate) mod tests {
         s[1] = 0;
         s.extend_from_slice(&[1, 2, 3, 4]);
         assert_eq!(decode(&seal(&s), &src, &dst, sport).map(|p| p.payload), Ok(&[1u8, 2, 3, 4][..]));
+    }
+
+    /// A DC request (the model's manufacturer-specific opcodes): its DCETH after the BTH,
+    /// then its RC request's headers; DC forms of responses are not opcodes.
+    #[test]
+    fn dc_requests_carry_a_dceth() {
+        let (src, dst) = (gid4(A), gid4(B));
+        let mut p = Packet::new(0, 1, op::dc(op::WRITE_ONLY), 0x33, 0x4567, 9);
+        p.dceth = Some((0x0123_4567_89ab_cdef, 0x33));
+        p.reth = Some(Reth { va: 0x1000, rkey: 0x77, len: 2 });
+        p.payload = b"hi";
+        let mut dg = Vec::new();
+        encode(&p, &src, &dst, 4791, &mut dg);
+        // BTH, then the key and the DCI's QPN, then the RETH.
+        assert_eq!(&dg[12..24], &[0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0, 0, 0, 0x33]);
+        let got = decode(&dg, &src, &dst, 4791).unwrap();
+        assert_eq!((got.opcode, got.dceth, got.reth, got.payload), (0xca, p.dceth, p.reth, &b"hi"[..]));
+        for rc in [op::ACKNOWLEDGE, op::READ_RESPONSE_ONLY, op::ATOMIC_ACKNOWLEDGE] {
+            assert!(headers(op::dc(rc)).is_none(), "{rc:#x}");
+        }
+        assert!(headers(op::dc(op::SEND_ONLY)).is_some_and(|h| h.dceth && h.payload));
     }
 
     /// A million datagrams: random bytes, valid packets cut short or lengthened, valid

@@ -163,6 +163,7 @@ fn packet_of<'a>(h: usize, p: &Parsed<'a>) -> Packet<'a> {
     q.atomic_ack = p.atomic_ack;
     q.imm = p.imm;
     q.ieth = p.ieth;
+    q.dceth = p.dceth;
     q.payload = p.payload;
     q
 }
@@ -173,6 +174,7 @@ fn dispatch(st: &mut FabricState, h: usize, end: &WireEnd, p: &Parsed<'_>, from:
     match p.opcode {
         op::UD_SEND_ONLY | op::UD_SEND_ONLY_IMM => ud::receive(st, h, p, from),
         op::ACKNOWLEDGE | op::ATOMIC_ACKNOWLEDGE => requester::on_response(st, h, end, p),
+        o if op::dc_rc(o).is_some() => responder::on_dc_request(st, h, end, p, from),
         o if (op::READ_RESPONSE_FIRST..=op::READ_RESPONSE_ONLY).contains(&o) => {
             requester::on_response(st, h, end, p)
         }
@@ -220,13 +222,10 @@ pub(crate) struct QpWire {
     pub out: Option<requester::Outstanding>,
     /// Requester: the message (WQE counter, first PSN) an RNR NAK sent back, to go again.
     pub rnr_of: Option<(u16, u32)>,
-    /// Responder: the message being reassembled, the last response, and whether a
-    /// PSN sequence error NAK was sent for the current gap.
-    pub asm: Option<responder::Assembly>,
-    pub saved: Option<responder::Saved>,
-    pub nak_sent: bool,
-    /// Responder: messages carried out (the AETH's MSN).
-    pub msn: u32,
+    /// Responder (RC QP): its connection's state.
+    pub rc: responder::Conn,
+    /// Responder (DCT): a connection's state per DCI, by its endpoint and QPN.
+    pub dc: std::collections::HashMap<(SocketAddrV4, u32), responder::Conn>,
     /// UD sender: the last destination found in the registry (QPN, host, endpoint, when).
     pub ud_dest: Option<(u32, usize, SocketAddrV4, Instant)>,
 }

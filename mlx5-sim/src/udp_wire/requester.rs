@@ -32,7 +32,6 @@ use crate::psn::advance_sq_psn;
 use crate::responder::{fail, load_u64, store_u64, Outcome, Request};
 use crate::route::Sender;
 use crate::wire::{opcode, syndrome};
-use crate::RcPath;
 
 /// The local ACK timeout on the wire is at least this long: the peer is a process that
 /// the machine may not run for a while, and a resend before its answer costs a retry.
@@ -116,8 +115,25 @@ impl Outstanding {
     }
 }
 
-/// The destination of RC QP `qpn` on host `h` whose path leads to host `rh` and QPN
-/// `dqpn`, when another process owns that QP: from the QP's cache, or the registry.
+/// Whom a request is for: an RC QP's peer, or a DCT (by its number, with the DC access
+/// key the DCI's address vector gives).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Peer {
+    Rc { dqpn: u32 },
+    Dc { dct: u32, key: u64 },
+}
+
+impl Peer {
+    fn number(self) -> u32 {
+        match self {
+            Peer::Rc { dqpn } => dqpn,
+            Peer::Dc { dct, .. } => dct,
+        }
+    }
+}
+
+/// The destination of QP `qpn` on host `h` whose request goes to host `rh`, QPN or DCT
+/// number `dqpn`, when another process owns that QP: from the QP's cache, or the registry.
 fn dest(st: &mut FabricState, h: usize, qpn: u32, rh: usize, dqpn: u32) -> Option<Dest> {
     if let Some(d) = st.hosts[h].qps.get(&qpn)?.wire.as_ref().and_then(|w| w.dest) {
         if d.dqpn == dqpn {
@@ -149,12 +165,22 @@ pub(crate) fn request(
     h: usize,
     qpn: u32,
     me: &Sender,
-    path: &RcPath,
+    peer: Peer,
     rh: usize,
     rq: &Request<'_, '_>,
 ) -> Option<Outcome> {
     let end = st.hosts[h].wire.clone()?;
-    let dest = dest(st, h, qpn, rh, path.dest_qpn)?;
+    let dest = dest(st, h, qpn, rh, peer.number())?;
+    // A DCI's message takes PSNs on the wire as an RC one does (the in-process model
+    // keeps none for DC).
+    let dc_rq;
+    let rq = match peer {
+        Peer::Rc { .. } => rq,
+        Peer::Dc { .. } => {
+            dc_rq = Request { pkts: crate::psn::packets(rq.op, rq.len as u32, me.mtu), ..*rq };
+            &dc_rq
+        }
+    };
     let now = Instant::now();
     let qp = st.hosts[h].qps.get_mut(&qpn)?;
     let counter = qp.sq_ci;
@@ -206,7 +232,7 @@ pub(crate) fn request(
     if next.again {
         st.hosts[h].stats.retransmits += 1;
     }
-    transmit(st, h, &end, qpn, &dest, me, rq, (next.from, next.to, next.again));
+    transmit(st, h, &end, qpn, (&dest, peer), me, rq, (next.from, next.to, next.again));
     // The timer runs from the end of the transmission (a long message takes a while).
     if let Some(o) = st.hosts[h].qps.get_mut(&qpn).and_then(|q| q.wire.as_mut()).and_then(|w| w.out.as_mut())
     {
@@ -267,14 +293,22 @@ fn transmit(
     h: usize,
     end: &WireEnd,
     qpn: u32,
-    dest: &Dest,
+    (dest, peer): (&Dest, Peer),
     me: &Sender,
     rq: &Request<'_, '_>,
     (from, to, again): (u32, u32, bool),
 ) {
     let psn0 = me.sq_psn;
     let mtu = u64::from(me.mtu);
-    let pkt = |opc: u8, i: u32| Packet::new(h, h, opc, qpn, dest.dqpn, psn_add(psn0, i));
+    // To a DCT: the DC form of each request opcode, with a DCETH.
+    let pkt = |opc: u8, i: u32| {
+        let mut p = Packet::new(h, h, opc, qpn, dest.dqpn, psn_add(psn0, i));
+        if let Peer::Dc { key, .. } = peer {
+            p.opcode = op::dc(opc);
+            p.dceth = Some((key, qpn));
+        }
+        p
+    };
     match rq.op {
         opcode::RDMA_READ => {
             let a = (u64::from(from) * mtu).min(rq.len);

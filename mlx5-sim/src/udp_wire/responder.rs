@@ -34,6 +34,19 @@ pub(crate) struct Assembly {
     data: Vec<u8>,
 }
 
+/// A connection's responder state: the message being reassembled, the last response,
+/// whether a PSN sequence error NAK was sent for the current gap, the messages carried
+/// out (the AETH's MSN), and for a DC connection the PSN expected (an RC QP's is its
+/// `rq_psn`; a DCT takes a new DCI's first PSN as it comes).
+#[derive(Debug, Default)]
+pub(crate) struct Conn {
+    asm: Option<Assembly>,
+    saved: Option<Saved>,
+    nak_sent: bool,
+    msn: u32,
+    epsn: Option<u32>,
+}
+
 /// The last message's response, for duplicates of it.
 #[derive(Debug)]
 pub(crate) struct Saved {
@@ -82,10 +95,52 @@ fn wqe_opcode(opc: u8) -> u8 {
 
 /// What a responder QP needs to answer.
 struct Me {
+    /// The responder QP (an RC QP, or the DCT's QP).
     qpn: u32,
+    /// The requester's QPN (the RC peer, or the DCI).
     peer_qpn: u32,
     mtu: u32,
     rnr_timer: u8,
+    /// A DCT: its number and DC key, and the DCI's endpoint.
+    dc: Option<(u32, u64, SocketAddrV4)>,
+}
+
+/// The connection state `me` answers from.
+fn conn<'a>(host: &'a mut crate::host::Host, me: &Me) -> Option<&'a mut Conn> {
+    let w = host.qps.get_mut(&me.qpn)?.wire.get_or_insert_with(Default::default);
+    Some(match me.dc {
+        None => &mut w.rc,
+        Some((_, _, at)) => w.dc.entry((at, me.peer_qpn)).or_default(),
+    })
+}
+
+/// DC request packet `p` arrived at host `h` from `from`: for a DCT of this host, with
+/// its key (a wrong key is dropped and counted, silence to the DCI).
+pub(crate) fn on_dc_request(st: &mut FabricState, h: usize, end: &WireEnd, p: &Parsed<'_>, from: From) {
+    let (Some(rc), Some((key, dci))) = (op::dc_rc(p.opcode), p.dceth) else { return };
+    let host = &mut st.hosts[h];
+    let Some(q) = host.dcts.get(&p.dqpn).and_then(|n| host.qps.get(n)) else {
+        host.stats.datagrams_dropped += 1;
+        return;
+    };
+    if q.state != QpState::Rtr || q.qp_type != QpType::Dct {
+        host.stats.datagrams_dropped += 1;
+        return;
+    }
+    if q.dc_key != key {
+        host.stats.dc_key_violations += 1;
+        return;
+    }
+    let me = Me {
+        qpn: q.qpn,
+        peer_qpn: dci,
+        mtu: q.attrs.path_mtu.max(256),
+        rnr_timer: q.attrs.min_rnr_timer,
+        dc: Some((p.dqpn, key, from.at)),
+    };
+    let mut q = *p;
+    q.opcode = rc;
+    take(st, h, end, &me, &q, from);
 }
 
 /// Request packet `p` arrived at host `h` from `from`.
@@ -99,6 +154,7 @@ pub(crate) fn on_request(st: &mut FabricState, h: usize, end: &WireEnd, p: &Pars
                     peer_qpn: path.dest_qpn,
                     mtu: q.attrs.path_mtu.max(256),
                     rnr_timer: q.attrs.min_rnr_timer,
+                    dc: None,
                 },
                 None => {
                     host.stats.datagrams_dropped += 1;
@@ -111,24 +167,31 @@ pub(crate) fn on_request(st: &mut FabricState, h: usize, end: &WireEnd, p: &Pars
             return;
         }
     };
-    let Some(q) = host.qps.get_mut(&me.qpn) else { return };
-    let rq_psn = q.attrs.rq_psn;
-    let w = q.wire.get_or_insert_with(Default::default);
-    let expected = w.asm.as_ref().map_or(rq_psn, |a| a.next);
+    take(st, h, end, &me, p, from);
+}
+
+/// Request packet `p` for responder `me`: accepted in order (reassembled, or its message
+/// carried out), answered as a duplicate, or NAKed as out of sequence.
+fn take(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_>, from: From) {
+    let host = &mut st.hosts[h];
+    let Some(rq_psn) = host.qps.get(&me.qpn).map(|q| q.attrs.rq_psn) else { return };
+    let Some(w) = conn(host, me) else { return };
+    let base = if me.dc.is_some() { w.epsn.unwrap_or(p.psn) } else { rq_psn };
+    let expected = w.asm.as_ref().map_or(base, |a| a.next);
     let d = psn_diff(p.psn, expected);
     if d > 0 {
         // A gap: one NAK for it, naming the PSN expected.
         if !w.nak_sent {
             w.nak_sent = true;
+            let nak = ack_packet(h, me, expected, aeth::NAK_PSN_SEQ, w.msn);
             host.stats.psn_errors += 1;
-            let nak = ack_packet(h, &me, expected, aeth::NAK_PSN_SEQ, w.msn);
             send(st, h, end, &nak, &from.gid, from.at);
         }
         return;
     }
     if d < 0 {
         host.stats.duplicates += 1;
-        return duplicate(st, h, end, &me, p, from, expected);
+        return duplicate(st, h, end, me, p, from, expected);
     }
     w.nak_sent = false;
     // In order. A packet before a message's last that asks for an acknowledgement gets
@@ -143,14 +206,14 @@ pub(crate) fn on_request(st: &mut FabricState, h: usize, end: &WireEnd, p: &Pars
                 reth: p.reth,
                 data: p.payload.to_vec(),
             });
-            return ack_part(st, h, end, &me, p, from);
+            return ack_part(st, h, end, me, p, from);
         }
         (Some((write, Part::Middle)), Some(mut a)) if a.write == write => {
             a.data.extend_from_slice(p.payload);
             a.next = psn_add(a.next, 1);
             a.pkts += 1;
             w.asm = Some(a);
-            return ack_part(st, h, end, &me, p, from);
+            return ack_part(st, h, end, me, p, from);
         }
         (Some((write, Part::Last)), Some(mut a)) if a.write == write => {
             a.data.extend_from_slice(p.payload);
@@ -164,15 +227,18 @@ pub(crate) fn on_request(st: &mut FabricState, h: usize, end: &WireEnd, p: &Pars
             };
             (p.psn, n, p.reth, Vec::new())
         }
-        // Out of sequence within a message (IBA 9.7.4.1.2): an invalid request.
+        // Out of sequence within a message (IBA 9.7.4.1.2): an invalid request (an RC
+        // responder goes to ERR; a DCT never does).
         _ => {
-            let nak = ack_packet(h, &me, p.psn, aeth::NAK_INVALID_REQUEST, w.msn);
-            crate::completer::enter_err(host, me.qpn);
+            let nak = ack_packet(h, me, p.psn, aeth::NAK_INVALID_REQUEST, w.msn);
+            if me.dc.is_none() {
+                crate::completer::enter_err(host, me.qpn);
+            }
             send(st, h, end, &nak, &from.gid, from.at);
             return;
         }
     };
-    execute(st, h, end, &me, p, from, Msg { first, pkts, reth, data, advance: true });
+    execute(st, h, end, me, p, from, Msg { first, pkts, reth, data, advance: true });
 }
 
 /// A whole request message.
@@ -218,31 +284,39 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
         src_qpn: me.peer_qpn,
         src_lid: from.lid,
         req_scatter: 0,
-        pkts: if m.advance { m.pkts } else { 0 },
+        // (A DCT keeps no PSN of its own: its connection's is kept here.)
+        pkts: if m.advance && me.dc.is_none() { m.pkts } else { 0 },
     };
     let host = &mut st.hosts[h];
-    let out = if m.advance {
+    let out = match (me.dc, m.advance) {
         // (The PSN is the expected one, so only the QP's state and connection are checked.)
-        match accept_rc(host, h, me.qpn, me.peer_qpn, m.first) {
+        (None, true) => match accept_rc(host, h, me.qpn, me.peer_qpn, m.first) {
             Some(tgt) => respond(host, endian, tgt, &rq),
             None => return,
-        }
-    } else {
-        match host.qps.get(&me.qpn) {
+        },
+        (Some((num, key, _)), _) => match crate::responder::accept_dc(host, h, num, key) {
+            Some(tgt) => respond(host, endian, tgt, &rq),
+            None => return,
+        },
+        (None, false) => match host.qps.get(&me.qpn) {
             Some(q) => {
                 let tgt = crate::responder::Target::of(h, q, me.qpn);
                 respond(host, endian, tgt, &rq)
             }
             None => return,
-        }
+        },
     };
-    let msn = host.qps.get_mut(&me.qpn).and_then(|q| q.wire.as_mut()).map_or(0, |w| {
+    let last = psn_add(m.first, m.pkts - 1);
+    let msn = conn(host, me).map_or(0, |w| {
         if matches!(out, Outcome::Done { .. }) && m.advance {
             w.msn = (w.msn + 1) & 0xff_ffff;
         }
+        // A DC connection's expected PSN moves past what it carried out.
+        if me.dc.is_some() && m.advance && !matches!(out, Outcome::Rnr) {
+            w.epsn = Some(psn_add(last, 1));
+        }
         w.msn
     });
-    let last = psn_add(m.first, m.pkts - 1);
     let mut dgs = Vec::new();
     let mut payload = 0u64;
     let mut put = |pk: &Packet<'_>| {
@@ -298,7 +372,7 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
     // Saved for duplicates of this message (a READ is carried out again instead: its
     // responses may be long).
     if m.advance && wop != opcode::RDMA_READ {
-        if let Some(w) = st.hosts[h].qps.get_mut(&me.qpn).and_then(|q| q.wire.as_mut()) {
+        if let Some(w) = conn(&mut st.hosts[h], me) {
             w.saved = Some(Saved { first: m.first, last, dgs, to: from.at });
         }
     }
@@ -307,7 +381,7 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
 /// Acknowledges packet `p` of a message still being reassembled, if it asks for it.
 fn ack_part(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_>, from: From) {
     if p.ack_req {
-        let msn = st.hosts[h].qps.get(&me.qpn).and_then(|q| q.wire.as_ref()).map_or(0, |w| w.msn);
+        let msn = conn(&mut st.hosts[h], me).map_or(0, |w| w.msn);
         send(st, h, end, &ack_packet(h, me, p.psn, aeth::ACK, msn), &from.gid, from.at);
     }
 }
@@ -340,7 +414,7 @@ fn duplicate(
     if !p.ack_req && !matches!(p.opcode, op::COMPARE_SWAP | op::FETCH_ADD) {
         return;
     }
-    let Some(w) = st.hosts[h].qps.get(&me.qpn).and_then(|q| q.wire.as_ref()) else { return };
+    let Some(w) = conn(&mut st.hosts[h], me) else { return };
     let msn = w.msn;
     match &w.saved {
         Some(s) if psn_diff(p.psn, s.first) >= 0 && psn_diff(p.psn, s.last) <= 0 => {
