@@ -119,6 +119,24 @@ for prog in ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_l
   # DC: perftest's DC path without DEVX (DCI and DCT through mlx5dv_create_qp).
   pair "$prog -c DC" ib $check -- $prog -d mlx5_0 -c DC
 done
+# This crate's tools on their hardware backend (mlx5dv through the real libmlx5), two
+# processes on the emulated device, meeting over their own exchange.
+tools="${build}"
+for prog in write_bw write_lat read_bw read_lat send_bw send_lat atomic_bw atomic_lat; do
+  case $prog in
+    write_bw | send_bw) check=bw-c ;;
+    read_bw | read_lat) check=bw-s ;;
+    write_lat | send_lat) check=lat ;;
+    *) check=wqe ;;
+  esac
+  if [ -x "$tools/mlx5_$prog" ]; then
+    pair "mlx5_$prog --backend hw" ib $check -- "$tools/mlx5_$prog" --backend hw -d mlx5_0
+  else
+    printf '%-44s %-5s %-8s %s\n' "mlx5_$prog --backend hw" ib skipped "(not built: cargo build --release -p mlx5-tools)"
+    skipped=$((skipped + 1))
+  fi
+done
+
 # UD.
 pair "ib_send_bw -c UD" ib bw-c -- ib_send_bw -d mlx5_0 -c UD
 pair "ib_send_lat -c UD" ib lat -- ib_send_lat -d mlx5_0 -c UD
