@@ -35,7 +35,7 @@ use crate::wire::{opcode, syndrome};
 
 /// The local ACK timeout on the wire is at least this long: the peer is a process that
 /// the machine may not run for a while, and a resend before its answer costs a retry.
-const MIN_ACK_TIMEOUT: Duration = Duration::from_millis(50);
+const MIN_ACK_TIMEOUT: Duration = Duration::from_millis(100);
 /// ... and at most this long (a timeout code of 0 is "infinite" in IBA).
 const MAX_ACK_TIMEOUT: Duration = Duration::from_secs(4);
 
