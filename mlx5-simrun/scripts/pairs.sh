@@ -137,6 +137,45 @@ for prog in write_bw write_lat read_bw read_lat send_bw send_lat atomic_bw atomi
   fi
 done
 
+# This crate's write latency tool against perftest's, over perftest's exchange
+# (--perftest_exchange), each side as server: both must finish and report alike.
+mixed() { # NAME SERVER-COMMAND CLIENT-COMMAND (words; no spaces inside one)
+  local name=$1 scmd=$2 ccmd=$3
+  if [ -n "$filter" ] && [[ "$name" != *"$filter"* ]]; then return; fi
+  if ! command -v ib_write_lat >/dev/null 2>&1 || [ ! -x "$tools/mlx5_write_lat" ]; then
+    printf '%-44s %-5s %-8s %s\n' "$name" ib skipped "(ib_write_lat or mlx5_write_lat missing)"
+    skipped=$((skipped + 1))
+    return
+  fi
+  port=$((port + 1))
+  local d="$out/mixed-$port" result=ok
+  mkdir -p "$d"
+  ( timeout 300 "$run" --shared -- $scmd -p $port > "$d/s.log" 2>&1; echo $? > "$d/s.rc" ) &
+  local srv=$!
+  sleep 0.5
+  timeout 300 "$run" --shared -- $ccmd -p $port 127.0.0.1 > "$d/c.log" 2>&1
+  echo $? > "$d/c.rc"
+  wait $srv
+  local rows
+  rows=$(grep -E '^ *[0-9]+ +[0-9]+ ' "$d/c.log")
+  if [ "$(cat "$d/s.rc")$(cat "$d/c.rc")" != 00 ]; then
+    result="FAIL(exit $(cat "$d/s.rc")/$(cat "$d/c.rc"))"
+  elif [ -z "$rows" ]; then
+    result="FAIL(no result rows)"
+  fi
+  printf '%-44s %-5s %-8s %s\n' "$name" ib "$result" "$(tail -n 1 <<<"$rows" | awk '{$1=$1; print}')"
+  if [ "$result" = ok ]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "---- server:"; tail -n 15 "$d/s.log"; echo "---- client:"; tail -n 15 "$d/c.log"
+  fi
+}
+ours="$tools/mlx5_write_lat --backend hw -d mlx5_0 --perftest_exchange"
+mixed "ib_write_lat -> mlx5_write_lat (server)" "$ours" "ib_write_lat -d mlx5_0"
+mixed "mlx5_write_lat -> ib_write_lat (server)" "ib_write_lat -d mlx5_0" "$ours"
+mixed "ib_write_lat -a -> mlx5_write_lat (server)" "$ours -a -n 20" "ib_write_lat -d mlx5_0 -a -n 20"
+
 # UD.
 pair "ib_send_bw -c UD" ib bw-c -- ib_send_bw -d mlx5_0 -c UD
 pair "ib_send_lat -c UD" ib lat -- ib_send_lat -d mlx5_0 -c UD

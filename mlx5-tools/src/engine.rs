@@ -582,8 +582,11 @@ pub fn lat_local<B: Backend>(
     Ok(stamps)
 }
 
-fn mark_of(i: u64) -> u8 {
-    (i % 255 + 1) as u8
+/// The arrival mark of iteration `i`: its count as a C `char`, as perftest's
+/// `run_iter_lat_write` writes `(char)++scnt` (so after 255 comes 0: a peer that is
+/// perftest expects exactly that).
+pub(crate) fn mark_of(i: u64) -> u8 {
+    (i + 1) as u8
 }
 
 /// One side's turn of iteration `i`: the server first waits for the

@@ -16,6 +16,7 @@ pub mod devinfo;
 pub mod engine;
 pub mod exchange;
 pub mod opts;
+mod perftest_peer;
 pub mod perftest_xchg;
 pub mod report;
 pub mod stats;
@@ -323,6 +324,9 @@ fn run_hw(c: &Config) -> RunResult<()> {
         Some(n) => devs.into_iter().find(|d| &d.name() == n).ok_or(format!("no device {n}"))?,
         None => devs.into_iter().next().ok_or("no mlx5 device")?,
     };
+    if c.opts.perftest_exchange {
+        return perftest_peer::write_lat(c, &dev);
+    }
     run_one_side(c, &dev)
 }
 

@@ -220,6 +220,10 @@ pub struct Opts {
     /// Connect QPs with rdma_cm and run test on those QPs
     #[arg(short = 'R', long = "rdma_cm")]
     pub rdma_cm: bool,
+    /// Meet the peer over perftest's own out-of-band exchange, so that the peer may be
+    /// perftest (ib_write_lat); write latency on RC for now
+    #[arg(long = "perftest_exchange")]
+    pub perftest_exchange: bool,
 }
 
 /// The perftest flags this tool takes but cannot honour yet, each with the
