@@ -52,6 +52,7 @@ pub use cq::{MiniCqeFormat, MAX_SESSION};
 pub use fabric::{Fabric, ForkGuard, Nic};
 pub use net::noise as wire_noise;
 pub use net::LinkFaults;
+pub use udp_wire::LOSS_ENV as WIRE_LOSS_ENV;
 
 /// How the NICs of a fabric process doorbells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -23,8 +23,14 @@ struct Side {
 }
 
 fn start(prog: &Path, registry: &Path, stats: &Path, args: &[&str]) -> Side {
+    start_with(prog, registry, stats, args, &[])
+}
+
+/// [`start`] with more environment variables.
+fn start_with(prog: &Path, registry: &Path, stats: &Path, args: &[&str], env: &[(&str, &str)]) -> Side {
     let mut child = simrun()
         .args(["--shared", "--"])
+        .envs(env.iter().copied())
         .arg(prog)
         .args(args)
         .env("MLX5_SIM_REGISTRY_DIR", registry)
@@ -56,7 +62,16 @@ fn run(a: &mut Side, b: &mut Side) -> (String, String) {
         BufReader::new(s.child.stdout.as_mut().unwrap()).read_line(&mut l).unwrap();
         l
     };
-    (done(a), done(b))
+    // The client's first: a client that failed leaves the server waiting for ever.
+    let lb = done(b);
+    if !lb.starts_with("ok") {
+        let _ = a.child.kill();
+        let o = std::mem::replace(&mut b.child, std::process::Command::new("true").spawn().unwrap());
+        let err =
+            o.wait_with_output().map(|o| String::from_utf8_lossy(&o.stderr).into_owned()).unwrap_or_default();
+        panic!("the client failed: {lb:?}\n{err}");
+    }
+    (done(a), lb)
 }
 
 /// Closes a side's stdin and waits for it to exit 0.
@@ -244,5 +259,37 @@ fn a_killed_peer_gives_retry_exceeded_and_no_stale_entry() {
     assert_eq!((a.as_str(), b.as_str()), ("ok 20\n", "ok 20\n"));
     end(server);
     end(client);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The same stream when each endpoint loses 2% of what it sends: lost requests come
+/// back through sequence NAKs and timeouts, lost answers through duplicates the
+/// responder answers without executing again. The stream still checks every byte and
+/// that each fetch-and-add ran once (a duplicate executed again would add twice).
+#[test]
+#[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
+fn an_rc_stream_runs_exactly_once_when_the_wire_loses_datagrams() {
+    let prog = compile("stream");
+    let dir = scratch("wire-loss");
+    let (ss, cs) = (dir.join("server.stats"), dir.join("client.stats"));
+    let loss = [(mlx5_sim::WIRE_LOSS_ENV, "0.02")];
+    let mut server = start_with(&prog, &dir, &ss, &["server", "150"], &loss);
+    let mut client = start_with(&prog, &dir, &cs, &["client", "150"], &loss);
+    let (a, b) = run(&mut server, &mut client);
+    assert_eq!((a.as_str(), b.as_str()), ("ok 150\n", "ok 150\n"));
+    end(server);
+    end(client);
+    let (s, c) = (std::fs::read_to_string(&ss).unwrap(), std::fs::read_to_string(&cs).unwrap());
+    let both = |k: &str| counter(&s, k) + counter(&c, k);
+    eprintln!(
+        "lost {}, retransmitted {}, duplicates {}, sequence NAKs {}, ACK timeouts {}",
+        both("link_drops"),
+        both("retransmits"),
+        both("duplicates"),
+        both("seq_naks"),
+        both("ack_timeouts")
+    );
+    assert!(both("link_drops") > 0 && both("retransmits") > 0, "{s}\n{c}");
+    assert!(both("duplicates") > 0, "no answer was lost: {s}\n{c}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -44,7 +44,15 @@ pub(crate) struct WireEnd {
     /// Where it is bound.
     pub(crate) at: SocketAddrV4,
     stop: AtomicBool,
+    /// `MLX5_SIM_WIRE_LOSS`: the share of datagrams this end loses instead of sending
+    /// (as a link would), in millionths, and the generator that draws them.
+    loss: Option<(u32, Mutex<u64>)>,
 }
+
+/// The environment variable that makes endpoints lose a share of what they send (a
+/// probability, `0.01` for one datagram in a hundred): RC's retransmission and duplicate
+/// handling at work between processes, for tests and for users who want to see them.
+pub const LOSS_ENV: &str = "MLX5_SIM_WIRE_LOSS";
 
 impl std::fmt::Debug for WireEnd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -65,13 +73,30 @@ impl WireEnd {
                 Ok(end) => {
                     end.set_read_timeout(Some(TIMER_PERIOD))?;
                     end.grow_receive_buffer();
-                    return Ok(WireEnd { end, at, stop: AtomicBool::new(false) });
+                    let loss = std::env::var(LOSS_ENV)
+                        .ok()
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .filter(|p| *p > 0.0)
+                        .map(|p| {
+                            ((p.min(1.0) * 1e6) as u32, Mutex::new(0x9e37_79b9_7f4a_7c15 ^ u64::from(k)))
+                        });
+                    return Ok(WireEnd { end, at, stop: AtomicBool::new(false), loss });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
                 Err(e) => return Err(e),
             }
         }
         Err(last.unwrap_or_else(|| io::Error::other("no loopback address left")))
+    }
+
+    /// Whether the next datagram is lost ([`LOSS_ENV`]).
+    fn loses(&self) -> bool {
+        let Some((ppm, rng)) = &self.loss else { return false };
+        let mut r = rng.lock().unwrap_or_else(|e| e.into_inner());
+        *r ^= *r << 13;
+        *r ^= *r >> 7;
+        *r ^= *r << 17;
+        (*r % 1_000_000) < u64::from(*ppm)
     }
 
     /// Asks the endpoint's thread to return.
@@ -194,6 +219,10 @@ pub(crate) fn send(
 ) {
     st.hosts[h].stats.datagrams_sent += 1;
     capture(st, h, p);
+    if end.loses() {
+        st.hosts[h].stats.link_drops += 1;
+        return;
+    }
     // (A full socket buffer or an unreachable peer is a lost packet: the transport's
     // retransmission, or nobody for UD, takes care of it.)
     let _ = end.end.send(p, gid, to);
@@ -202,6 +231,10 @@ pub(crate) fn send(
 /// Sends encoded datagram `dg` (a saved response) from host `h` to `to`; counted.
 pub(crate) fn send_raw(st: &mut FabricState, h: usize, end: &WireEnd, dg: &[u8], to: SocketAddrV4) {
     st.hosts[h].stats.datagrams_sent += 1;
+    if end.loses() {
+        st.hosts[h].stats.link_drops += 1;
+        return;
+    }
     let _ = end.end.send_raw(dg, to);
 }
 

@@ -20,7 +20,10 @@ use crate::net::roce::Parsed;
 use crate::psn::packets;
 use crate::responder::{accept_rc, respond, Outcome, Request};
 use crate::wire::{opcode, syndrome};
-use crate::{QpState, QpType};
+use crate::{access, QpState, QpType};
+
+/// The largest message a SEND may carry (IBA: 2^31 bytes).
+const MAX_MESSAGE: u64 = 1 << 31;
 
 /// A multi-packet SEND or WRITE being reassembled.
 #[derive(Debug)]
@@ -196,8 +199,15 @@ fn take(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_>, 
     w.nak_sent = false;
     // In order. A packet before a message's last that asks for an acknowledgement gets
     // one (the requester's window moves on with it).
+    // A message's bytes never outgrow what it may carry: a WRITE its RETH's length, a
+    // SEND the largest message; one that would is an invalid request, not a buffer
+    // that grows with whatever a peer sends.
+    let fits = |write: bool, reth: Option<Reth>, have: usize| {
+        let most = if write { reth.map_or(0, |r| u64::from(r.len)) } else { MAX_MESSAGE };
+        (have + p.payload.len()) as u64 <= most
+    };
     let (first, pkts, reth, data) = match (part(p.opcode), w.asm.take()) {
-        (Some((write, Part::First)), None) => {
+        (Some((write, Part::First)), None) if fits(write, p.reth, 0) => {
             w.asm = Some(Assembly {
                 write,
                 first: p.psn,
@@ -208,18 +218,20 @@ fn take(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_>, 
             });
             return ack_part(st, h, end, me, p, from);
         }
-        (Some((write, Part::Middle)), Some(mut a)) if a.write == write => {
+        (Some((write, Part::Middle)), Some(mut a))
+            if a.write == write && fits(write, a.reth, a.data.len()) =>
+        {
             a.data.extend_from_slice(p.payload);
             a.next = psn_add(a.next, 1);
             a.pkts += 1;
             w.asm = Some(a);
             return ack_part(st, h, end, me, p, from);
         }
-        (Some((write, Part::Last)), Some(mut a)) if a.write == write => {
+        (Some((write, Part::Last)), Some(mut a)) if a.write == write && fits(write, a.reth, a.data.len()) => {
             a.data.extend_from_slice(p.payload);
             (a.first, a.pkts + 1, a.reth, a.data)
         }
-        (Some((_, Part::Only)), None) => (p.psn, 1, p.reth, p.payload.to_vec()),
+        (Some((write, Part::Only)), None) if fits(write, p.reth, 0) => (p.psn, 1, p.reth, p.payload.to_vec()),
         (None, None) if matches!(p.opcode, op::READ_REQUEST | op::COMPARE_SWAP | op::FETCH_ADD) => {
             let n = match (p.opcode, p.reth) {
                 (op::READ_REQUEST, Some(r)) => packets(opcode::RDMA_READ, r.len, me.mtu),
@@ -227,8 +239,8 @@ fn take(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_>, 
             };
             (p.psn, n, p.reth, Vec::new())
         }
-        // Out of sequence within a message (IBA 9.7.4.1.2): an invalid request (an RC
-        // responder goes to ERR; a DCT never does).
+        // Out of sequence within a message (IBA 9.7.4.1.2), or longer than it may be:
+        // an invalid request (an RC responder goes to ERR; a DCT never does).
         _ => {
             let nak = ack_packet(h, me, p.psn, aeth::NAK_INVALID_REQUEST, w.msn);
             if me.dc.is_none() {
@@ -263,7 +275,16 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
         }),
     };
     let read_like = matches!(wop, opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA);
-    let mut result = if read_like { vec![0u8; len as usize] } else { Vec::new() };
+    // The result's buffer only for a range the responder's memory has: a READ whose rkey
+    // check fails (its NAK comes from `respond`) allocates nothing, whatever its RETH
+    // claims.
+    let host = &st.hosts[h];
+    let readable = read_like
+        && host.qps.get(&me.qpn).is_some_and(|q| {
+            let need = if wop == opcode::RDMA_READ { access::REMOTE_READ } else { access::REMOTE_ATOMIC };
+            len == 0 || host.mrs.check(rkey, raddr, len, need, q.pdn).is_ok()
+        });
+    let mut result = if readable { vec![0u8; len as usize] } else { Vec::new() };
     let mut sink = Sgl::new();
     if !result.is_empty() {
         sink.push(Region::scratch(&mut result));
