@@ -1544,17 +1544,7 @@ impl Nic {
     /// reason (foreign sender, runt, ICRC, transport version, P_Key, opcode, length);
     /// `None` when it has none ([`Nic::open_wire`]).
     pub fn wire_drops(&self) -> Option<crate::WireDrops> {
-        let st = self.state();
-        let d = st.hosts[self.host].wire.as_ref()?.drops();
-        Some(crate::WireDrops {
-            foreign: d.foreign,
-            short: d.short,
-            icrc: d.icrc,
-            version: d.version,
-            pkey: d.pkey,
-            opcode: d.opcode,
-            length: d.length,
-        })
+        Some(self.state().hosts[self.host].wire.as_ref()?.drops())
     }
 
     /// MMIO: 8-byte doorbell store at `offset` (0 or bf_size, alternating) of UAR register

@@ -51,6 +51,7 @@ mod wqe;
 pub use cq::{MiniCqeFormat, MAX_SESSION};
 pub use fabric::{Fabric, ForkGuard, Nic};
 pub use net::noise as wire_noise;
+pub use net::udp::WireDrops;
 pub use net::LinkFaults;
 pub use udp_wire::LOSS_ENV as WIRE_LOSS_ENV;
 
@@ -673,26 +674,6 @@ pub struct NicStats {
     /// Datagrams from the UDP wire this NIC dropped: malformed, corrupt or foreign
     /// (by reason in `Nic::wire_drops`), or naming no QP it has (`stray`).
     pub datagrams_dropped: u64,
-}
-
-/// Datagrams a device's end of the UDP wire dropped before they reached a QP, by reason
-/// ([`Nic::wire_drops`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct WireDrops {
-    /// From an address where no simulated host is.
-    pub foreign: u64,
-    /// Shorter than the headers they name.
-    pub short: u64,
-    /// ICRC mismatch: corrupt, or not between the GIDs taken.
-    pub icrc: u64,
-    /// BTH transport version other than 0.
-    pub version: u64,
-    /// A P_Key other than the default partition.
-    pub pkey: u64,
-    /// An opcode neither RC nor UD.
-    pub opcode: u64,
-    /// Payload, pad and headers that do not add up.
-    pub length: u64,
 }
 
 /// Control-path errors (what `ibv_*` calls would return as errno).

@@ -12,7 +12,7 @@ pub mod noise;
 pub(crate) mod packet;
 pub(crate) mod roce;
 pub(crate) mod transport;
-pub(crate) mod udp;
+pub mod udp;
 
 /// Faults of one link (both directions between two hosts), drawn per packet.
 ///

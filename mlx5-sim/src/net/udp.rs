@@ -10,20 +10,27 @@ use std::sync::Mutex;
 use super::packet::Packet;
 use super::roce::{self, Malformed, Parsed};
 
-/// Datagrams an endpoint dropped, by reason.
+/// Datagrams a device's end of the UDP wire dropped before they reached a QP, by reason
+/// ([`crate::Nic::wire_drops`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Drops {
-    /// From an address no simulated host has.
+pub struct WireDrops {
+    /// From an address where no simulated host is.
     pub foreign: u64,
+    /// Shorter than the headers they name.
     pub short: u64,
+    /// ICRC mismatch: corrupt, or not between the GIDs taken.
     pub icrc: u64,
+    /// BTH transport version other than 0.
     pub version: u64,
+    /// A P_Key other than the default partition.
     pub pkey: u64,
+    /// An opcode neither RC, UD nor the model's DC.
     pub opcode: u64,
+    /// Payload, pad and headers that do not add up.
     pub length: u64,
 }
 
-impl Drops {
+impl WireDrops {
     fn count(&mut self, m: Malformed) {
         let c = match m {
             Malformed::Short => &mut self.short,
@@ -50,22 +57,22 @@ pub(crate) struct UdpEnd {
     /// leaves).
     gid: [u8; 16],
     /// (Counted by the one thread that receives; read by whoever asks.)
-    drops: Mutex<Drops>,
+    drops: Mutex<WireDrops>,
 }
 
 impl UdpEnd {
     /// A socket at `at` (the host's loopback address and port 4791; port 0 picks one) for
     /// the host whose GID is `gid`.
     pub(crate) fn bind(at: SocketAddrV4, gid: [u8; 16]) -> io::Result<UdpEnd> {
-        Ok(UdpEnd { sock: UdpSocket::bind(at)?, gid, drops: Mutex::new(Drops::default()) })
+        Ok(UdpEnd { sock: UdpSocket::bind(at)?, gid, drops: Mutex::new(WireDrops::default()) })
     }
 
     /// Datagrams dropped so far, by reason.
-    pub(crate) fn drops(&self) -> Drops {
+    pub(crate) fn drops(&self) -> WireDrops {
         *self.drops.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn count(&self, f: impl FnOnce(&mut Drops)) {
+    fn count(&self, f: impl FnOnce(&mut WireDrops)) {
         f(&mut self.drops.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
@@ -186,7 +193,7 @@ mod tests {
         assert!(b.recv(&mut buf, gid_of).unwrap().is_none());
         a.sock.send_to(&[0u8; 3], at_b).unwrap();
         assert!(b.recv(&mut buf, gid_of).unwrap().is_none());
-        assert_eq!(b.drops(), Drops { foreign: 1, icrc: 1, short: 1, ..Drops::default() });
+        assert_eq!(b.drops(), WireDrops { foreign: 1, icrc: 1, short: 1, ..WireDrops::default() });
         assert_eq!(b.drops().total(), 3);
         // And a good packet still gets through after the noise.
         a.send(&p, &gb, at_b).unwrap();

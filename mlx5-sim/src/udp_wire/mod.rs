@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::hosts::{FabricState, Shared};
 use crate::net::packet::{op, Packet};
 use crate::net::roce::Parsed;
-use crate::net::udp::{Drops, UdpEnd};
+use crate::net::udp::{UdpEnd, WireDrops};
 
 /// The UDP port of RoCE v2, where every endpoint listens.
 pub(crate) const PORT: u16 = 4791;
@@ -105,7 +105,7 @@ impl WireEnd {
     }
 
     /// Datagrams dropped before they reached a host, by reason.
-    pub(crate) fn drops(&self) -> Drops {
+    pub(crate) fn drops(&self) -> WireDrops {
         self.end.drops()
     }
 }

@@ -23,13 +23,11 @@ use std::time::{Duration, Instant};
 use super::{psn_add, psn_diff, send, Dest, WireEnd};
 use crate::dma::{self, Src};
 use crate::hosts::FabricState;
-use crate::net::packet::{
-    aeth, op, read_response_opcode, send_opcode, write_opcode, AtomicEth, Packet, Pos, Reth,
-};
+use crate::net::packet::{aeth, op, send_opcode, write_opcode, AtomicEth, Packet, Pos, Reth};
 use crate::net::roce::Parsed;
 use crate::net::transport::local_ack_timeout_ns;
 use crate::psn::advance_sq_psn;
-use crate::responder::{fail, load_u64, store_u64, Outcome, Request};
+use crate::responder::{fail, store_u64, Outcome, Request};
 use crate::route::Sender;
 use crate::wire::{opcode, syndrome};
 
@@ -480,16 +478,4 @@ pub(crate) fn timers(st: &mut FabricState, h: usize, _end: &WireEnd) {
         st.hosts[h].stats.ack_timeouts += 1;
         crate::requester::process_sq(st, h, qpn, true);
     }
-}
-
-/// The original value an ATOMIC ACKNOWLEDGE carries, read from the 8 bytes the
-/// responder's atomic left in its result buffer (in the fabric's atomic byte order).
-pub(crate) fn atomic_value(b: [u8; 8], endian: crate::AtomicEndianness) -> u64 {
-    load_u64(b, endian)
-}
-
-/// The READ response opcodes for `n` responses (for the responder; here so that both
-/// sides read the same table).
-pub(crate) fn response_opcode(i: u32, n: u32) -> u8 {
-    read_response_opcode(Pos::of(i, n))
 }

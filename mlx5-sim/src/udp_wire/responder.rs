@@ -15,10 +15,10 @@ use std::net::SocketAddrV4;
 use super::{psn_add, psn_diff, send, send_raw, From, WireEnd};
 use crate::dma::{Region, Sgl, Src};
 use crate::hosts::FabricState;
-use crate::net::packet::{aeth, op, AtomicEth, Packet, Reth};
+use crate::net::packet::{aeth, op, read_response_opcode, AtomicEth, Packet, Pos, Reth};
 use crate::net::roce::Parsed;
 use crate::psn::packets;
-use crate::responder::{accept_rc, respond, Outcome, Request};
+use crate::responder::{accept_rc, load_u64, respond, Outcome, Request};
 use crate::wire::{opcode, syndrome};
 use crate::{access, QpState, QpType};
 
@@ -351,7 +351,7 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
                 let n = m.pkts.max(1);
                 let mtu = me.mtu as usize;
                 for i in 0..n {
-                    let opc = super::requester::response_opcode(i, n);
+                    let opc = read_response_opcode(Pos::of(i, n));
                     let mut r = Packet::new(h, h, opc, me.qpn, me.peer_qpn, psn_add(m.first, i));
                     let (a, b) =
                         ((i as usize * mtu).min(result.len()), ((i as usize + 1) * mtu).min(result.len()));
@@ -370,7 +370,7 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
                 r.aeth = Some((aeth::ACK, msn));
                 let mut b = [0u8; 8];
                 b.copy_from_slice(&result[..8]);
-                r.atomic_ack = Some(super::requester::atomic_value(b, endian));
+                r.atomic_ack = Some(load_u64(b, endian));
                 put(&r);
             }
             _ => put(&ack_packet(h, me, last, aeth::ACK, msn)),

@@ -29,42 +29,6 @@ static void pattern(uint8_t *p, uint32_t i)
 		p[k] = (uint8_t)(i * 7 + k);
 }
 
-static void connect_qp(struct ibv_qp *qp, uint32_t dest, const struct ibv_port_attr *port, const union ibv_gid *gid)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-						    IBV_ACCESS_REMOTE_ATOMIC };
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-	      "INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 1;
-	a.ah_attr.port_num = 1;
-	a.ah_attr.dlid = port->lid;
-	if (port->link_layer == IBV_LINK_LAYER_ETHERNET) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = *gid;
-		a.ah_attr.grh.hop_limit = 64;
-	}
-	CHECK(!ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-	      "RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 4;
-	CHECK(!ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				     IBV_QP_MAX_QP_RD_ATOMIC),
-	      "RTS");
-}
-
 static struct ibv_wc wait_one(struct ibv_cq *cq)
 {
 	struct ibv_wc wc;
@@ -105,7 +69,8 @@ int main(int argc, char **argv)
 	uint32_t dest, rkey;
 	uint64_t raddr;
 	CHECK(scanf("%u %u %" SCNu64, &dest, &rkey, &raddr) == 3, "peer's line");
-	connect_qp(qp, dest, &port, &gid);
+	to_rts_with(qp, dest, &port, &gid,
+		    IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC, 4);
 
 	uint8_t *recvbuf = buf + BUF, *local = buf + BUF + RECV;
 	if (server) {

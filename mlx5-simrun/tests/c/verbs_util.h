@@ -41,19 +41,19 @@ static inline struct ibv_context *open_first(struct ibv_port_attr *port, union i
 }
 
 /* RC QP `qp` to RTS towards QP `dest` of the port `port` describes (its LID;
- * on RoCE a GRH to `gid`, source GID 0): REMOTE_WRITE access, 1024-byte MTU,
- * 7 retries and RNR retries. */
-static inline void to_rts(struct ibv_qp *qp, uint32_t dest, const struct ibv_port_attr *port,
-			  const union ibv_gid *gid)
+ * on RoCE a GRH to `gid`, source GID 0): remote `access`, `rd_atomic` READs
+ * and atomics outstanding each way, 1024-byte MTU, 7 retries and RNR retries. */
+static inline void to_rts_with(struct ibv_qp *qp, uint32_t dest, const struct ibv_port_attr *port,
+			       const union ibv_gid *gid, unsigned access, uint8_t rd_atomic)
 {
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = access };
 	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
 	      "INIT");
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = IBV_MTU_1024;
 	a.dest_qp_num = dest;
+	a.max_dest_rd_atomic = rd_atomic;
 	a.min_rnr_timer = 1;
 	a.ah_attr.port_num = 1;
 	a.ah_attr.dlid = port->lid;
@@ -71,10 +71,18 @@ static inline void to_rts(struct ibv_qp *qp, uint32_t dest, const struct ibv_por
 	a.timeout = 14;
 	a.retry_cnt = 7;
 	a.rnr_retry = 7;
+	a.max_rd_atomic = rd_atomic;
 	CHECK(!ibv_modify_qp(qp, &a,
 			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
 				     IBV_QP_MAX_QP_RD_ATOMIC),
 	      "RTS");
+}
+
+/* to_rts_with REMOTE_WRITE access and no READs or atomics outstanding. */
+static inline void to_rts(struct ibv_qp *qp, uint32_t dest, const struct ibv_port_attr *port,
+			  const union ibv_gid *gid)
+{
+	to_rts_with(qp, dest, port, gid, IBV_ACCESS_REMOTE_WRITE, 0);
 }
 
 #endif
