@@ -73,10 +73,10 @@ impl<B: Backend> TestQp<B> {
             q => sender!(q, q => q.local_info().map_err(e("QP info"))),
         }
     }
-    fn sq_free(&self) -> u32 {
+    pub(crate) fn sq_free(&self) -> u32 {
         sender!(self, q => q.sq_free())
     }
-    fn sq_wqebbs(&self) -> u32 {
+    pub(crate) fn sq_wqebbs(&self) -> u32 {
         sender!(self, q => q.sq_wqebbs())
     }
     fn ring(&self) {
@@ -501,6 +501,18 @@ impl<B: Backend> End<B> {
     /// Ring QP `qp`'s doorbell for WQEs posted in a batch.
     pub fn ring(&self, qp: usize) {
         self.qps[qp].ring();
+    }
+
+    /// Wait until every WQE posted on every QP has completed (its last one
+    /// signaled): a process that exits or destroys its QPs with WQEs still in
+    /// flight loses them, where perftest, its peer, waits for each one.
+    pub fn settle(&mut self) -> RunResult<()> {
+        let t0 = Instant::now();
+        while self.qps.iter().any(|q| q.sq_free() < q.sq_wqebbs()) {
+            self.poll(|_, _| {})?;
+            deadline_check(self, t0, "waiting for this side's last completions")?;
+        }
+        Ok(())
     }
 
     /// Whether QP 0's send queue has room for another latency iteration.

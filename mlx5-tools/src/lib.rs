@@ -388,6 +388,7 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
                     }
                 }
                 stamps.push(t0.elapsed().as_nanos() as u64);
+                me.settle()?;
                 out.row(c, size, c.iters, &stamps, None)?;
             }
             (Test::Lat, false) => {
@@ -395,6 +396,7 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
                     for i in 0..c.iters {
                         engine::step(c, size, i, engine::Role::Server, &mut me, peer_mem)?;
                     }
+                    me.settle()?;
                 }
             }
             (Test::Bw, client) if c.opts.bidirectional => {
@@ -511,6 +513,29 @@ mod tests {
             let server = server.join().unwrap();
             assert_eq!((client, server), (Ok(()), Ok(())), "{verb:?} {test:?} {conn} -b {both}");
         }
+    }
+
+    /// `settle` returns once this side's last WRITE has completed: the mark is in
+    /// the peer's memory and the send queue is empty (a latency side that exits
+    /// right after its last post loses that WRITE; perftest, as the peer, then
+    /// waits for it forever).
+    #[test]
+    fn settle_waits_for_the_last_write() {
+        let fabric = sim_fabric_in(mlx5_sim::ExecMode::Threaded);
+        let devs = mlx5_api::sim::devices(&fabric);
+        let c = Config::new(Verb::Write, Test::Lat, Opts::try_parse_from(["t"]).unwrap()).unwrap();
+        let mut a = End::new(&devs[0], &c).unwrap();
+        let mut b = End::new(&devs[1], &c).unwrap();
+        a.connect(&c, &b.infos().unwrap()).unwrap();
+        b.connect(&c, &a.infos().unwrap()).unwrap();
+        let rb = b.remote();
+        for i in 0..3 {
+            engine::step(&c, 2, i, engine::Role::Client, &mut a, rb).unwrap();
+        }
+        a.settle().unwrap();
+        let q = &a.qps[0];
+        assert_eq!(q.sq_free(), q.sq_wqebbs(), "a WQE is still outstanding");
+        assert_eq!(b.landed(&c, 2), engine::mark_of(2));
     }
 
     /// A server whose port goes down stops with that reason, not after the
