@@ -137,31 +137,42 @@ for prog in write_bw write_lat read_bw read_lat send_bw send_lat atomic_bw atomi
   fi
 done
 
-# This crate's write latency tool against perftest's, over perftest's exchange
-# (--perftest_exchange), each side as server: both must finish and report alike.
-mixed() { # NAME SERVER-COMMAND CLIENT-COMMAND (words; no spaces inside one)
-  local name=$1 scmd=$2 ccmd=$3
+# This crate's tools against perftest's, over perftest's exchange (--perftest_exchange),
+# each side as server: both must exit 0, and what the client's rows report (size x
+# iterations, totals over its QPs) must equal the bytes the client's simulator put on the
+# wire (write latency: each side's).
+mixed() { # NAME CHECK(bw-c|lat) SERVER-COMMAND CLIENT-COMMAND (words; no spaces inside one)
+  local name=$1 check=$2 scmd=$3 ccmd=$4
   if [ -n "$filter" ] && [[ "$name" != *"$filter"* ]]; then return; fi
-  if ! command -v ib_write_lat >/dev/null 2>&1 || [ ! -x "$tools/mlx5_write_lat" ]; then
-    printf '%-44s %-5s %-8s %s\n' "$name" ib skipped "(ib_write_lat or mlx5_write_lat missing)"
+  local ours theirs
+  for w in $scmd $ccmd; do
+    case $w in */mlx5_*) ours=$w ;; ib_*) theirs=$w ;; esac
+  done
+  if ! command -v "$theirs" >/dev/null 2>&1 || [ ! -x "$ours" ]; then
+    printf '%-44s %-5s %-8s %s\n' "$name" ib skipped "($theirs or $ours missing)"
     skipped=$((skipped + 1))
     return
   fi
   port=$((port + 1))
   local d="$out/mixed-$port" result=ok
   mkdir -p "$d"
-  ( timeout 300 "$run" --shared -- $scmd -p $port > "$d/s.log" 2>&1; echo $? > "$d/s.rc" ) &
+  ( MLX5_SIMKERN_STATS="$d/s.stats" timeout 300 "$run" --shared -- $scmd -p $port > "$d/s.log" 2>&1
+    echo $? > "$d/s.rc" ) &
   local srv=$!
   sleep 0.5
-  timeout 300 "$run" --shared -- $ccmd -p $port 127.0.0.1 > "$d/c.log" 2>&1
+  MLX5_SIMKERN_STATS="$d/c.stats" timeout 300 "$run" --shared -- $ccmd -p $port 127.0.0.1 > "$d/c.log" 2>&1
   echo $? > "$d/c.rc"
   wait $srv
-  local rows
+  local rows want c s
   rows=$(grep -E '^ *[0-9]+ +[0-9]+ ' "$d/c.log")
+  want=$(awk '{s += $1 * $2} END {print s + 0}' <<<"$rows")
+  c=$(stat "$d/c.stats" wire_payload_bytes); s=$(stat "$d/s.stats" wire_payload_bytes)
   if [ "$(cat "$d/s.rc")$(cat "$d/c.rc")" != 00 ]; then
     result="FAIL(exit $(cat "$d/s.rc")/$(cat "$d/c.rc"))"
   elif [ -z "$rows" ]; then
     result="FAIL(no result rows)"
+  elif [ "$c" != "$want" ] || { [ "$check" = lat ] && [ "$s" != "$want" ]; }; then
+    result="FAIL(bytes: rows $want, simulator $c/$s)"
   fi
   printf '%-44s %-5s %-8s %s\n' "$name" ib "$result" "$(tail -n 1 <<<"$rows" | awk '{$1=$1; print}')"
   if [ "$result" = ok ]; then
@@ -171,10 +182,16 @@ mixed() { # NAME SERVER-COMMAND CLIENT-COMMAND (words; no spaces inside one)
     echo "---- server:"; tail -n 15 "$d/s.log"; echo "---- client:"; tail -n 15 "$d/c.log"
   fi
 }
-ours="$tools/mlx5_write_lat --backend hw -d mlx5_0 --perftest_exchange"
-mixed "ib_write_lat -> mlx5_write_lat (server)" "$ours" "ib_write_lat -d mlx5_0"
-mixed "mlx5_write_lat -> ib_write_lat (server)" "ib_write_lat -d mlx5_0" "$ours"
-mixed "ib_write_lat -a -> mlx5_write_lat (server)" "$ours -a -n 20" "ib_write_lat -d mlx5_0 -a -n 20"
+x="--backend hw -d mlx5_0 --perftest_exchange"
+for prog in write_lat write_bw send_lat send_bw; do
+  case $prog in *_lat) check=lat ;; *) check=bw-c ;; esac
+  ours="$tools/mlx5_$prog $x"
+  mixed "ib_$prog -> mlx5_$prog (server)" $check "$ours" "ib_$prog -d mlx5_0"
+  mixed "mlx5_$prog -> ib_$prog (server)" $check "ib_$prog -d mlx5_0" "$ours"
+  mixed "ib_$prog -a -> mlx5_$prog (server)" $check "$ours -a -n 20" "ib_$prog -d mlx5_0 -a -n 20"
+done
+mixed "mlx5_write_bw -q 4 -s 64 -> ib_write_bw (server)" bw-c "ib_write_bw -d mlx5_0 -q 4 -s 64" "$tools/mlx5_write_bw $x -q 4 -s 64"
+mixed "ib_send_bw -q 4 -> mlx5_send_bw (server)" bw-c "$tools/mlx5_send_bw $x -q 4" "ib_send_bw -d mlx5_0 -q 4"
 
 # UD.
 pair "ib_send_bw -c UD" ib bw-c -- ib_send_bw -d mlx5_0 -c UD

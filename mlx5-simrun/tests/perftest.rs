@@ -71,7 +71,7 @@ fn our_client_and_ib_write_lat_as_server_exchange_keys() {
             Err(e) => panic!("ib_write_lat never listened: {e}"),
         }
     };
-    x.set_timeout(Duration::from_secs(20)).unwrap();
+    x.set_timeout(Some(Duration::from_secs(20))).unwrap();
     let (v, mtu, d) = exchange(&mut x);
     stop(server);
     assert_eq!(v, VERSION, "perftest's version");
@@ -90,7 +90,7 @@ fn ib_write_lat_as_client_and_our_server_exchange_keys() {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || tx.send(Xchg::accept(&l)));
     let mut x = rx.recv_timeout(Duration::from_secs(20)).expect("ib_write_lat never connected").unwrap();
-    x.set_timeout(Duration::from_secs(20)).unwrap();
+    x.set_timeout(Some(Duration::from_secs(20))).unwrap();
     let (v, mtu, d) = exchange(&mut x);
     stop(client);
     assert_eq!((v.as_str(), mtu), (VERSION, 5));

@@ -28,10 +28,17 @@ pub fn recv_len(c: &Config) -> u64 {
     max + if c.connection == Connection::Ud { UD_GRH } else { 0 }
 }
 
+/// perftest's `cycle_buffer` (the page size): a perftest bandwidth client writes
+/// messages of up to half of it at successive cache lines of the buffer it was
+/// given, wrapping at this many bytes.
+pub const PERFTEST_CYCLE_BUFFER: u64 = 4096;
+
 /// The landing area starts this far into the MR; the source area before it
-/// (UD receives land their 40-byte GRH slot first).
+/// (UD receives land their 40-byte GRH slot first). With `--perftest_exchange`
+/// it holds perftest's whole cycle buffer past the largest message.
 pub fn half(c: &Config) -> u64 {
-    recv_len(c).max(64).next_power_of_two()
+    let least = if c.opts.perftest_exchange { 2 * PERFTEST_CYCLE_BUFFER } else { 64 };
+    recv_len(c).max(least).next_power_of_two()
 }
 
 /// One of the test's QPs, by transport.

@@ -210,9 +210,15 @@ impl Out {
             avg_bps: a.avg_bps + b.avg_bps,
             msg_rate: a.msg_rate + b.msg_rate,
         };
+        self.bw_line(c, size, iters, &s);
+    }
+
+    /// A bandwidth row of figures measured elsewhere (the peer's report, or a
+    /// receiver's).
+    fn bw_line(&mut self, c: &Config, size: u64, iters: u64, s: &stats::BwStats) {
         let g = c.opts.report_gbits;
-        println!("{}", report::bw_row(size, iters, &s, g));
-        self.json = Some(report::bw_json(size, iters, &s, g));
+        println!("{}", report::bw_row(size, iters, s, g));
+        self.json = Some(report::bw_json(size, iters, s, g));
     }
 
     fn finish(self, c: &Config, device: &str, link: &str, mtu: u32) -> RunResult<()> {
@@ -278,7 +284,7 @@ fn run_sim(c: &Config) -> RunResult<()> {
                     stats::bandwidth(size, p, d, c.cq_mod as usize, !c.no_peak).ok_or("no completions")
                 };
                 let (sa, sb) = (stat(&pa, &da)?, stat(&pb, &db)?);
-                out.bw_sum(c, size, pa.len() as u64 / u64::from(c.qps), &sa, &sb);
+                out.bw_sum(c, size, pa.len() as u64, &sa, &sb);
                 while a.poll(|_, _| {})? > 0 || b.poll(|_, _| {})? > 0 {}
                 if !c.opts.run_infinitely {
                     break;
@@ -299,7 +305,7 @@ fn run_sim(c: &Config) -> RunResult<()> {
                     }
                     Ok(())
                 })?;
-                let iters = p.len() as u64 / u64::from(c.qps);
+                let iters = p.len() as u64;
                 out.row(c, size, iters, &p, Some(&d))?;
                 // Drain what the server still holds for the next size.
                 while b.poll(|_, _| {})? > 0 {}
@@ -325,7 +331,7 @@ fn run_hw(c: &Config) -> RunResult<()> {
         None => devs.into_iter().next().ok_or("no mlx5 device")?,
     };
     if c.opts.perftest_exchange {
-        return perftest_peer::write_lat(c, &dev);
+        return perftest_peer::run(c, &dev);
     }
     run_one_side(c, &dev)
 }
@@ -413,14 +419,14 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
                         return Err(format!("the server's figures: {line:?}"));
                     };
                     let theirs = stats::BwStats { peak_bps, avg_bps, msg_rate };
-                    out.bw_sum(c, size, p.len() as u64 / u64::from(c.qps), &mine, &theirs);
+                    out.bw_sum(c, size, p.len() as u64, &mine, &theirs);
                 } else {
                     ch.send(&format!("{} {} {}\n", mine.peak_bps, mine.avg_bps, mine.msg_rate))?;
                 }
             }
             (Test::Bw, true) => loop {
                 let (p, d) = engine::bw_stream(c, size, &mut me, peer_mem, || Ok(()))?;
-                out.row(c, size, p.len() as u64 / u64::from(c.qps), &p, Some(&d))?;
+                out.row(c, size, p.len() as u64, &p, Some(&d))?;
                 // --run_infinitely: a row per -D window, until killed (the
                 // server waits for a "done" that never comes).
                 if !c.opts.run_infinitely {

@@ -106,7 +106,7 @@ pub struct Opts {
     /// Size of message to exchange (default 2 for latency, 65536 for bandwidth) (SYMMETRIC)
     #[arg(short = 's', long = "size")]
     pub size: Option<u64>,
-    /// Number of exchanges (at least 5, default 1000 for latency, 5000 for bandwidth) (SYMMETRIC)
+    /// Number of exchanges (at least 5, default 5000 for write bandwidth, 1000 otherwise) (SYMMETRIC)
     #[arg(short = 'n', long = "iters")]
     pub iters: Option<u64>,
     /// Run test for a customized period of seconds. (SYMMETRIC)
@@ -221,7 +221,7 @@ pub struct Opts {
     #[arg(short = 'R', long = "rdma_cm")]
     pub rdma_cm: bool,
     /// Meet the peer over perftest's own out-of-band exchange, so that the peer may be
-    /// perftest (ib_write_lat); write latency on RC for now
+    /// perftest (ib_write_lat, ib_write_bw, ib_send_lat, ib_send_bw); RC
     #[arg(long = "perftest_exchange")]
     pub perftest_exchange: bool,
 }
@@ -362,7 +362,8 @@ impl Config {
         if tx_depth == 0 || tx_depth > 8192 {
             return Err(format!("--tx-depth {tx_depth} out of range 1..=8192"));
         }
-        let iters = opts.iters.unwrap_or(if lat { 1000 } else { 5000 });
+        // DEF_ITERS_WB for write bandwidth, DEF_ITERS for the rest (perftest_parameters.c).
+        let iters = opts.iters.unwrap_or(if verb == Verb::Write && !lat { 5000 } else { 1000 });
         if iters < 5 && opts.duration.is_none() {
             return Err(format!("-n {iters}: at least 5 iterations"));
         }
@@ -655,6 +656,10 @@ mod tests {
         assert_eq!((c.sizes.clone(), c.iters, c.tx_depth, c.inline_size), (vec![2], 1000, 1, 220));
         let c = Config::new(Verb::Write, Test::Bw, parse(&[]).unwrap()).unwrap();
         assert_eq!((c.sizes.clone(), c.iters, c.tx_depth, c.cq_mod), (vec![65536], 5000, 128, 100));
+        // DEF_ITERS_WB (5000) is write bandwidth's only: the others run DEF_ITERS (1000).
+        for verb in [Verb::Send, Verb::Read, Verb::Atomic] {
+            assert_eq!(Config::new(verb, Test::Bw, parse(&[]).unwrap()).unwrap().iters, 1000, "{verb:?}");
+        }
         let c = Config::new(Verb::Read, Test::Bw, parse(&["-a"]).unwrap()).unwrap();
         assert_eq!((c.sizes[0], *c.sizes.last().unwrap(), c.sizes.len()), (2, 1 << 23, 23));
         // Inline defaults: DEF_INLINE_WRITE 220, DEF_INLINE_SEND_RC_UC_XRC 236,

@@ -4,7 +4,8 @@
 //! of a fixed size: the client writes its part then reads the server's; the server reads
 //! then writes. In `ib_write_lat` the order is: versions ([`Xchg::versions`]), system
 //! data ([`Xchg::sys_data`]), MTU ([`Xchg::mtu`]), a key message per QP ([`Xchg::keys`]),
-//! more key messages as barriers, and at the end [`Xchg::close`].
+//! more key messages as barriers, the bandwidth tests' report ([`Xchg::bw_report`]) and at
+//! the end [`Xchg::close`] (the order of each program: `crate::perftest_peer`).
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -94,6 +95,33 @@ impl Dest {
     }
 }
 
+/// perftest's `struct bw_report_data` as `xchg_bw_reports` carries it: the last size's
+/// bandwidth report, in the sender's unit (MB/s of 2^20 bytes, or Gb/s with
+/// `--report_gbits`) and Mpps.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BwReport {
+    /// Message size in bytes.
+    pub size: u64,
+    /// Iterations per QP.
+    pub iters: u64,
+    /// Peak bandwidth (0 where not measured).
+    pub bw_peak: f64,
+    /// Average bandwidth.
+    pub bw_avg: f64,
+    /// Average message rate, millions per second.
+    pub msg_rate: f64,
+}
+
+/// The first perftest version that sends the iteration count in 8 bytes.
+const ITERS_U64_SINCE: f64 = 5.33;
+
+/// A version string as perftest's `atof` reads it ("6.06" is 6.06; text that is no
+/// number is 0).
+pub fn version_number(v: &str) -> f64 {
+    let end = v.find(|ch: char| !(ch.is_ascii_digit() || ch == '.')).unwrap_or(v.len());
+    v[..end].parse().unwrap_or(0.0)
+}
+
 /// One end of the exchange.
 #[derive(Debug)]
 pub struct Xchg {
@@ -112,10 +140,11 @@ impl Xchg {
         Ok(Xchg { s: listener.accept()?.0, client: false })
     }
 
-    /// Gives up on a peer that neither sends nor takes bytes for `t`.
-    pub fn set_timeout(&self, t: std::time::Duration) -> io::Result<()> {
-        self.s.set_read_timeout(Some(t))?;
-        self.s.set_write_timeout(Some(t))
+    /// Gives up on a peer that neither sends nor takes bytes for `t` (`None`: waits as
+    /// long as the peer keeps the connection, as while it runs a long test).
+    pub fn set_timeout(&self, t: Option<std::time::Duration>) -> io::Result<()> {
+        self.s.set_read_timeout(t)?;
+        self.s.set_write_timeout(t)
     }
 
     /// One exchange of `mine.len()` bytes each way: the client writes first, the server
@@ -172,8 +201,29 @@ impl Xchg {
         Dest::parse(&theirs).map_err(io::Error::other)
     }
 
+    /// `xchg_bw_reports` (without `--report-per-port`): five exchanges, each field in
+    /// network byte order: the size (8 bytes, an LP64 `unsigned long`), the iterations (8
+    /// bytes to a peer of version 5.33 or later, else a 4-byte `int`), then the peak and
+    /// average bandwidth and the message rate as `double`s byte-swapped. Returns the
+    /// peer's report.
+    pub fn bw_report(&mut self, mine: &BwReport, peer_version: &str) -> io::Result<BwReport> {
+        let size = self.xchg(&mine.size.to_be_bytes())?;
+        let u64_of = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap_or([0; 8]));
+        let iters = if version_number(peer_version) >= ITERS_U64_SINCE {
+            u64_of(&self.xchg(&mine.iters.to_be_bytes())?)
+        } else {
+            let b = self.xchg(&(mine.iters as u32).to_be_bytes())?;
+            u64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let mut f = [0f64; 3];
+        for (out, x) in f.iter_mut().zip([mine.bw_peak, mine.bw_avg, mine.msg_rate]) {
+            *out = f64::from_bits(u64_of(&self.xchg(&x.to_bits().to_be_bytes())?));
+        }
+        Ok(BwReport { size: u64_of(&size), iters, bw_peak: f[0], bw_avg: f[1], msg_rate: f[2] })
+    }
+
     /// `ctx_close_connection`: a last handshake, then "done" with its NUL.
-    pub fn close(mut self, mine: &Dest) -> io::Result<()> {
+    pub fn close(&mut self, mine: &Dest) -> io::Result<()> {
         self.keys(mine)?;
         self.s.write_all(b"done\0")
     }
@@ -231,6 +281,66 @@ mod tests {
         assert_eq!(Dest::parse(&m).unwrap(), d);
         assert!(Dest::parse(b"1:2:3").is_err());
         assert!(Dest::parse(b"zz:0001:001000:8bec10:00010000:000055e3d0a6b000:00000000").is_err());
+    }
+
+    /// The report's bytes as `xchg_bw_reports` puts them on the socket (x86-64, a peer
+    /// of 5.33 or later): size and iterations as big-endian 64-bit integers, then three
+    /// byte-swapped doubles; to an older peer the iterations take 4 bytes.
+    #[test]
+    fn the_bw_report_is_perftests_five_fields() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let mine = BwReport { size: 65536, iters: 5000, bw_peak: 150.5, bw_avg: 149.25, msg_rate: 0.0024 };
+        for (version, iters_len) in [("6.06", 8), ("5.32", 4)] {
+            let raw = std::thread::spawn({
+                let l = l.try_clone().unwrap();
+                move || {
+                    // A server's side of each exchange: read the client's field, answer
+                    // with its own (size 1, iterations 2, then 3.0, 4.0, 5.0).
+                    let mut s = l.accept().unwrap().0;
+                    let iters: Vec<u8> =
+                        if iters_len == 8 { 2u64.to_be_bytes().into() } else { 2u32.to_be_bytes().into() };
+                    let answers: [Vec<u8>; 5] = [
+                        1u64.to_be_bytes().into(),
+                        iters,
+                        3.0f64.to_bits().to_be_bytes().into(),
+                        4.0f64.to_bits().to_be_bytes().into(),
+                        5.0f64.to_bits().to_be_bytes().into(),
+                    ];
+                    let mut got = Vec::new();
+                    for a in answers {
+                        let mut field = vec![0u8; a.len()];
+                        s.read_exact(&mut field).unwrap();
+                        got.extend(field);
+                        s.write_all(&a).unwrap();
+                    }
+                    got
+                }
+            });
+            let mut x = Xchg::connect(&addr.to_string()).unwrap();
+            let theirs = x.bw_report(&mine, version).unwrap();
+            let got = raw.join().unwrap();
+            let mut want = 65536u64.to_be_bytes().to_vec();
+            want.extend(if iters_len == 8 {
+                5000u64.to_be_bytes().to_vec()
+            } else {
+                5000u32.to_be_bytes().to_vec()
+            });
+            // 150.5 is 0x4062d00000000000, byte-swapped on the wire (bswap_double).
+            want.extend([0x40, 0x62, 0xd0, 0, 0, 0, 0, 0]);
+            want.extend(149.25f64.to_bits().to_be_bytes());
+            want.extend(0.0024f64.to_bits().to_be_bytes());
+            assert_eq!(got, want, "to a peer of version {version}");
+            assert_eq!(theirs, BwReport { size: 1, iters: 2, bw_peak: 3.0, bw_avg: 4.0, msg_rate: 5.0 });
+        }
+    }
+
+    #[test]
+    fn versions_read_as_atof_reads_them() {
+        assert_eq!(version_number("6.06"), 6.06);
+        assert_eq!(version_number("5.33"), 5.33);
+        assert_eq!(version_number("5.3x"), 5.3);
+        assert_eq!(version_number(""), 0.0);
     }
 
     /// Both ends of ours, over loopback: each learns what the other sent.

@@ -172,7 +172,8 @@ pub fn bw_unit(bps: f64, gbits: bool) -> f64 {
     }
 }
 
-/// `REPORT_FMT`.
+/// `REPORT_FMT`. `iters` is what perftest prints there: the messages of every QP
+/// together (`print_report_bw` multiplies its per-QP count by `num_of_qps`).
 pub fn bw_row(size: u64, iters: u64, s: &BwStats, gbits: bool) -> String {
     format!(
         " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t     {:<7.6}",

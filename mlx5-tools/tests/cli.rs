@@ -61,7 +61,9 @@ fn bandwidth_programs_print_perftests_columns_and_json() {
             ),
             "{out}"
         );
-        let row = out.lines().find(|l| l.contains(" 300 ")).expect("a result row");
+        // 300 per QP on 2 QPs: perftest's row counts the messages of every QP
+        // (print_report_bw: num_of_calculated_iters *= num_of_qps).
+        let row = out.lines().find(|l| l.contains(" 600 ")).expect("a result row");
         let f: Vec<f64> = row.split_whitespace().map(|x| x.parse().unwrap()).collect();
         assert!(f[2] >= f[3] && f[3] > 0.0, "peak ≥ average > 0: {row}");
         let text = std::fs::read_to_string(&json).unwrap();
@@ -69,7 +71,7 @@ fn bandwidth_programs_print_perftests_columns_and_json() {
             "\"test_info\"",
             "\"Number_of_qps\": 2",
             "\"results\"",
-            "\"n_iterations\": 300",
+            "\"n_iterations\": 600",
             "\"BW_peak\"",
             "\"BW_average\"",
             "\"MsgRate\"",
@@ -239,7 +241,8 @@ fn ud_and_dc_run_where_perftest_offers_them() {
     // Several DCIs towards the peer's DCTs on one SRQ, on the threaded NICs.
     let (ok, out, err) =
         run(env!("CARGO_BIN_EXE_mlx5_send_bw"), &["-c", "DC", "-q", "4", "-n", "300", "--threaded"]);
-    assert!(ok && out.contains(" 65536      300 "), "{err}\n{out}");
+    // 300 per DCI, 1200 in the row (perftest counts every QP's).
+    assert!(ok && out.contains(" 65536      1200 "), "{err}\n{out}");
     // UD runs only the SEND tests; one line, status 1.
     let (ok, _, err) = run(env!("CARGO_BIN_EXE_mlx5_read_bw"), &["-c", "UD"]);
     assert!(!ok && err.lines().count() == 1 && err.contains("UD is for the SEND tests"), "{err}");
