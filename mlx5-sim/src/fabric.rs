@@ -1540,6 +1540,29 @@ impl Nic {
         Ok(ep)
     }
 
+    /// After `fork`, in the child: join the UDP wire as a process of its own. The child
+    /// inherited its parent's endpoint (the same socket: what arrives there is the
+    /// parent's to read) and its parent's registry handle (the same owner, and the same
+    /// open file, whose lock the two would share). It opens the registry again, so that
+    /// what it creates is numbered as its own and freed when it ends, and binds an
+    /// endpoint of its own ([`Nic::open_wire`]). Objects inherited from the parent stay
+    /// the parent's. Nothing to do for a device off the wire.
+    pub fn rejoin_wire_after_fork(&self) -> std::io::Result<()> {
+        let (numbers, end) = {
+            let mut st = self.state();
+            let h = &mut st.hosts[self.host];
+            (h.numbers.take(), h.wire.take())
+        };
+        let Some((registry, _)) = numbers else { return Ok(()) };
+        if let Some(end) = end {
+            // The child's copy of the parent's socket closes with the last reference here;
+            // the parent's stays open.
+            self.front.wire_ends.lock().unwrap_or_else(|e| e.into_inner()).retain(|e| !Arc::ptr_eq(e, &end));
+        }
+        let fresh = crate::registry::Registry::open(registry.path()).map_err(std::io::Error::other)?;
+        self.open_wire(Arc::new(fresh)).map(|_| ())
+    }
+
     /// Datagrams this device's end of the UDP wire dropped before they reached a QP, by
     /// reason (foreign sender, runt, ICRC, transport version, P_Key, opcode, length);
     /// `None` when it has none ([`Nic::open_wire`]).

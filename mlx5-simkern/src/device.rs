@@ -103,12 +103,19 @@ extern "C" fn fork_parent() {
     FORK.with(|f| drop(f.borrow_mut().take()));
 }
 
-/// After `fork`, in the child: let go, and start the NIC threads again (`fork` copies
-/// only the calling thread), so that the child's doorbells are executed.
+/// After `fork`, in the child: let go, start the NIC threads again (`fork` copies only
+/// the calling thread), so that the child's doorbells are executed, and join the UDP
+/// wire as a process of its own (`Nic::rejoin_wire_after_fork`).
 extern "C" fn fork_child() {
     FORK.with(|f| drop(f.borrow_mut().take()));
     if let Some(d) = DEVS.get() {
         d.fabric.restart_after_fork();
+        // Under --shared the child is a process of its own on the UDP wire.
+        for n in &d.nics {
+            if let Err(e) = n.rejoin_wire_after_fork() {
+                eprintln!("mlx5_simkern: {}: the forked child is off the UDP wire: {e}", n.info().name);
+            }
+        }
     }
 }
 

@@ -262,6 +262,27 @@ fn a_killed_peer_gives_retry_exceeded_and_no_stale_entry() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `fork` on the wire: the child of a parent that already used the device is a process
+/// of its own on the wire (`tests/c/fork_wire.c`): after the fork each creates an RC
+/// QP, and the child's WRITE and READ cross the wire to the parent's endpoint, their
+/// answers back to the child's. Then no entry of either is left holding a number.
+#[test]
+#[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
+fn a_forked_child_is_a_process_of_its_own_on_the_wire() {
+    let prog = compile("fork_wire");
+    let dir = scratch("wire-fork");
+    let o = simrun()
+        .args(["--shared", "--"])
+        .arg(&prog)
+        .env("MLX5_SIM_REGISTRY_DIR", &dir)
+        .output()
+        .expect("run mlx5_simrun");
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success() && out.contains("all right"), "{}\n{out}{err}", o.status);
+    assert!(!err.contains("off the UDP wire"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The same stream when each endpoint loses 2% of what it sends: lost requests come
 /// back through sequence NAKs and timeouts, lost answers through duplicates the
 /// responder answers without executing again. The stream still checks every byte and
