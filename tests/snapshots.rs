@@ -41,6 +41,10 @@ enum Op {
     RdmaRead,
     AtomicCs,
     AtomicFa,
+    MaskedCs32,
+    MaskedCs64,
+    MaskedFa32,
+    MaskedFa64,
     Nop,
 }
 
@@ -101,6 +105,36 @@ fn post(qp: &RcQp<RingOnly, u32>, op: Op, shape: Shape) {
             let b = b.ctrl_atomic_fa(f, 0x10).unwrap().rdma(REMOTE, RKEY).unwrap();
             return b.result(Sge::new(LOCAL, 8, LKEY)).unwrap().finish().unwrap();
         }
+        Op::MaskedCs32 | Op::MaskedCs64 | Op::MaskedFa32 | Op::MaskedFa64 => {
+            use mlx5::wqe::{MaskedCs, MaskedFa};
+            let b = match op {
+                Op::MaskedCs32 => b.ctrl_masked_cs(
+                    f,
+                    MaskedCs {
+                        swap: 0x1111_2222u32,
+                        compare: 0x3333_4444,
+                        swap_mask: 0xffff_0000,
+                        compare_mask: 0xff,
+                    },
+                ),
+                Op::MaskedCs64 => b.ctrl_masked_cs(
+                    f,
+                    MaskedCs {
+                        swap: 0xcafe_f00du64,
+                        compare: 0x1,
+                        swap_mask: u64::MAX,
+                        compare_mask: 0xffff,
+                    },
+                ),
+                Op::MaskedFa32 => {
+                    b.ctrl_masked_fa(f, MaskedFa { add: 0x0101_0101u32, field_boundary: 0x8080_8080 })
+                }
+                _ => b.ctrl_masked_fa(f, MaskedFa { add: 0x10u64, field_boundary: 0x8000_0000 }),
+            };
+            let b = b.unwrap().rdma(REMOTE, RKEY).unwrap();
+            let width = if matches!(op, Op::MaskedCs32 | Op::MaskedFa32) { 4 } else { 8 };
+            return b.result(Sge::new(LOCAL, width, LKEY)).unwrap().finish().unwrap();
+        }
         Op::Nop => return b.ctrl_nop(f).unwrap().finish().unwrap(),
     };
     let mut d = data.unwrap();
@@ -139,6 +173,10 @@ fn name(op: Op, shape: Shape) -> String {
         Op::RdmaRead => "rdma_read",
         Op::AtomicCs => "atomic_cs",
         Op::AtomicFa => "atomic_fa",
+        Op::MaskedCs32 => "masked_cs_4b",
+        Op::MaskedCs64 => "masked_cs_8b",
+        Op::MaskedFa32 => "masked_fa_4b",
+        Op::MaskedFa64 => "masked_fa_8b",
         Op::Nop => "nop",
     };
     let shape = match shape {
@@ -165,6 +203,12 @@ fn wqe_layouts() {
         (RdmaRead, vec![Sge1, Sge3, Wrap]),
         (AtomicCs, vec![Sge1]),
         (AtomicFa, vec![Sge1]),
+        // Masked atomics (spec §3.5): the 8-byte compare-and-swap's two operand DS,
+        // and, from the ring's last WQEBB, its result segment at the ring's start.
+        (MaskedCs32, vec![Sge1]),
+        (MaskedCs64, vec![Sge1, Wrap]),
+        (MaskedFa32, vec![Sge1]),
+        (MaskedFa64, vec![Sge1]),
         (Nop, vec![Sge1]),
     ];
     for (op, shapes) in cases {

@@ -44,6 +44,10 @@ pub enum WcOpcode {
     AtomicCs,
     /// An atomic fetch-and-add.
     AtomicFa,
+    /// A masked compare-and-swap (4 or 8 bytes).
+    MaskedAtomicCs,
+    /// A masked fetch-and-add (4 or 8 bytes).
+    MaskedAtomicFa,
     /// A NOP.
     Nop,
     /// A send opcode this library does not name.
@@ -72,6 +76,8 @@ impl WcOpcode {
             opcode::RDMA_READ => Self::RdmaRead,
             opcode::ATOMIC_CS => Self::AtomicCs,
             opcode::ATOMIC_FA => Self::AtomicFa,
+            opcode::ATOMIC_MASKED_CS => Self::MaskedAtomicCs,
+            opcode::ATOMIC_MASKED_FA => Self::MaskedAtomicFa,
             opcode::NOP => Self::Nop,
             other => Self::OtherSend(other),
         }

@@ -13,6 +13,7 @@
 //!            ─ctrl_rdma_write/_imm─▶ NeedsRaddr<Data> ─rdma─▶ Data ─inline─▶ Complete ─finish
 //!            ─ctrl_rdma_read──────▶ NeedsRaddr<Scatter> ─rdma─▶ Scatter ─sge*─▶ finish
 //!            ─ctrl_atomic_cs/_fa──▶ NeedsRaddr<AtomicArgs> ─rdma─▶ NeedsResult ─result─▶ Complete
+//!            ─ctrl_masked_cs/_fa──▶ NeedsRaddr<MaskedArgs> ─rdma─▶ NeedsMaskedResult ─result─▶ Complete
 //!            ─ctrl_nop────────────────────────────────────▶ Complete
 //! DCI DcInit ─ctrl_*─▶ NeedsAv<X> ─av_ib/av_roce/av─▶ X   (X as for RC: ctrl, AV, then the RC segments)
 //! UD  UdInit ─ctrl_send/_imm─▶ NeedsDatagram<Data> ─datagram/datagram_ib─▶ Data
@@ -24,7 +25,8 @@ use crate::av::AddressVector;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::ring::seg::{
-    self, set_atomic_seg, set_ctrl_seg_qpn_word, set_data_ptr_seg, set_datagram_seg, set_raddr_seg,
+    self, masked_atomic_opmod, set_atomic_seg, set_ctrl_seg_qpn_word, set_data_ptr_seg, set_datagram_seg,
+    set_masked_cs32_seg, set_masked_cs64_segs, set_masked_fa32_seg, set_masked_fa64_seg, set_raddr_seg,
 };
 use crate::ring::seg::{DS_BYTES, WQEBB_BYTES};
 use crate::ring::sq::{copy_in, ds_ptr, over_budget};
@@ -69,6 +71,17 @@ pub mod state {
     /// An atomic needs its 8-byte local result buffer.
     #[derive(Debug)]
     pub struct NeedsResult;
+    /// Operands of a masked atomic, written with the raddr segment: one or
+    /// two DS, and the argument width in bytes.
+    #[derive(Debug)]
+    pub struct MaskedArgs {
+        pub(crate) segs: [[u8; 16]; 2],
+        pub(crate) n: u32,
+        pub(crate) width: u32,
+    }
+    /// A masked atomic needs its local result buffer of the argument width.
+    #[derive(Debug)]
+    pub struct NeedsMaskedResult(pub(crate) u32);
     /// The WQE is complete; only `finish` remains.
     #[derive(Debug)]
     pub struct Complete;
@@ -117,6 +130,8 @@ pub struct WqeBuilder<'q, B: Backend, T, S> {
     /// Message bytes so far (gather SGEs or inline).
     msg_len: u32,
     opcode: u8,
+    /// The ctrl segment's `opmod` (masked atomics: their size; else 0).
+    opmod: u8,
     fm_ce_se: u8,
     /// Immediate / invalidate rkey, already in wire (big-endian) byte order.
     imm: [u8; 4],
@@ -157,6 +172,7 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
             nsge: 0,
             msg_len: 0,
             opcode: 0,
+            opmod: 0,
             fm_ce_se: 0,
             imm: [0; 4],
             state,
@@ -195,6 +211,7 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
             nsge,
             msg_len,
             opcode,
+            opmod,
             fm_ce_se,
             imm,
             state: old,
@@ -215,12 +232,23 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
             nsge,
             msg_len,
             opcode,
+            opmod,
             fm_ce_se,
             imm,
             state,
             _not_send,
         };
         (old, b)
+    }
+
+    /// The ctrl fields of a masked atomic: its opcode and the opmod of its
+    /// width (carried by `N`, the state after the AV or the raddr).
+    #[inline(always)]
+    fn masked<N: HasWidth>(self, opcode: u8, flags: WqeFlags, state: N) -> Result<WqeBuilder<'q, B, T, N>> {
+        let opmod = masked_atomic_opmod(state.width());
+        let mut b = self.ctrl(opcode, flags, [0; 4], state)?;
+        b.opmod = opmod;
+        Ok(b)
     }
 
     #[inline(always)]
@@ -354,7 +382,7 @@ impl<'q, B: Backend, T, S> WqeBuilder<'q, B, T, S> {
             &mut ctrl,
             self.start,
             self.opcode,
-            0,
+            self.opmod,
             sq.ctrl_qpn,
             self.fm_ce_se,
             self.ds,
@@ -459,6 +487,34 @@ macro_rules! ctrl_methods {
             ) -> Result<WqeBuilder<'q, B, T, $wrap<NeedsRaddr<AtomicArgs>>>> {
                 let args = AtomicArgs { swap: 0, compare_add: add };
                 self.ctrl(opcode::ATOMIC_FA, flags, [0; 4], $wrap(NeedsRaddr(args)))
+            }
+            /// Masked compare-and-swap on 4 or 8 bytes (spec §3.5,
+            /// `MLX5_OPCODE_ATOMIC_MASKED_CS`): where `(*r ^ compare) &
+            /// compare_mask == 0`, `*r = (*r & !swap_mask) | (swap &
+            /// swap_mask)`; the old value lands in the result buffer (of the
+            /// argument's width). With `compare_mask` 0 it always swaps: UCX
+            /// builds atomic AND, OR and SWAP so.
+            #[inline(always)]
+            pub fn ctrl_masked_cs<W: MaskedWord>(
+                self,
+                flags: WqeFlags,
+                args: MaskedCs<W>,
+            ) -> Result<WqeBuilder<'q, B, T, $wrap<NeedsRaddr<MaskedArgs>>>> {
+                let next = W::cs(&args);
+                self.masked(opcode::ATOMIC_MASKED_CS, flags, $wrap(NeedsRaddr(next)))
+            }
+            /// Masked fetch-and-add on 4 or 8 bytes (spec §3.5,
+            /// `MLX5_OPCODE_ATOMIC_MASKED_FA`): `*r += add`, split into
+            /// fields: a set bit of `field_boundary` marks a field's top bit,
+            /// whose carry is dropped. With every bit a boundary, it is XOR.
+            #[inline(always)]
+            pub fn ctrl_masked_fa<W: MaskedWord>(
+                self,
+                flags: WqeFlags,
+                args: MaskedFa<W>,
+            ) -> Result<WqeBuilder<'q, B, T, $wrap<NeedsRaddr<MaskedArgs>>>> {
+                let next = W::fa(&args);
+                self.masked(opcode::ATOMIC_MASKED_FA, flags, $wrap(NeedsRaddr(next)))
             }
             /// NOP (ctrl segment only).
             #[inline(always)]
@@ -634,6 +690,128 @@ impl AfterRaddr for AtomicArgs {
         let op = b.opcode;
         set_atomic_seg(b.next_ds(), op, self.swap, self.compare_add);
         Ok(NeedsResult)
+    }
+}
+
+impl AfterRaddr for MaskedArgs {
+    type Next = NeedsMaskedResult;
+    /// Masked atomic operands (spec §3.5): one DS, or two for an 8-byte
+    /// compare-and-swap (the second may lie past the ring's end).
+    #[inline(always)]
+    fn after_raddr<B: Backend, T>(self, b: &mut WqeBuilder<'_, B, T, ()>) -> Result<NeedsMaskedResult> {
+        b.reserve(b.ds + self.n)?;
+        for seg in &self.segs[..self.n as usize] {
+            *b.next_ds() = *seg;
+        }
+        Ok(NeedsMaskedResult(self.width))
+    }
+}
+
+/// The argument width a state after the ctrl segment carries (masked atomics).
+#[doc(hidden)]
+pub trait HasWidth {
+    fn width(&self) -> u32;
+}
+impl HasWidth for NeedsRaddr<MaskedArgs> {
+    #[inline(always)]
+    fn width(&self) -> u32 {
+        self.0.width
+    }
+}
+impl HasWidth for NeedsAv<NeedsRaddr<MaskedArgs>> {
+    #[inline(always)]
+    fn width(&self) -> u32 {
+        self.0 .0.width
+    }
+}
+
+/// Operands of a masked compare-and-swap ([`WqeBuilder::ctrl_masked_cs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MaskedCs<W> {
+    /// The value swapped in, where `swap_mask` has ones.
+    pub swap: W,
+    /// The value compared with, where `compare_mask` has ones.
+    pub compare: W,
+    /// Which bits the swap writes.
+    pub swap_mask: W,
+    /// Which bits the comparison looks at (0: always swap).
+    pub compare_mask: W,
+}
+
+/// Operands of a masked fetch-and-add ([`WqeBuilder::ctrl_masked_fa`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MaskedFa<W> {
+    /// The addend.
+    pub add: W,
+    /// A set bit ends a field there: its carry goes no further (0: one field).
+    pub field_boundary: W,
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for u32 {}
+    impl Sealed for u64 {}
+}
+
+/// The argument widths of masked atomics: `u32` and `u64` (4 and 8 bytes).
+pub trait MaskedWord: Copy + sealed::Sealed {
+    /// Bytes of an argument.
+    const BYTES: u32;
+    #[doc(hidden)]
+    fn cs(args: &MaskedCs<Self>) -> MaskedArgs;
+    #[doc(hidden)]
+    fn fa(args: &MaskedFa<Self>) -> MaskedArgs;
+}
+
+impl MaskedWord for u32 {
+    const BYTES: u32 = 4;
+    #[inline(always)]
+    fn cs(a: &MaskedCs<u32>) -> MaskedArgs {
+        let mut segs = [[0u8; 16]; 2];
+        set_masked_cs32_seg(&mut segs[0], a.swap, a.compare, a.swap_mask, a.compare_mask);
+        MaskedArgs { segs, n: 1, width: 4 }
+    }
+    #[inline(always)]
+    fn fa(a: &MaskedFa<u32>) -> MaskedArgs {
+        let mut segs = [[0u8; 16]; 2];
+        set_masked_fa32_seg(&mut segs[0], a.add, a.field_boundary);
+        MaskedArgs { segs, n: 1, width: 4 }
+    }
+}
+
+impl MaskedWord for u64 {
+    const BYTES: u32 = 8;
+    #[inline(always)]
+    fn cs(a: &MaskedCs<u64>) -> MaskedArgs {
+        let mut segs = [[0u8; 16]; 2];
+        let [first, second] = &mut segs;
+        set_masked_cs64_segs(first, second, a.swap, a.compare, a.swap_mask, a.compare_mask);
+        MaskedArgs { segs, n: 2, width: 8 }
+    }
+    #[inline(always)]
+    fn fa(a: &MaskedFa<u64>) -> MaskedArgs {
+        let mut segs = [[0u8; 16]; 2];
+        set_masked_fa64_seg(&mut segs[0], a.add, a.field_boundary);
+        MaskedArgs { segs, n: 1, width: 8 }
+    }
+}
+
+impl<'q, B: Backend, T> WqeBuilder<'q, B, T, NeedsMaskedResult> {
+    /// The local buffer that receives the original remote value: as long as
+    /// the arguments (4 or 8 bytes).
+    #[inline(always)]
+    pub fn result(mut self, sge: Sge) -> Result<WqeBuilder<'q, B, T, Complete>> {
+        let width = self.state.0;
+        if sge.len != width {
+            return Err(Error::InvalidArgument(crate::error::InvalidArgument::OutOfRange {
+                arg: crate::error::Arg::AtomicResultLen,
+                value: sge.len.into(),
+                min: width.into(),
+                max: width.into(),
+            }));
+        }
+        self.push_sge(sge.addr, width, sge.lkey)?;
+        Ok(self.to(Complete))
     }
 }
 

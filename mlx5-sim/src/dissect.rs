@@ -170,6 +170,39 @@ fn describe_av(av: &[u8; 48]) -> [String; 3] {
     ]
 }
 
+/// DS `i` of a masked atomic's operands (spec §3.5), by the ctrl segment's opcode and
+/// opmod: 4-byte compare-and-swap fields, an 8-byte one's values or masks, or a
+/// fetch-and-add's addend and field boundary. `None` for any other DS.
+fn masked_part(wqe: &[u8], kinds: &[DsKind], i: usize) -> Option<String> {
+    if kinds.get(i) != Some(&DsKind::Atomic) {
+        return None;
+    }
+    let c = CtrlSeg::new_unchecked(&wqe[..DS_SIZE]);
+    let width = wqe::masked_width(c.opmod())
+        .filter(|_| matches!(c.opcode(), opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA))?;
+    let b = &wqe[i * DS_SIZE..(i + 1) * DS_SIZE];
+    let second = i > 0 && kinds[i - 1] == DsKind::Atomic;
+    let be32 = |k: usize| u32::from_be_bytes([b[4 * k], b[4 * k + 1], b[4 * k + 2], b[4 * k + 3]]);
+    let be64 = |k: usize| u64::from(be32(2 * k)) << 32 | u64::from(be32(2 * k + 1));
+    Some(match (c.opcode(), width, second) {
+        (opcode::ATOMIC_MASKED_CS, 4, _) => format!(
+            "masked cs 4B: swap 0x{:08x}, compare 0x{:08x}, swap_mask 0x{:08x}, compare_mask 0x{:08x}",
+            be32(0),
+            be32(1),
+            be32(2),
+            be32(3)
+        ),
+        (opcode::ATOMIC_MASKED_CS, _, false) => {
+            format!("masked cs 8B: swap 0x{:016x}, compare 0x{:016x}", be64(0), be64(1))
+        }
+        (opcode::ATOMIC_MASKED_CS, _, true) => {
+            format!("masked cs 8B: swap_mask 0x{:016x}, compare_mask 0x{:016x}", be64(0), be64(1))
+        }
+        (_, 4, _) => format!("masked fa 4B: add 0x{:08x}, field_boundary 0x{:08x}", be32(0), be32(1)),
+        _ => format!("masked fa 8B: add 0x{:016x}, field_boundary 0x{:016x}", be64(0), be64(1)),
+    })
+}
+
 /// Decodes the send WQE whose ctrl segment is at WQEBB counter `pi` of `ring`
 /// (`wqe_cnt = ring.len() / 64`, a power of two), following wrap-around (spec §1.3).
 /// Inconsistent WQEs are still dissected; DS the layout cannot explain read "unknown".
@@ -209,7 +242,10 @@ pub fn dissect_send_wqe(ring: &[u8], pi: u16, qp_type: QpType) -> Result<WqeDiss
             i += 3;
             continue;
         }
-        let text = describe(kinds[i], &b, &mut inline_left);
+        let text = match masked_part(&wqe, &kinds, i) {
+            Some(t) => t,
+            None => describe(kinds[i], &b, &mut inline_left),
+        };
         lines.push(DsLine { ring_offset: off(i), ds_index: i, bytes: b, text });
         i += 1;
     }

@@ -11,7 +11,7 @@ use crate::wire::opcode;
 #[inline]
 pub(crate) fn packets(op: u8, byte_cnt: u32, mtu: u32) -> u32 {
     match op {
-        opcode::ATOMIC_CS | opcode::ATOMIC_FA => 1,
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA | opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA => 1,
         _ => byte_cnt.div_ceil(mtu).max(1),
     }
 }

@@ -374,9 +374,15 @@ pub(crate) struct Request<'a, 'w> {
     pub imm: [u8; 4],
     pub raddr: u64,
     pub rkey: u32,
+    /// Compare-and-swap: the compare value; masked fetch-and-add: the field boundary.
     pub compare: u64,
     /// Compare-and-swap: the swap value; fetch-and-add: the addend.
     pub swap_add: u64,
+    /// Masked compare-and-swap: which bits the swap writes and the comparison reads.
+    pub swap_mask: u64,
+    pub compare_mask: u64,
+    /// Masked atomics: the argument width (4 or 8 bytes); 0 for the others.
+    pub width: u8,
     /// SEND / WRITE payload: the requester's memory or the WQE's inline bytes.
     pub srcs: &'a [Src<'w>],
     /// READ / atomic: where the response lands (the requester's scatter list).
@@ -411,6 +417,9 @@ impl<'a, 'w> Request<'a, 'w> {
             rkey: w.rkey,
             compare: w.compare,
             swap_add: w.swap_add,
+            swap_mask: w.swap_mask,
+            compare_mask: w.compare_mask,
+            width: w.width,
             srcs,
             sink,
             src_qpn,
@@ -599,8 +608,86 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
             dma::write(&result, 0, &store_u64(old, endian));
             Outcome::Done { byte_cnt: 8 }
         }
+        opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA => {
+            let width = u64::from(rq.width);
+            if tgt.access & access::REMOTE_ATOMIC == 0 || width == 0 || !rq.raddr.is_multiple_of(width) {
+                return nak(syndrome::REMOTE_INVAL_REQ_ERR);
+            }
+            let target = match rmrs.check(rq.rkey, rq.raddr, width, access::REMOTE_ATOMIC, tgt.pdn) {
+                Ok(t) => t,
+                Err(_) => return nak(syndrome::REMOTE_ACCESS_ERR),
+            };
+            let Some(result) = sink.regions().first().copied() else {
+                return fail(syndrome::LOCAL_QP_OP_ERR);
+            };
+            let w = width as usize;
+            let mut cur = [0u8; 8];
+            dma::read(&target, 0, &mut cur[..w]);
+            let old = load_masked(cur, rq.width, endian);
+            let new = if op == opcode::ATOMIC_MASKED_CS {
+                masked_cs(old, rq.compare, rq.compare_mask, rq.swap_add, rq.swap_mask)
+            } else {
+                masked_fa(old, rq.swap_add, rq.compare, rq.width)
+            };
+            dma::write(&target, 0, &store_masked(new, rq.width, endian)[..w]);
+            let back = store_masked(old, rq.width, endian);
+            if req_scatter >= width {
+                let mut data = Box::new([0u8; 64]);
+                data[..w].copy_from_slice(&back[..w]);
+                return Outcome::DoneInline { byte_cnt: rq.width.into(), data };
+            }
+            dma::write(&result, 0, &back[..w]);
+            Outcome::Done { byte_cnt: rq.width.into() }
+        }
         _ => fail(syndrome::LOCAL_QP_OP_ERR),
     }
+}
+
+/// A masked atomic's remote value as a number: 8-byte arguments in the device's
+/// `atomic_req_8B_endianness_mode` (as standard atomics), 4-byte ones big-endian
+/// [model choice, spec §3.5 and §6.5: the mode names 8-byte requests only, and UCX
+/// reads 4-byte masked results as big-endian in either mode].
+pub(crate) fn load_masked(b: [u8; 8], width: u8, e: AtomicEndianness) -> u64 {
+    if width == 8 {
+        load_u64(b, e)
+    } else {
+        u64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}
+
+/// The bytes of `v` as [`load_masked`] reads them (the first `width` are meaningful).
+pub(crate) fn store_masked(v: u64, width: u8, e: AtomicEndianness) -> [u8; 8] {
+    if width == 8 {
+        store_u64(v, e)
+    } else {
+        let mut b = [0u8; 8];
+        b[..4].copy_from_slice(&(v as u32).to_be_bytes());
+        b
+    }
+}
+
+/// Masked compare-and-swap (spec §3.5): where the bits `compare_mask` selects equal
+/// `compare`'s, the bits `swap_mask` selects take `swap`'s; else nothing changes.
+pub(crate) fn masked_cs(old: u64, compare: u64, compare_mask: u64, swap: u64, swap_mask: u64) -> u64 {
+    if (old ^ compare) & compare_mask == 0 {
+        (old & !swap_mask) | (swap & swap_mask)
+    } else {
+        old
+    }
+}
+
+/// Masked fetch-and-add on `width` bytes (spec §3.5): `old + add` where a carry out of
+/// a bit that `boundary` sets (a field's top bit) is dropped, as is the carry out of the
+/// argument's top bit.
+pub(crate) fn masked_fa(old: u64, add: u64, boundary: u64, width: u8) -> u64 {
+    let bits = u32::from(width) * 8;
+    let (mut sum, mut carry) = (0u64, 0u64);
+    for i in 0..bits {
+        let (a, b) = ((old >> i) & 1, (add >> i) & 1);
+        sum |= (a ^ b ^ carry) << i;
+        carry = ((a & b) | (a & carry) | (b & carry)) & !((boundary >> i) & 1);
+    }
+    sum
 }
 
 /// A responder success CQE to write for a consumed receive WQE.

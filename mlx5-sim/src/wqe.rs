@@ -27,7 +27,9 @@ pub(crate) fn fixed_layout(t: QpType, op: u8) -> Option<FixedLayout> {
         opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL => Some(base(false, false, true, true)),
         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => Some(base(true, false, true, true)),
         opcode::RDMA_READ => Some(base(true, false, true, false)),
-        opcode::ATOMIC_CS | opcode::ATOMIC_FA => Some(base(true, true, true, false)),
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA | opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA => {
+            Some(base(true, true, true, false))
+        }
         _ => None,
     };
     match t {
@@ -45,6 +47,31 @@ pub(crate) fn fixed_layout(t: QpType, op: u8) -> Option<FixedLayout> {
         // A DCT has no send queue.
         QpType::Dct => None,
     }
+}
+
+/// A masked atomic's argument width in bytes from its `opmod` (spec §3.5:
+/// `0x08 | (log2(bytes) - 2)`), for the sizes the model carries out: 4 and 8.
+/// Larger arguments (16 bytes and up) and the "indirect" form are not modelled.
+pub(crate) fn masked_width(opmod: u8) -> Option<u8> {
+    match opmod {
+        0x08 => Some(4),
+        0x09 => Some(8),
+        _ => None,
+    }
+}
+
+/// DS of a masked atomic's operands (spec §3.5): two for an 8-byte
+/// compare-and-swap (values, then masks), else one.
+fn masked_ds(op: u8, width: u8) -> usize {
+    if op == opcode::ATOMIC_MASKED_CS && width == 8 {
+        2
+    } else {
+        1
+    }
+}
+
+fn is_masked(op: u8) -> bool {
+    matches!(op, opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA)
 }
 
 /// Kind of one DS of a WQE, for dissection.
@@ -80,7 +107,13 @@ pub(crate) struct SendWqe {
     pub rkey: u32,
     /// CS: swap; FA: add.
     pub swap_add: u64,
+    /// CS: compare; masked FA: the field boundary.
     pub compare: u64,
+    /// Masked CS: which bits the swap writes, and which the comparison looks at.
+    pub swap_mask: u64,
+    pub compare_mask: u64,
+    /// Masked atomics: the argument width (4 or 8); else 0.
+    pub width: u8,
     /// First DS of the data part.
     pub data_ds: usize,
     /// Number of data pieces.
@@ -138,16 +171,29 @@ pub(crate) fn walk(
         }
         i += n;
     }
-    for (present, kind, what) in [
-        (lay.raddr, DsKind::Raddr, "ds too small for the raddr segment"),
-        (lay.atomic, DsKind::Atomic, "ds too small for the atomic segment"),
+    let atomic_ds = if is_masked(ctrl.opcode()) {
+        match masked_width(ctrl.opmod()) {
+            Some(w) => masked_ds(ctrl.opcode(), w),
+            None => {
+                unknown_rest(1, &mut f);
+                return Err("masked atomic of a size the model does not carry out (opmod)");
+            }
+        }
+    } else {
+        1
+    };
+    for (present, kind, n, what) in [
+        (lay.raddr, DsKind::Raddr, 1, "ds too small for the raddr segment"),
+        (lay.atomic, DsKind::Atomic, atomic_ds, "ds too small for the atomic segment"),
     ] {
         if present {
-            if i >= ds {
+            if i + n > ds {
                 return Err(what);
             }
-            f(i, kind, None);
-            i += 1;
+            for k in 0..n {
+                f(i + k, kind, None);
+            }
+            i += n;
         }
     }
     if !lay.data {
@@ -204,8 +250,24 @@ pub(crate) fn parse_with_ctrl(t: QpType, ctrl: CtrlRepr, wqe: &[u8]) -> Result<S
         return Err("WQE shorter than the ctrl segment");
     }
     let ds = usize::from(ctrl.ds);
-    let mut w =
-        SendWqe { ctrl, raddr: 0, rkey: 0, swap_add: 0, compare: 0, data_ds: ds, n_pieces: 0, len: 0 };
+    let mut w = SendWqe {
+        ctrl,
+        raddr: 0,
+        rkey: 0,
+        swap_add: 0,
+        compare: 0,
+        swap_mask: 0,
+        compare_mask: 0,
+        width: 0,
+        data_ds: ds,
+        n_pieces: 0,
+        len: 0,
+    };
+    let masked = is_masked(ctrl.opcode);
+    if masked {
+        w.width = masked_width(ctrl.opmod).unwrap_or(0);
+    }
+    let result_len = if masked { u32::from(w.width) } else { 8 };
     let mut raddr_ds = None;
     let mut atomic_ds = None;
     let mut first_piece = None;
@@ -213,7 +275,9 @@ pub(crate) fn parse_with_ctrl(t: QpType, ctrl: CtrlRepr, wqe: &[u8]) -> Result<S
     walk(t, wqe, ds, |i, kind, piece| {
         match kind {
             DsKind::Raddr => raddr_ds = Some(i),
-            DsKind::Atomic => atomic_ds = Some(i),
+            DsKind::Atomic => {
+                atomic_ds.get_or_insert(i);
+            }
             _ => {}
         }
         if let Some(p) = piece {
@@ -223,7 +287,7 @@ pub(crate) fn parse_with_ctrl(t: QpType, ctrl: CtrlRepr, wqe: &[u8]) -> Result<S
                 Piece::Inline { len, .. } => len as u64,
                 Piece::Sge { len, .. } => u64::from(len),
             };
-            if matches!(p, Piece::Sge { len, .. } if len != 8) {
+            if matches!(p, Piece::Sge { len, .. } if len != result_len) {
                 atomic_bad_len = true;
             }
             w.len += l;
@@ -235,11 +299,40 @@ pub(crate) fn parse_with_ctrl(t: QpType, ctrl: CtrlRepr, wqe: &[u8]) -> Result<S
         w.rkey = r.rkey();
     }
     if let Some(i) = atomic_ds {
-        let a = AtomicSeg::new_unchecked(&wqe[i * DS_SIZE..(i + 1) * DS_SIZE]);
-        w.swap_add = a.swap_add();
-        w.compare = a.compare();
+        let seg = |k: usize| &wqe[(i + k) * DS_SIZE..(i + k + 1) * DS_SIZE];
+        let be32 =
+            |b: &[u8], at: usize| u64::from(u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]));
+        let be64 = |b: &[u8], at: usize| {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&b[at..at + 8]);
+            u64::from_be_bytes(x)
+        };
+        match (ctrl.opcode, w.width) {
+            // Masked, spec §3.5 (UCX's uct_ib_mlx5_atomic_masked_* segments).
+            (opcode::ATOMIC_MASKED_CS, 4) => {
+                let s = seg(0);
+                (w.swap_add, w.compare, w.swap_mask, w.compare_mask) =
+                    (be32(s, 0), be32(s, 4), be32(s, 8), be32(s, 12));
+            }
+            (opcode::ATOMIC_MASKED_CS, _) => {
+                let (a, b) = (seg(0), seg(1));
+                (w.swap_add, w.compare, w.swap_mask, w.compare_mask) =
+                    (be64(a, 0), be64(a, 8), be64(b, 0), be64(b, 8));
+            }
+            (opcode::ATOMIC_MASKED_FA, 4) => (w.swap_add, w.compare) = (be32(seg(0), 0), be32(seg(0), 4)),
+            (opcode::ATOMIC_MASKED_FA, _) => (w.swap_add, w.compare) = (be64(seg(0), 0), be64(seg(0), 8)),
+            _ => {
+                let a = AtomicSeg::new_unchecked(seg(0));
+                w.swap_add = a.swap_add();
+                w.compare = a.compare();
+            }
+        }
         if w.n_pieces != 1 || atomic_bad_len {
-            return Err("atomic WQE needs exactly one 8-byte data segment");
+            return Err(if masked {
+                "masked atomic WQE needs exactly one data segment of its argument width"
+            } else {
+                "atomic WQE needs exactly one 8-byte data segment"
+            });
         }
     }
     if let Some(i) = first_piece {
@@ -278,6 +371,95 @@ mod tests {
         CtrlRepr { opcode: op, ds, qpn: 0x123, ..Default::default() }
             .emit(&mut CtrlSeg::new_unchecked(&mut b[..]));
         b
+    }
+
+    /// A masked atomic WQE from spec §3.5's layout: ctrl with `opmod`, raddr, the
+    /// operand DS, one data segment of `result` bytes.
+    fn masked(op: u8, opmod: u8, operands: &[[u8; 16]], result: u32) -> Vec<u8> {
+        let ds = (3 + operands.len()) as u8;
+        let mut b = [0u8; 16];
+        CtrlRepr { opcode: op, opmod, ds, qpn: 0x123, ..Default::default() }
+            .emit(&mut CtrlSeg::new_unchecked(&mut b[..]));
+        let mut w = b.to_vec();
+        let mut raddr = [0u8; 16];
+        raddr[..8].copy_from_slice(&0x1000u64.to_be_bytes());
+        raddr[8..12].copy_from_slice(&0x77u32.to_be_bytes());
+        w.extend(raddr);
+        for o in operands {
+            w.extend(o);
+        }
+        let mut data = [0u8; 16];
+        data[..4].copy_from_slice(&result.to_be_bytes());
+        data[4..8].copy_from_slice(&0x55u32.to_be_bytes());
+        data[8..].copy_from_slice(&0x2000u64.to_be_bytes());
+        w.extend(data);
+        w
+    }
+
+    fn hex16(s: &str) -> [u8; 16] {
+        let v: Vec<u8> = s.split_whitespace().map(|x| u8::from_str_radix(x, 16).unwrap()).collect();
+        v.try_into().unwrap()
+    }
+
+    #[test]
+    fn masked_atomics_decode_by_opmod() {
+        // 8-byte compare-and-swap: values, then masks (two DS).
+        let w = masked(
+            opcode::ATOMIC_MASKED_CS,
+            0x09,
+            &[
+                hex16("00 00 00 00 00 00 00 01  00 00 00 00 00 00 00 02"),
+                hex16("00 00 00 00 00 00 00 03  00 00 00 00 00 00 00 04"),
+            ],
+            8,
+        );
+        let p = parse(QpType::Rc, &w).unwrap();
+        assert_eq!((p.width, p.swap_add, p.compare, p.swap_mask, p.compare_mask), (8, 1, 2, 3, 4));
+        assert_eq!((p.raddr, p.rkey, p.len, p.data_ds), (0x1000, 0x77, 8, 4));
+        // 4-byte compare-and-swap: one DS of four BE32.
+        let w = masked(
+            opcode::ATOMIC_MASKED_CS,
+            0x08,
+            &[hex16("00 00 00 05 00 00 00 06 00 00 00 07 ff ff ff ff")],
+            4,
+        );
+        let p = parse(QpType::Rc, &w).unwrap();
+        assert_eq!((p.width, p.swap_add, p.compare, p.swap_mask, p.compare_mask), (4, 5, 6, 7, 0xffff_ffff));
+        // Fetch-and-add: addend and boundary.
+        let w = masked(
+            opcode::ATOMIC_MASKED_FA,
+            0x08,
+            &[hex16("00 00 00 09 80 80 80 80 00 00 00 00 00 00 00 00")],
+            4,
+        );
+        let p = parse(QpType::Rc, &w).unwrap();
+        assert_eq!((p.width, p.swap_add, p.compare), (4, 9, 0x8080_8080));
+        let w = masked(
+            opcode::ATOMIC_MASKED_FA,
+            0x09,
+            &[hex16("00 00 00 00 00 00 00 0a 80 00 00 00 00 00 00 00")],
+            8,
+        );
+        assert_eq!(parse(QpType::Rc, &w).unwrap().compare, 1 << 63);
+    }
+
+    #[test]
+    fn malformed_masked_atomics_are_refused() {
+        let op = hex16("00 00 00 01 00 00 00 00 00 00 00 00 00 00 00 00");
+        // A result buffer of the other width.
+        let w = masked(opcode::ATOMIC_MASKED_FA, 0x08, &[op], 8);
+        assert!(parse(QpType::Rc, &w).unwrap_err().contains("argument width"));
+        // 16-byte arguments (opmod 0x0a) and the indirect form (0x0f) are not modelled.
+        for opmod in [0x00, 0x0a, 0x0f] {
+            let w = masked(opcode::ATOMIC_MASKED_FA, opmod, &[op], 4);
+            assert!(parse(QpType::Rc, &w).unwrap_err().contains("opmod"), "opmod {opmod:#x}");
+        }
+        // An 8-byte compare-and-swap whose masks DS is missing: the data segment is
+        // taken as the masks and no data segment is left.
+        let w = masked(opcode::ATOMIC_MASKED_CS, 0x09, &[op], 8);
+        assert!(parse(QpType::Rc, &w).is_err());
+        // Not on UD.
+        assert!(parse(QpType::Ud, &masked(opcode::ATOMIC_MASKED_FA, 0x08, &[op], 4)).is_err());
     }
 
     #[test]

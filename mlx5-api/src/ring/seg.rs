@@ -28,6 +28,17 @@ pub mod opcode {
     pub const ATOMIC_CS: u8 = 0x11;
     /// Atomic fetch-and-add (8 bytes).
     pub const ATOMIC_FA: u8 = 0x12;
+    /// Masked (extended) compare-and-swap (spec §3.5; `opmod` gives the size).
+    pub const ATOMIC_MASKED_CS: u8 = 0x14;
+    /// Masked (extended) fetch-and-add (spec §3.5; `opmod` gives the size).
+    pub const ATOMIC_MASKED_FA: u8 = 0x15;
+}
+
+/// `opmod` of a masked atomic on `bytes`-byte arguments (spec §3.5; UCX's
+/// `UCT_IB_MLX5_OPMOD_EXT_ATOMIC(log2(bytes))`): `0x08 | (log2(bytes) - 2)`,
+/// 0x08 for 4 bytes, 0x09 for 8.
+pub const fn masked_atomic_opmod(bytes: u32) -> u8 {
+    0x08 | (bytes.trailing_zeros() as u8).wrapping_sub(2)
 }
 
 /// `fm_ce_se` bits of the ctrl segment (spec §2.2).
@@ -159,6 +170,55 @@ pub fn set_atomic_seg(seg: &mut [u8; 16], opcode: u8, swap: u64, compare_add: u6
     seg[8..16].copy_from_slice(&b.to_be_bytes());
 }
 
+/// Masked compare-and-swap on 4-byte arguments (spec §3.5; UCX's
+/// `uct_ib_mlx5_atomic_masked_cswap32_seg`): one DS of swap, compare,
+/// swap mask and compare mask, each big-endian.
+#[inline(always)]
+pub fn set_masked_cs32_seg(seg: &mut [u8; 16], swap: u32, compare: u32, swap_mask: u32, compare_mask: u32) {
+    seg[0..4].copy_from_slice(&swap.to_be_bytes());
+    seg[4..8].copy_from_slice(&compare.to_be_bytes());
+    seg[8..12].copy_from_slice(&swap_mask.to_be_bytes());
+    seg[12..16].copy_from_slice(&compare_mask.to_be_bytes());
+}
+
+/// Masked compare-and-swap on 8-byte arguments (spec §3.5): two DS, each a
+/// UCX `uct_ib_mlx5_atomic_masked_cswap64_seg`, swap and compare in the
+/// first, their masks in the second (which may lie past the ring's end),
+/// big-endian. Together they are rdma-core's `mlx5_wqe_masked_atomic_seg`.
+#[inline(always)]
+pub fn set_masked_cs64_segs(
+    first: &mut [u8; 16],
+    second: &mut [u8; 16],
+    swap: u64,
+    compare: u64,
+    swap_mask: u64,
+    compare_mask: u64,
+) {
+    first[0..8].copy_from_slice(&swap.to_be_bytes());
+    first[8..16].copy_from_slice(&compare.to_be_bytes());
+    second[0..8].copy_from_slice(&swap_mask.to_be_bytes());
+    second[8..16].copy_from_slice(&compare_mask.to_be_bytes());
+}
+
+/// Masked fetch-and-add on 4-byte arguments (spec §3.5; UCX's
+/// `uct_ib_mlx5_atomic_masked_fadd32_seg`): one DS of the addend and the
+/// field boundary, big-endian, and 8 reserved (zero) bytes.
+#[inline(always)]
+pub fn set_masked_fa32_seg(seg: &mut [u8; 16], add: u32, field_boundary: u32) {
+    seg[0..4].copy_from_slice(&add.to_be_bytes());
+    seg[4..8].copy_from_slice(&field_boundary.to_be_bytes());
+    seg[8..16].fill(0);
+}
+
+/// Masked fetch-and-add on 8-byte arguments (spec §3.5; UCX's
+/// `uct_ib_mlx5_atomic_masked_fadd64_seg`): one DS of the addend and the
+/// field boundary, big-endian.
+#[inline(always)]
+pub fn set_masked_fa64_seg(seg: &mut [u8; 16], add: u64, field_boundary: u64) {
+    seg[0..8].copy_from_slice(&add.to_be_bytes());
+    seg[8..16].copy_from_slice(&field_boundary.to_be_bytes());
+}
+
 /// Inline segment header (spec §3.3): the byte count with bit 31 set. The
 /// data follows it, split at the ring end byte by byte (`SqDesc::copy_in`).
 #[inline(always)]
@@ -254,6 +314,29 @@ pub(crate) mod tests {
         assert_eq!(s, ds("00 00 12 10  00 01 23 03  00 00 00 08  00 00 00 00"));
         set_data_ptr_seg(&mut s, 0x200, LKEY, 0x0000_7f12_3456_1000);
         assert_eq!(s, ds("00 00 02 00  00 00 12 34  00 00 7f 12  34 56 10 00"));
+    }
+
+    /// Masked atomics (spec §3.5), field for field as UCX's `rc_mlx5.inl` fills
+    /// `uct_ib_mlx5_atomic_masked_{cswap,fadd}{32,64}_seg` (values big-endian, as
+    /// UCX's `UCT_RC_MLX5_TO_BE` makes them), with the ctrl segment's opmod of
+    /// `UCT_IB_MLX5_OPMOD_EXT_ATOMIC`.
+    #[test]
+    fn masked_atomic_segments_are_ucxs() {
+        assert_eq!((masked_atomic_opmod(4), masked_atomic_opmod(8)), (0x08, 0x09));
+        let mut c = [0u8; 16];
+        set_ctrl_seg(&mut c, 0x13, opcode::ATOMIC_MASKED_CS, masked_atomic_opmod(8), 0x123, 0, 5, [0; 4]);
+        assert_eq!(c, ds("09 00 13 14  00 01 23 05  00 00 00 00  00 00 00 00"), "opmod in the top byte");
+        let mut s = [0xffu8; 16];
+        set_masked_cs32_seg(&mut s, 0x1122_3344, 0x5566_7788, 0x99aa_bbcc, 0xddee_ff00);
+        assert_eq!(s, ds("11 22 33 44  55 66 77 88  99 aa bb cc  dd ee ff 00"), "swap, compare, masks");
+        let (mut a, mut b) = ([0xffu8; 16], [0xffu8; 16]);
+        set_masked_cs64_segs(&mut a, &mut b, 1, 2, 0x0300_0000_0000_0004, 5);
+        assert_eq!(a, ds("00 00 00 00  00 00 00 01  00 00 00 00  00 00 00 02"), "swap, compare");
+        assert_eq!(b, ds("03 00 00 00  00 00 00 04  00 00 00 00  00 00 00 05"), "swap_mask, compare_mask");
+        set_masked_fa32_seg(&mut s, 0x0102_0304, 0x8000_8000);
+        assert_eq!(s, ds("01 02 03 04  80 00 80 00  00 00 00 00  00 00 00 00"), "add, boundary, reserved 0");
+        set_masked_fa64_seg(&mut s, 7, 0x8000_0000_8000_0000);
+        assert_eq!(s, ds("00 00 00 00  00 00 00 07  80 00 00 00  80 00 00 00"), "add, boundary");
     }
 
     #[test]

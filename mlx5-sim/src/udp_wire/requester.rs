@@ -169,6 +169,11 @@ pub(crate) fn request(
 ) -> Option<Outcome> {
     let end = st.hosts[h].wire.clone()?;
     let dest = dest(st, h, qpn, rh, peer.number())?;
+    // Masked atomics have no packet of their own on this wire yet (InfiniBand defines
+    // none; ConnectX's is not public): refused, as an operation the QP cannot carry.
+    if matches!(rq.op, opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA) {
+        return Some(fail(syndrome::LOCAL_QP_OP_ERR));
+    }
     // A DCI's message takes PSNs on the wire as an RC one does (the in-process model
     // keeps none for DC).
     let dc_rq;

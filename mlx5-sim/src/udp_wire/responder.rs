@@ -300,6 +300,10 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
         rkey,
         compare: a.compare,
         swap_add: a.swap_add,
+        // (Masked atomics do not cross the UDP wire: the requester refuses them.)
+        swap_mask: 0,
+        compare_mask: 0,
+        width: 0,
         srcs: if read_like { &[] } else { &srcs },
         sink: &sink,
         src_qpn: me.peer_qpn,

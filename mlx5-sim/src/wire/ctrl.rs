@@ -22,6 +22,10 @@ pub mod opcode {
     pub const ATOMIC_CS: u8 = 0x11;
     /// Atomic fetch-and-add (8 bytes).
     pub const ATOMIC_FA: u8 = 0x12;
+    /// Masked compare-and-swap (4 or 8 bytes by `opmod`, spec §3.5).
+    pub const ATOMIC_MASKED_CS: u8 = 0x14;
+    /// Masked fetch-and-add (4 or 8 bytes by `opmod`, spec §3.5).
+    pub const ATOMIC_MASKED_FA: u8 = 0x15;
 
     /// Human name of a send opcode, `"?"` when unknown.
     pub fn name(op: u8) -> &'static str {
@@ -36,8 +40,8 @@ pub mod opcode {
             RDMA_READ => "RDMA_READ",
             ATOMIC_CS => "ATOMIC_CS",
             ATOMIC_FA => "ATOMIC_FA",
-            0x14 => "ATOMIC_MASKED_CS",
-            0x15 => "ATOMIC_MASKED_FA",
+            ATOMIC_MASKED_CS => "ATOMIC_MASKED_CS",
+            ATOMIC_MASKED_FA => "ATOMIC_MASKED_FA",
             0x25 => "UMR",
             _ => "?",
         }
