@@ -196,7 +196,7 @@ proptest! {
 
     /// A send queue built over memory of the size it describes: its
     /// `unsafe` methods, driven for three laps of the ring with WQEs of
-    /// every size up to the limit, stay inside that memory (a guard line
+    /// every size up to the limit (and masked atomics among them), stay inside that memory (a guard line
     /// after the ring is never written) and keep `free` consistent.
     #[test]
     fn a_valid_send_queue_stays_inside_its_ring(
@@ -215,13 +215,28 @@ proptest! {
         let data = [0x11u8; 128];
         for (i, n) in sizes.iter().cycle().take(3 * sizes.len().max(wqe_cnt as usize)).enumerate() {
             let sge = Sge::new(data.as_ptr() as u64, *n * 16, 0);
-            let wr = SendWr {
-                wr_id: i as u64,
-                sg_list: &sge,
-                num_sge: 1,
-                opcode: opcode::SEND as u32,
-                send_flags: send_flags::INLINE | send_flags::SIGNALED,
-                ..SendWr::default()
+            let result = Sge::new(data.as_ptr() as u64, 8, 0);
+            let wr = if i % 3 == 2 {
+                // A masked 8-byte compare-and-swap: five DS, its masks in a DS of their own.
+                SendWr {
+                    wr_id: i as u64,
+                    sg_list: &result,
+                    num_sge: 1,
+                    opcode: opcode::ATOMIC_MASKED_CS as u32,
+                    send_flags: send_flags::SIGNALED,
+                    atomic_bytes: 8,
+                    remote_addr: 0x1000,
+                    ..SendWr::default()
+                }
+            } else {
+                SendWr {
+                    wr_id: i as u64,
+                    sg_list: &sge,
+                    num_sge: 1,
+                    opcode: opcode::SEND as u32,
+                    send_flags: send_flags::INLINE | send_flags::SIGNALED,
+                    ..SendWr::default()
+                }
             };
             // SAFETY: the descriptor describes `ring`, `dbrec` and `reg`.
             match unsafe { send_wqe(&d, &wr) } {

@@ -285,6 +285,18 @@
 #define MLX5R_OPCODE_ATOMIC_FA 18
 
 /*
+ Masked compare-and-swap on `atomic_bytes` (4 or 8): `swap`, `compare_add`
+ (the compare value), `swap_mask`, `compare_mask`.
+ */
+#define MLX5R_OPCODE_ATOMIC_MASKED_CS 20
+
+/*
+ Masked fetch-and-add on `atomic_bytes` (4 or 8): `compare_add` (the
+ addend), `field_boundary`.
+ */
+#define MLX5R_OPCODE_ATOMIC_MASKED_FA 21
+
+/*
  `mlx5r_send_wr.send_flags`: fence (ibverbs' `IBV_SEND_FENCE`).
  */
 #define MLX5R_SEND_FENCE 1
@@ -918,7 +930,8 @@ typedef struct {
   uint64_t wr_id;
   /*
    Gather list (or, with `INLINE`, the bytes to copy); may be null
-   when `num_sge` is 0. For atomics: the one 8-byte result buffer.
+   when `num_sge` is 0. For atomics: the one result buffer (8 bytes, or
+   a masked atomic's `atomic_bytes`).
    */
   const mlx5r_sge *sg_list;
   /*
@@ -951,11 +964,12 @@ typedef struct {
    */
   uint32_t remote_qpn;
   /*
-   Fetch-and-add: the addend; compare-and-swap: the compare value.
+   Fetch-and-add (masked too): the addend; compare-and-swap (masked
+   too): the compare value.
    */
   uint64_t compare_add;
   /*
-   Compare-and-swap: the new value.
+   Compare-and-swap (masked too): the new value.
    */
   uint64_t swap;
   /*
@@ -967,13 +981,27 @@ typedef struct {
    */
   uint32_t remote_qkey;
   /*
-   Reserved, 0.
+   Masked atomics: the argument width, 4 or 8 bytes; 0 for every other
+   opcode.
    */
-  uint32_t reserved;
+  uint32_t atomic_bytes;
   /*
    DCI: the DC access key of the target DCT.
    */
   uint64_t dc_key;
+  /*
+   Masked compare-and-swap: the bits the swap writes.
+   */
+  uint64_t swap_mask;
+  /*
+   Masked compare-and-swap: the bits the comparison reads (0: always swap).
+   */
+  uint64_t compare_mask;
+  /*
+   Masked fetch-and-add: a set bit ends a field there (its carry is
+   dropped).
+   */
+  uint64_t field_boundary;
 } mlx5r_send_wr;
 
 

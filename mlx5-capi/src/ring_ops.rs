@@ -442,6 +442,12 @@ pub const MLX5R_OPCODE_RDMA_READ: u32 = 0x10;
 pub const MLX5R_OPCODE_ATOMIC_CS: u32 = 0x11;
 /// Atomic fetch-and-add.
 pub const MLX5R_OPCODE_ATOMIC_FA: u32 = 0x12;
+/// Masked compare-and-swap on `atomic_bytes` (4 or 8): `swap`, `compare_add`
+/// (the compare value), `swap_mask`, `compare_mask`.
+pub const MLX5R_OPCODE_ATOMIC_MASKED_CS: u32 = 0x14;
+/// Masked fetch-and-add on `atomic_bytes` (4 or 8): `compare_add` (the
+/// addend), `field_boundary`.
+pub const MLX5R_OPCODE_ATOMIC_MASKED_FA: u32 = 0x15;
 
 /// `mlx5r_send_wr.send_flags`: fence (ibverbs' `IBV_SEND_FENCE`).
 pub const MLX5R_SEND_FENCE: u32 = 1;
@@ -459,4 +465,6 @@ const _: () = {
     assert!(MLX5R_SEND_SOLICITED == f::SOLICITED && MLX5R_SEND_INLINE == f::INLINE);
     assert!(MLX5R_OPCODE_RDMA_WRITE == o::RDMA_WRITE as u32 && MLX5R_OPCODE_ATOMIC_FA == o::ATOMIC_FA as u32);
     assert!(MLX5R_OPCODE_SEND_INVAL == o::SEND_INVAL as u32 && MLX5R_OPCODE_RDMA_READ == o::RDMA_READ as u32);
+    assert!(MLX5R_OPCODE_ATOMIC_MASKED_CS == o::ATOMIC_MASKED_CS as u32);
+    assert!(MLX5R_OPCODE_ATOMIC_MASKED_FA == o::ATOMIC_MASKED_FA as u32);
 };

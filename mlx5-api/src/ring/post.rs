@@ -36,7 +36,8 @@ pub struct SendWr {
     /// Returned with the completion (stored when the queue tracks wr-ids).
     pub wr_id: u64,
     /// Gather list (or, with `INLINE`, the bytes to copy); may be null
-    /// when `num_sge` is 0. For atomics: the one 8-byte result buffer.
+    /// when `num_sge` is 0. For atomics: the one result buffer (8 bytes, or
+    /// a masked atomic's `atomic_bytes`).
     pub sg_list: *const Sge,
     /// Entries in `sg_list`.
     pub num_sge: u32,
@@ -53,18 +54,27 @@ pub struct SendWr {
     pub rkey: u32,
     /// UD: the destination QPN; DCI: the DCT number.
     pub remote_qpn: u32,
-    /// Fetch-and-add: the addend; compare-and-swap: the compare value.
+    /// Fetch-and-add (masked too): the addend; compare-and-swap (masked
+    /// too): the compare value.
     pub compare_add: u64,
-    /// Compare-and-swap: the new value.
+    /// Compare-and-swap (masked too): the new value.
     pub swap: u64,
     /// UD and DCI: the address vector (null otherwise).
     pub av: *const AddressVector,
     /// UD: the Q_Key; DCI: ignored.
     pub remote_qkey: u32,
-    /// Reserved, 0.
-    pub reserved: u32,
+    /// Masked atomics: the argument width, 4 or 8 bytes; 0 for every other
+    /// opcode.
+    pub atomic_bytes: u32,
     /// DCI: the DC access key of the target DCT.
     pub dc_key: u64,
+    /// Masked compare-and-swap: the bits the swap writes.
+    pub swap_mask: u64,
+    /// Masked compare-and-swap: the bits the comparison reads (0: always swap).
+    pub compare_mask: u64,
+    /// Masked fetch-and-add: a set bit ends a field there (its carry is
+    /// dropped).
+    pub field_boundary: u64,
 }
 
 impl Default for SendWr {
@@ -83,8 +93,11 @@ impl Default for SendWr {
             swap: 0,
             av: core::ptr::null(),
             remote_qkey: 0,
-            reserved: 0,
+            atomic_bytes: 0,
             dc_key: 0,
+            swap_mask: 0,
+            compare_mask: 0,
+            field_boundary: 0,
         }
     }
 }
@@ -97,6 +110,7 @@ enum Shape {
     Write,
     Read,
     Atomic,
+    Masked,
 }
 
 fn shape(op: u8, kind: SqKind) -> Result<Shape, PostError> {
@@ -107,6 +121,7 @@ fn shape(op: u8, kind: SqKind) -> Result<Shape, PostError> {
         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM if kind != SqKind::Ud => Shape::Write,
         opcode::RDMA_READ if kind != SqKind::Ud => Shape::Read,
         opcode::ATOMIC_CS | opcode::ATOMIC_FA if kind != SqKind::Ud => Shape::Atomic,
+        opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA if kind != SqKind::Ud => Shape::Masked,
         _ => return Err(PostError::BadOpcode { opcode: op }),
     };
     Ok(s)
@@ -158,6 +173,18 @@ pub unsafe fn send_wqe(sq: &SqDesc, wr: &SendWr) -> Result<(), PostError> {
             }
             ds += 3;
         }
+        Shape::Masked => {
+            let w = wr.atomic_bytes;
+            if inline {
+                return Err(PostError::InlineNotAllowed);
+            }
+            if !matches!(w, 4 | 8) || nsge != 1 || len != w as u64 || !wr.remote_addr.is_multiple_of(w as u64)
+            {
+                return Err(PostError::BadAtomic);
+            }
+            // raddr, the operands (two DS for an 8-byte compare-and-swap), the result.
+            ds += if op == opcode::ATOMIC_MASKED_CS && w == 8 { 4 } else { 3 };
+        }
         Shape::Read if inline => return Err(PostError::InlineNotAllowed),
         Shape::Send | Shape::Write | Shape::Read => {
             ds += (shape != Shape::Send) as u32;
@@ -196,7 +223,7 @@ pub unsafe fn send_wqe(sq: &SqDesc, wr: &SendWr) -> Result<(), PostError> {
         }
         i += 3;
     }
-    if matches!(shape, Shape::Write | Shape::Read | Shape::Atomic) {
+    if matches!(shape, Shape::Write | Shape::Read | Shape::Atomic | Shape::Masked) {
         // SAFETY: DS `i` lies inside the checked DS budget of a free slot;
         // a 16-byte segment never straddles the ring end (spec §1.3).
         set_raddr_seg(unsafe { &mut *sq.ds_ptr(start, i) }, wr.remote_addr, wr.rkey);
@@ -205,6 +232,33 @@ pub unsafe fn send_wqe(sq: &SqDesc, wr: &SendWr) -> Result<(), PostError> {
     if shape == Shape::Atomic {
         // SAFETY: as for the remote address segment.
         set_atomic_seg(unsafe { &mut *sq.ds_ptr(start, i) }, op, wr.swap, wr.compare_add);
+        i += 1;
+    }
+    let mut opmod = 0;
+    if shape == Shape::Masked {
+        let w = wr.atomic_bytes;
+        opmod = seg::masked_atomic_opmod(w);
+        // SAFETY: as for the remote address segment (each DS of the checked
+        // budget on its own: the second of an 8-byte compare-and-swap may
+        // lie at the ring's start).
+        let d = |k: u32| unsafe { &mut *sq.ds_ptr(start, k) };
+        let (c, s) = (wr.compare_add, wr.swap);
+        match (op, w) {
+            (opcode::ATOMIC_MASKED_CS, 4) => seg::set_masked_cs32_seg(
+                d(i),
+                s as u32,
+                c as u32,
+                wr.swap_mask as u32,
+                wr.compare_mask as u32,
+            ),
+            (opcode::ATOMIC_MASKED_CS, _) => {
+                let first = d(i);
+                seg::set_masked_cs64_segs(first, d(i + 1), s, c, wr.swap_mask, wr.compare_mask);
+                i += 1;
+            }
+            (_, 4) => seg::set_masked_fa32_seg(d(i), c as u32, wr.field_boundary as u32),
+            _ => seg::set_masked_fa64_seg(d(i), c, wr.field_boundary),
+        }
         i += 1;
     }
     if inline && len > 0 {
@@ -247,7 +301,7 @@ pub unsafe fn send_wqe(sq: &SqDesc, wr: &SendWr) -> Result<(), PostError> {
     };
     // SAFETY: DS 0 of the free slot at the producer counter, which opens a
     // WQEBB and so never straddles the ring end.
-    set_ctrl_seg(unsafe { &mut *sq.ds_ptr(start, 0) }, start, op, 0, sq.qpn, flags, ds, imm);
+    set_ctrl_seg(unsafe { &mut *sq.ds_ptr(start, 0) }, start, op, opmod, sq.qpn, flags, ds, imm);
     if !sq.wrid.is_null() {
         // SAFETY: `wrid` has wqe_cnt entries (field contract).
         unsafe { *sq.wrid.add(sq.slot(start) as usize) = wr.wr_id };

@@ -109,10 +109,39 @@ int main(void) {
     OK(mlx5r_sq_retire(sq, c.wqe_counter, &wr));
     CHECK(wr == 106 && *result == 8 && *remote == 42);
 
+    /* Masked atomics: a 4-byte fetch-and-add by 8-bit fields (big-endian in memory),
+     * then an 8-byte compare-and-swap of the low 16 bits only (host order) */
+    uint8_t *r4 = rb + 12352, *res4 = la + 12352;
+    memcpy(r4, "\x01\xff\x7f\x80", 4);
+    mlx5r_sge m4 = {(uint64_t)(uintptr_t)res4, 4, lka};
+    w = (mlx5r_send_wr){.wr_id = 110, .sg_list = &m4, .num_sge = 1, .opcode = MLX5R_OPCODE_ATOMIC_MASKED_FA,
+                        .send_flags = MLX5R_SEND_SIGNALED, .remote_addr = (uint64_t)(uintptr_t)r4, .rkey = rkb,
+                        .atomic_bytes = 4, .compare_add = 0x01010180, .field_boundary = 0x80808080};
+    OK(mlx5r_send_wqe(sq, &w));
+    mlx5r_db_ring(sq, 0);
+    CHECK(poll_one(cqa, &c) == MLX5R_CQE_OK && c.wqe_opcode == 0x15 && c.byte_cnt == 4);
+    OK(mlx5r_sq_retire(sq, c.wqe_counter, &wr));
+    CHECK(wr == 110 && !memcmp(r4, "\x02\x00\x80\x00", 4) && !memcmp(res4, "\x01\xff\x7f\x80", 4));
+    *remote = 0x1122334455667788ull;
+    w = (mlx5r_send_wr){.wr_id = 111, .sg_list = &res, .num_sge = 1, .opcode = MLX5R_OPCODE_ATOMIC_MASKED_CS,
+                        .send_flags = MLX5R_SEND_SIGNALED, .remote_addr = (uint64_t)(uintptr_t)remote, .rkey = rkb,
+                        .atomic_bytes = 8, .swap = 0xaaaabbbbccccddddull, .swap_mask = 0xffff};
+    OK(mlx5r_send_wqe(sq, &w));
+    mlx5r_db_ring(sq, 0);
+    CHECK(poll_one(cqa, &c) == MLX5R_CQE_OK && c.wqe_opcode == 0x14 && c.byte_cnt == 8);
+    OK(mlx5r_sq_retire(sq, c.wqe_counter, &wr));
+    CHECK(wr == 111 && *result == 0x1122334455667788ull && *remote == 0x112233445566ddddull);
+
     /* Refused before anything is written: the producer does not move */
     uint32_t pi = sq->pi;
     w = (mlx5r_send_wr){.sg_list = &res, .num_sge = 1, .opcode = MLX5R_OPCODE_ATOMIC_FA,
                         .remote_addr = (uint64_t)(uintptr_t)(rb + 12289), .rkey = rkb};
+    CHECK(mlx5r_send_wqe(sq, &w) == MLX5R_ERR_BAD_ATOMIC && sq->pi == pi);
+    /* A masked atomic whose result buffer is not its width, or of a width not 4 or 8 */
+    w = (mlx5r_send_wr){.sg_list = &res, .num_sge = 1, .opcode = MLX5R_OPCODE_ATOMIC_MASKED_FA,
+                        .remote_addr = (uint64_t)(uintptr_t)remote, .rkey = rkb, .atomic_bytes = 4};
+    CHECK(mlx5r_send_wqe(sq, &w) == MLX5R_ERR_BAD_ATOMIC && sq->pi == pi);
+    w.atomic_bytes = 16;
     CHECK(mlx5r_send_wqe(sq, &w) == MLX5R_ERR_BAD_ATOMIC && sq->pi == pi);
 
     /* UD SEND */
