@@ -286,6 +286,12 @@ pub trait Backend: Sized + 'static {
     /// The oldest pending asynchronous event of the context, without
     /// blocking; consumed and acknowledged.
     fn async_event(ctx: &Self::Context) -> Result<Option<crate::AsyncEvent>>;
+    /// Why the error completion of WQE `wqe_counter` of QP `qpn` on `cq`'s device was
+    /// written, beyond its syndrome (the simulator names the failed check); `None` on
+    /// hardware, where the CQE is all there is.
+    fn failure_reason(_cq: &Self::Cq, _qpn: u32, _wqe_counter: u16) -> Option<String> {
+        None
+    }
     /// Whether nothing completes unless the poller drives the device (the
     /// deterministic simulator): waits then poll instead of blocking.
     fn cq_needs_progress(_cq: &Self::Cq) -> bool {

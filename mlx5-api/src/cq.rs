@@ -82,6 +82,24 @@ impl WcOpcode {
             other => Self::OtherSend(other),
         }
     }
+    /// The mlx5 opcode of a send-side completion (`None` for receives).
+    pub fn send_opcode(self) -> Option<u8> {
+        Some(match self {
+            Self::Send => opcode::SEND,
+            Self::SendImm => opcode::SEND_IMM,
+            Self::SendInv => opcode::SEND_INVAL,
+            Self::RdmaWrite => opcode::RDMA_WRITE,
+            Self::RdmaWriteImm => opcode::RDMA_WRITE_IMM,
+            Self::RdmaRead => opcode::RDMA_READ,
+            Self::AtomicCs => opcode::ATOMIC_CS,
+            Self::AtomicFa => opcode::ATOMIC_FA,
+            Self::MaskedAtomicCs => opcode::ATOMIC_MASKED_CS,
+            Self::MaskedAtomicFa => opcode::ATOMIC_MASKED_FA,
+            Self::Nop => opcode::NOP,
+            Self::OtherSend(op) => op,
+            Self::Recv | Self::RecvImm | Self::RecvInv | Self::RecvRdmaImm | Self::RecvError => return None,
+        })
+    }
     /// Whether this is a receive-side completion.
     pub fn is_recv(self) -> bool {
         matches!(self, Self::Recv | Self::RecvImm | Self::RecvInv | Self::RecvRdmaImm | Self::RecvError)
@@ -127,6 +145,41 @@ pub struct Completion {
     /// Scatter-to-CQE: the data arrived in the CQE (spec §5.7). It was also
     /// copied into the posted buffers, as rdma-core does.
     pub scattered: Option<Scattered>,
+}
+
+impl Completion {
+    /// This completion in one sentence (step 13): for an error, what failed (the
+    /// opcode, QP and WQE index), what the syndrome means with its mlx5 and
+    /// `ibv_wc_status` names and the vendor syndrome, and the usual causes. From the
+    /// CQE alone, as on hardware; [`CompletionQueue::explain`] adds what the
+    /// simulator knows of the failed check. A success says what completed.
+    pub fn explain(&self) -> String {
+        self.explain_with(None)
+    }
+
+    /// [`Completion::explain`] with the device's own words for the failed check.
+    pub(crate) fn explain_with(&self, detail: Option<&str>) -> String {
+        use crate::ring::explain::{write_explanation_with, Failed};
+        use std::fmt::Write;
+        let mut s = String::new();
+        match self.status {
+            Status::Success => {
+                let _ = write!(
+                    s,
+                    "{:?} on QP 0x{:x} (WQE {}) completed: {} bytes.",
+                    self.opcode, self.qpn, self.wqe_counter, self.byte_len
+                );
+            }
+            Status::Error(e) => {
+                let failed = match self.opcode.send_opcode() {
+                    Some(op) => Failed::Send { opcode: op, qpn: self.qpn, wqe_counter: self.wqe_counter },
+                    None => Failed::Recv { qpn: self.qpn, wqe_counter: self.wqe_counter },
+                };
+                let _ = write_explanation_with(&mut s, failed, e.syndrome, e.vendor_err, detail);
+            }
+        }
+        s
+    }
 }
 
 impl Default for Completion {
@@ -942,6 +995,18 @@ macro_rules! cq_common {
 }
 
 impl<B: Backend, T> CompletionQueue<B, T> {
+    /// [`Completion::explain`] for a completion this CQ gave, with what the device
+    /// knows of the failed check: on the simulator the sentence names the key, MR and
+    /// range, address or QP and the right or limit that was missing; on hardware it is
+    /// what the CQE says.
+    pub fn explain(&self, c: &Completion) -> String {
+        let detail = match c.status {
+            Status::Error(_) => B::failure_reason(&self.shared.raw, c.qpn, c.wqe_counter),
+            Status::Success => None,
+        };
+        c.explain_with(detail.as_deref())
+    }
+
     pub(crate) fn new(shared: Rc<CqShared<B, T>>, callback: Box<dyn FnMut(Completion, T)>) -> Self {
         CompletionQueue { shared, callback }
     }
@@ -964,6 +1029,15 @@ impl<B: Backend, T> CompletionQueue<B, T> {
 }
 
 impl<B: Backend, T, F: FnMut(Completion, T)> MonoCq<B, T, F> {
+    /// [`CompletionQueue::explain`] for this CQ.
+    pub fn explain(&self, c: &Completion) -> String {
+        let detail = match c.status {
+            Status::Error(_) => B::failure_reason(&self.shared.raw, c.qpn, c.wqe_counter),
+            Status::Success => None,
+        };
+        c.explain_with(detail.as_deref())
+    }
+
     pub(crate) fn new(shared: Rc<CqShared<B, T>>, callback: F) -> Self {
         MonoCq { shared, callback }
     }

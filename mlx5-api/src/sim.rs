@@ -331,6 +331,9 @@ impl Backend for Sim {
     fn device_fatal(cq: &SimCq) -> bool {
         cq.nic.is_fatal()
     }
+    fn failure_reason(cq: &SimCq, qpn: u32, wqe_counter: u16) -> Option<String> {
+        cq.nic.failure_reason(qpn, wqe_counter)
+    }
     fn cq_needs_progress(cq: &SimCq) -> bool {
         cq.mode == ExecMode::Deterministic
     }

@@ -133,6 +133,34 @@ impl MrTable {
         self.mrs.values().any(|m| m.pdn == pdn)
     }
 
+    /// `[addr, addr+len)` of the MR of `key`, if there is one.
+    pub(crate) fn bounds(&self, key: u32) -> Option<(u64, u64)> {
+        self.mrs.get(&key).map(|m| (m.addr, m.len))
+    }
+
+    /// A refused check in words, naming the key (`which`: "lkey" or "rkey"), the MR and
+    /// its range, and what `op` needed ([`crate::why`]).
+    #[cold]
+    pub(crate) fn explain(&self, e: &DmaError, which: &str, op: &str) -> String {
+        match *e {
+            DmaError::UnknownKey { key } => {
+                format!("{which} 0x{key:x} is not a memory key of this device (never registered, or deregistered)")
+            }
+            DmaError::PdMismatch { key, mr_pdn, pdn } => {
+                format!("{which} 0x{key:x} belongs to PD 0x{mr_pdn:x}, and the QP to PD 0x{pdn:x}")
+            }
+            DmaError::OutOfBounds { key, addr, len } => {
+                let mr =
+                    self.bounds(key).map_or(String::new(), |(a, l)| format!(" [0x{a:x}, 0x{:x})", a + l));
+                format!("{op} of {len} bytes at 0x{addr:x} lies outside the MR{mr} of {which} 0x{key:x}")
+            }
+            DmaError::AccessDenied { key, need } => format!(
+                "{which} 0x{key:x} does not allow {op} (its MR was registered without {})",
+                crate::access::names(need)
+            ),
+        }
+    }
+
     /// Checks `[addr, addr+len)` against the MR of `key`: it must exist, belong to `pdn`,
     /// contain the range and grant every bit of `need`.
     #[inline]

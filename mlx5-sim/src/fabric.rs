@@ -1540,6 +1540,15 @@ impl Nic {
         Ok(ep)
     }
 
+    /// Why the error CQE of WQE `wqe_counter` of QP `qpn` (a send WQE, or a receive
+    /// for a responder's error CQE) was written, in the words of the check that failed:
+    /// it names the key, MR, range, address or QP and the right or limit that was
+    /// missing (step 13). `None` for a CQE the model has no more to say about than its
+    /// syndrome (a flush), or one of the latest 256 no longer.
+    pub fn failure_reason(&self, qpn: u32, wqe_counter: u16) -> Option<String> {
+        self.state().hosts[self.host].why.of(qpn, wqe_counter).map(str::to_owned)
+    }
+
     /// After `fork`, in the child: join the UDP wire as a process of its own. The child
     /// inherited its parent's endpoint (the same socket: what arrives there is the
     /// parent's to read) and its parent's registry handle (the same owner, and the same

@@ -58,6 +58,8 @@ pub(crate) struct UarCtx {
 /// State of one simulated host / NIC.
 #[derive(Debug)]
 pub(crate) struct Host {
+    /// Why its latest error CQEs were written ([`crate::why`]).
+    pub why: crate::why::Reasons,
     pub cfg: HostConfig,
     pub pds: IdSet,
     pub mrs: MrTable,
@@ -186,6 +188,7 @@ impl Host {
             dirty: Vec::new(),
             wqe_scratch: None,
             numbers: None,
+            why: crate::why::Reasons::default(),
             wire: None,
         }
     }

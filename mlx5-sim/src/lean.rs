@@ -131,7 +131,11 @@ pub(crate) fn execute(
                     sink.push(r);
                 }
                 Ok(r) => src[0] = Src::Mem(r),
-                Err(_) => return fail(syndrome::LOCAL_PROT_ERR),
+                Err(e) => {
+                    let op = if read { "writing the READ's data" } else { "reading the gather list" };
+                    crate::why::note(|| st.hosts[h].mrs.explain(&e, "lkey", op));
+                    return fail(syndrome::LOCAL_PROT_ERR);
+                }
             }
         }
     }

@@ -44,6 +44,7 @@ mod slots;
 mod srq;
 mod train;
 mod udp_wire;
+mod why;
 pub mod wire;
 mod wires;
 mod wqe;
@@ -273,6 +274,22 @@ pub mod access {
     pub const REMOTE_READ: u32 = 4;
     /// Remote atomic.
     pub const REMOTE_ATOMIC: u32 = 8;
+
+    /// The names of the bits of `bits` ("REMOTE_WRITE and REMOTE_READ").
+    pub fn names(bits: u32) -> String {
+        let all = [
+            (LOCAL_WRITE, "LOCAL_WRITE"),
+            (REMOTE_WRITE, "REMOTE_WRITE"),
+            (REMOTE_READ, "REMOTE_READ"),
+            (REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+        ];
+        let v: Vec<&str> = all.iter().filter(|(b, _)| bits & b != 0).map(|(_, n)| *n).collect();
+        if v.is_empty() {
+            "no right".into()
+        } else {
+            v.join(" and ")
+        }
+    }
 }
 
 /// Keys of a registered MR (the model returns the same value for both).

@@ -41,7 +41,12 @@ pub(crate) fn local_side<'w>(
                 match mrs.check(lkey, addr, u64::from(len), need, pdn) {
                     Ok(r) if gather && srcs.push(Src::Mem(r)) => {}
                     Ok(r) if !gather && sink.push(r) => {}
-                    _ => local_err = true,
+                    Ok(_) => local_err = true,
+                    Err(e) => {
+                        local_err = true;
+                        let op = if gather { "reading the gather list" } else { "writing the result" };
+                        crate::why::note(|| mrs.explain(&e, "lkey", op));
+                    }
                 }
             }
         }

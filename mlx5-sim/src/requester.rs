@@ -135,6 +135,7 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, me: &Sender, wqe: &[u8], w:
     // packet for them yet (InfiniBand defines none): refused there as an operation the
     // QP cannot carry [not yet modelled].
     if st.lossy() && w.width != 0 {
+        crate::why::note(|| "masked atomics are not carried on the simulator's packet wire yet".into());
         return fail(syndrome::LOCAL_QP_OP_ERR);
     }
     if st.lossy() {
@@ -218,6 +219,9 @@ fn execute_ud(
     let me = &st.hosts[h];
     let (ll, src_lid, sgid) = (me.cfg.link_layer, me.cfg.lid, me.cfg.gid);
     if len > u64::from(active_mtu(ll)) {
+        crate::why::note(|| {
+            format!("a UD message of {len} bytes is longer than the port's MTU of {}", active_mtu(ll))
+        });
         return fail(syndrome::LOCAL_LENGTH_ERR);
     }
     let own_qkey = me.qps.get(&qpn).map_or(0, |q| q.attrs.qkey);
@@ -309,9 +313,28 @@ pub(crate) fn active_mtu(ll: LinkLayer) -> u32 {
     }
 }
 
-/// A WQE that breaks the layout rules (spec §8 step 3): counted, and LOCAL_QP_OP_ERR.
-fn malformed(st: &mut FabricState, h: usize) -> Outcome {
+/// The RNR retries of QP `qpn` ran out ([`crate::why`]).
+#[cold]
+fn rnr_why(qpn: u32) {
+    crate::why::note(|| {
+        format!("QP 0x{qpn:x} got an RNR NAK on every try: the responder had no receive posted for it, rnr_retry times")
+    });
+}
+
+/// A WQE that breaks the layout rules (spec §8 step 3, `why`): counted, and
+/// LOCAL_QP_OP_ERR.
+#[cold]
+fn malformed(st: &mut FabricState, h: usize, why: &str, ctrl: &crate::wire::CtrlRepr) -> Outcome {
     st.hosts[h].stats.malformed_wqes += 1;
+    crate::why::note(|| {
+        format!(
+            "the {} WQE (opcode 0x{:02x}, opmod 0x{:02x}, {} DS) is malformed: {why}",
+            opcode::name(ctrl.opcode),
+            ctrl.opcode,
+            ctrl.opmod,
+            ctrl.ds
+        )
+    });
     fail(syndrome::LOCAL_QP_OP_ERR)
 }
 
@@ -415,6 +438,9 @@ fn conclude_train(st: &mut FabricState, h: usize, qpn: u32, ran: Vec<train::Ran>
             fm_ce_se: r.fm_ce_se,
             ts,
         };
+        if rnr_exceeded {
+            rnr_why(qpn);
+        }
         let outcome = if rnr_exceeded { &fail(syndrome::RNR_RETRY_EXC_ERR) } else { &r.outcome };
         if !report(st, h, &w, outcome) {
             return false;
@@ -499,10 +525,10 @@ fn process_sq_in(
                 }
                 match wqe::parse_with_ctrl(qtype, ctrl, b) {
                     Ok(w) => execute(st, h, qpn, &me, b, &w),
-                    Err(_) => malformed(st, h),
+                    Err(e) => malformed(st, h, e, &ctrl),
                 }
             }
-            (Err(_), _) => malformed(st, h),
+            (Err(e), _) => malformed(st, h, e, &ctrl),
         };
         if let Outcome::Pending = done {
             return; // on the UDP wire: the answer runs the queue on
@@ -554,6 +580,9 @@ fn process_sq_in(
             fm_ce_se: ctrl.fm_ce_se,
             ts,
         };
+        if rnr_exceeded {
+            rnr_why(qpn);
+        }
         let outcome = if rnr_exceeded { &fail(syndrome::RNR_RETRY_EXC_ERR) } else { outcome };
         if !report(st, h, &w, outcome) {
             return;

@@ -8,7 +8,7 @@ use crate::host::*;
 use crate::qp::{Qp, MAX_RQ_STRIDE};
 use crate::wire::{cqe_opcode, opcode, syndrome, Cqe64, CqeRepr, RecvDataSeg, DS_SIZE};
 use crate::wqe::SendWqe;
-use crate::{access, AsyncEvent, AtomicEndianness, QpState, QpType};
+use crate::{access, why, AsyncEvent, AtomicEndianness, QpState, QpType};
 
 #[derive(Debug)]
 pub(crate) enum Outcome {
@@ -246,6 +246,9 @@ pub(crate) fn respond_rdma(
         Some(Outcome::Fail { synd, responder: Some((h, dest_qpn)) })
     };
     if granted & need == 0 {
+        let (right, what) =
+            if write { ("REMOTE_WRITE", "an RDMA WRITE") } else { ("REMOTE_READ", "an RDMA READ") };
+        why::note(|| qp_lacks(dest_qpn, right, what));
         return nak(host, syndrome::REMOTE_INVAL_REQ_ERR);
     }
     if rq.len > 0 {
@@ -266,7 +269,11 @@ pub(crate) fn respond_rdma(
                     dma::stream(&[Src::Mem(s)], sink);
                 }
             },
-            Err(_) => return nak(host, syndrome::REMOTE_ACCESS_ERR),
+            Err(e) => {
+                let op = if write { "RDMA WRITE" } else { "RDMA READ" };
+                why::note(|| host.mrs.explain(&e, "rkey", op));
+                return nak(host, syndrome::REMOTE_ACCESS_ERR);
+            }
         }
     }
     if let Some(q) = host.qps.get_mut(&dest_qpn) {
@@ -330,6 +337,20 @@ pub(crate) fn receive_datagram(host: &mut Host, h: usize, dg: &Datagram<'_, '_>)
     };
     let (Some(sgl), None) = (sgl, resp_err) else {
         let synd = resp_err.unwrap_or(syndrome::LOCAL_PROT_ERR);
+        let why = match &sgl {
+            None => format!(
+                "the receive WQE {counter} of UD QP 0x{:x} has an lkey or range that is not valid",
+                dg.dqpn
+            ),
+            Some(s) => format!(
+                "a {}-byte datagram arrived at UD QP 0x{:x}, whose receive WQE {counter} holds {} bytes \
+                 (the datagram and the 40-byte GRH slot before it)",
+                dg.len,
+                dg.dqpn,
+                s.total()
+            ),
+        };
+        host.why.keep(dg.dqpn, counter, why);
         let cqe = err_cqe(cqe_opcode::RESP_ERR, synd, tgt.uidx, 0, dg.dqpn, counter);
         consume_recv(host, tgt.recv);
         push_cqe(host, tgt.cqn, &cqe, None);
@@ -493,6 +514,7 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
     match op {
         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
             if tgt.access & access::REMOTE_WRITE == 0 {
+                why::note(|| qp_lacks(tgt.qpn, "REMOTE_WRITE", "an RDMA WRITE"));
                 return nak(syndrome::REMOTE_INVAL_REQ_ERR);
             }
             let dst = if len == 0 {
@@ -500,7 +522,10 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
             } else {
                 match rmrs.check(rq.rkey, rq.raddr, len, access::REMOTE_WRITE, tgt.pdn) {
                     Ok(d) => d,
-                    Err(_) => return nak(syndrome::REMOTE_ACCESS_ERR),
+                    Err(e) => {
+                        why::note(|| rmrs.explain(&e, "rkey", "RDMA WRITE"));
+                        return nak(syndrome::REMOTE_ACCESS_ERR);
+                    }
                 }
             };
             if op == opcode::RDMA_WRITE_IMM && recv.is_none() {
@@ -525,6 +550,19 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
                 Some(_) => None,
             };
             if let Some((resp_synd, req_synd)) = resp_err {
+                let why = match &sgl {
+                    None => format!(
+                        "the receive WQE {counter} of QP 0x{:x} has an lkey or range that is not valid",
+                        tgt.report_qpn
+                    ),
+                    Some(s) => format!(
+                        "a {len}-byte SEND arrived at QP 0x{:x}, whose receive WQE {counter} holds {} bytes",
+                        tgt.report_qpn,
+                        s.total()
+                    ),
+                };
+                host.why.keep(tgt.report_qpn, counter, why.clone());
+                why::note(|| why);
                 let cqe = err_cqe(cqe_opcode::RESP_ERR, resp_synd, tgt.uidx, 0, tgt.report_qpn, counter);
                 consume_recv(host, tgt.recv);
                 let fatal = tgt.err_on_nak.then_some(tgt.qpn);
@@ -557,6 +595,7 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
         }
         opcode::RDMA_READ => {
             if tgt.access & access::REMOTE_READ == 0 {
+                why::note(|| qp_lacks(tgt.qpn, "REMOTE_READ", "an RDMA READ"));
                 return nak(syndrome::REMOTE_INVAL_REQ_ERR);
             }
             if len > 0 {
@@ -569,18 +608,25 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
                     Ok(s) => {
                         dma::stream(&[Src::Mem(s)], sink.regions());
                     }
-                    Err(_) => return nak(syndrome::REMOTE_ACCESS_ERR),
+                    Err(e) => {
+                        why::note(|| rmrs.explain(&e, "rkey", "RDMA READ"));
+                        return nak(syndrome::REMOTE_ACCESS_ERR);
+                    }
                 }
             }
             Outcome::Done { byte_cnt: len as u32 }
         }
         opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
             if tgt.access & access::REMOTE_ATOMIC == 0 || !rq.raddr.is_multiple_of(8) {
+                why::note(|| atomic_refused(tgt.qpn, tgt.access, rq.raddr, 8));
                 return nak(syndrome::REMOTE_INVAL_REQ_ERR);
             }
             let target = match rmrs.check(rq.rkey, rq.raddr, 8, access::REMOTE_ATOMIC, tgt.pdn) {
                 Ok(t) => t,
-                Err(_) => return nak(syndrome::REMOTE_ACCESS_ERR),
+                Err(e) => {
+                    why::note(|| rmrs.explain(&e, "rkey", "an atomic"));
+                    return nak(syndrome::REMOTE_ACCESS_ERR);
+                }
             };
             let Some(result) = sink.regions().first().copied() else {
                 return fail(syndrome::LOCAL_QP_OP_ERR);
@@ -611,11 +657,15 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
         opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA => {
             let width = u64::from(rq.width);
             if tgt.access & access::REMOTE_ATOMIC == 0 || width == 0 || !rq.raddr.is_multiple_of(width) {
+                why::note(|| atomic_refused(tgt.qpn, tgt.access, rq.raddr, width));
                 return nak(syndrome::REMOTE_INVAL_REQ_ERR);
             }
             let target = match rmrs.check(rq.rkey, rq.raddr, width, access::REMOTE_ATOMIC, tgt.pdn) {
                 Ok(t) => t,
-                Err(_) => return nak(syndrome::REMOTE_ACCESS_ERR),
+                Err(e) => {
+                    why::note(|| rmrs.explain(&e, "rkey", "a masked atomic"));
+                    return nak(syndrome::REMOTE_ACCESS_ERR);
+                }
             };
             let Some(result) = sink.regions().first().copied() else {
                 return fail(syndrome::LOCAL_QP_OP_ERR);
@@ -640,6 +690,22 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
             Outcome::Done { byte_cnt: rq.width.into() }
         }
         _ => fail(syndrome::LOCAL_QP_OP_ERR),
+    }
+}
+
+/// The responder QP's access flags lack `right`, which `what` needs.
+#[cold]
+fn qp_lacks(qpn: u32, right: &str, what: &str) -> String {
+    format!("the responder QP 0x{qpn:x} was not given {right} in its access flags, which {what} needs")
+}
+
+/// Why an atomic of `width` bytes at `raddr` is an invalid request at QP `qpn`.
+#[cold]
+fn atomic_refused(qpn: u32, qp_access: u32, raddr: u64, width: u64) -> String {
+    if qp_access & access::REMOTE_ATOMIC == 0 {
+        qp_lacks(qpn, "REMOTE_ATOMIC", "an atomic")
+    } else {
+        format!("the atomic's address 0x{raddr:x} is not aligned to its {width} bytes")
     }
 }
 

@@ -76,6 +76,15 @@ pub(crate) fn unanswered(st: &mut FabricState, h: usize, qpn: u32) -> Outcome {
     if st.lossy() {
         crate::lossy::silent_peer(st, h, qpn);
     }
+    crate::why::note(|| {
+        let q = st.hosts[h].qps.get(&qpn);
+        match q.and_then(|q| q.attrs.path.as_ref().map(|p| (p.dlid, p.dest_qpn))) {
+            Some((dlid, dqpn)) => format!(
+                "nothing answered QP 0x{qpn:x}: no QP 0x{dqpn:x} at LID 0x{dlid:x} that is in RTR or RTS and connected back to it"
+            ),
+            None => format!("nothing answered QP 0x{qpn:x}: its destination is not connected"),
+        }
+    });
     fail(syndrome::TRANSPORT_RETRY_EXC_ERR)
 }
 

@@ -25,6 +25,7 @@ pub mod barrier;
 pub mod cq;
 pub mod cqe;
 pub mod error;
+pub mod explain;
 pub mod gid;
 pub mod hint;
 pub mod mmio;

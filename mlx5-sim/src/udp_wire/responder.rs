@@ -331,6 +331,10 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
             None => return,
         },
     };
+    // The requester is in another process: a reason its check left goes no further.
+    if matches!(out, Outcome::Fail { .. }) {
+        crate::why::clear();
+    }
     let last = psn_add(m.first, m.pkts - 1);
     let msn = conn(host, me).map_or(0, |w| {
         if matches!(out, Outcome::Done { .. }) && m.advance {

@@ -1,0 +1,77 @@
+//! Why a work request failed, in the simulator's words (step 13): the check that
+//! refused it names the object (an lkey or rkey, an MR and its range, an address, a QP
+//! and its rights). The failing check leaves its sentence here ([`note`]); the error CQE
+//! that follows takes it ([`take`]) and keeps it with the host, by QP and WQE index
+//! ([`Reasons`]), for the front-end's explanation of that completion. Only failure
+//! paths touch this: the thread that carries out a message carries out its checks and
+//! writes its CQEs.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+
+thread_local! {
+    /// The last failing check's sentence, until an error CQE takes it.
+    static WHY: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// A check refused a request: `f` says why (called now, on the failure path only).
+#[cold]
+pub(crate) fn note(f: impl FnOnce() -> String) {
+    WHY.with(|w| *w.borrow_mut() = Some(f()));
+}
+
+/// The reason the last failing check left, taken (the requester's error CQE).
+#[cold]
+pub(crate) fn take() -> Option<String> {
+    WHY.with(|w| w.borrow_mut().take())
+}
+
+/// Forgets a reason no error CQE took (a request that ended otherwise).
+#[cold]
+pub(crate) fn clear() {
+    WHY.with(|w| *w.borrow_mut() = None);
+}
+
+/// The reasons of a host's latest error CQEs, by QP and WQE index (the last 256).
+#[derive(Debug, Default)]
+pub(crate) struct Reasons {
+    kept: VecDeque<(u32, u16, String)>,
+}
+
+impl Reasons {
+    const KEEP: usize = 256;
+
+    /// Keeps `why` for the error CQE of WQE `counter` of QP `qpn`.
+    pub(crate) fn keep(&mut self, qpn: u32, counter: u16, why: String) {
+        if self.kept.len() == Self::KEEP {
+            self.kept.pop_front();
+        }
+        self.kept.push_back((qpn, counter, why));
+    }
+
+    /// The reason kept for that CQE, the latest if several.
+    pub(crate) fn of(&self, qpn: u32, counter: u16) -> Option<&str> {
+        self.kept.iter().rev().find(|(q, c, _)| *q == qpn && *c == counter).map(|(_, _, w)| w.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reason_goes_to_the_next_error_cqe_once() {
+        clear();
+        note(|| "rkey 0x5 is unknown".into());
+        assert_eq!(take().as_deref(), Some("rkey 0x5 is unknown"));
+        assert_eq!(take(), None);
+        let mut r = Reasons::default();
+        for i in 0..300u16 {
+            r.keep(7, i, format!("n{i}"));
+        }
+        assert_eq!(r.of(7, 299), Some("n299"));
+        assert_eq!(r.of(7, 10), None, "only the last 256 are kept");
+        r.keep(7, 299, "again".into());
+        assert_eq!(r.of(7, 299), Some("again"));
+    }
+}
