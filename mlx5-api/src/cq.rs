@@ -1007,6 +1007,12 @@ impl<B: Backend, T> CompletionQueue<B, T> {
         c.explain_with(detail.as_deref())
     }
 
+    /// What the device knows of why the error completion of WQE `wqe_counter` of QP
+    /// `qpn` on this CQ was written (the simulator's failed check); `None` on hardware.
+    pub fn failure_reason(&self, qpn: u32, wqe_counter: u16) -> Option<String> {
+        B::failure_reason(&self.shared.raw, qpn, wqe_counter)
+    }
+
     pub(crate) fn new(shared: Rc<CqShared<B, T>>, callback: Box<dyn FnMut(Completion, T)>) -> Self {
         CompletionQueue { shared, callback }
     }

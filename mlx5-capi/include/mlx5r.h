@@ -1214,6 +1214,18 @@ int32_t mlx5r_cq_create(mlx5r_context *ctx, uint32_t cqe, mlx5r_cq_obj **out);
 int32_t mlx5r_cq_poll(mlx5r_cq_obj *cq, mlx5r_cqe *out);
 
 /*
+ `mlx5r_cqe_explain` for a CQE `cq` gave, with what the device knows of the failed
+ check: on the simulator the sentence names the key, the MR and its range, the
+ address or the QP and the right or limit that was missing; on hardware it is
+ `mlx5r_cqe_explain`'s. Returns the sentence's whole length, or a negative code.
+
+ # Safety
+ `cq` is live; `c` is readable; `buf` is writable for `len` bytes (or null when
+ `len` is 0).
+ */
+int32_t mlx5r_cq_explain(mlx5r_cq_obj *cq, const mlx5r_cqe *c, char *buf, uintptr_t len);
+
+/*
  The CQ's ring-core descriptor (for `mlx5r_cqe_poll`), valid until the
  CQ is freed.
 
@@ -1509,6 +1521,20 @@ int32_t mlx5r_av_roce_v2(const uint8_t *dgid,
                          uint8_t priority,
                          uint16_t udp_sport,
                          mlx5r_av *out);
+
+/*
+ Writes `c` explained in one sentence into `buf` (`len` bytes), NUL-terminated and
+ cut to fit as `snprintf` does: for an error, what failed (the opcode, QP and WQE
+ index), what the syndrome means with its mlx5 and `ibv_wc_status` names and the
+ vendor syndrome, and the usual causes (what the CQE alone says, as on hardware; see
+ `mlx5r_cq_explain` for the device's own words); for a success, what completed.
+ Returns the sentence's whole length (a larger buffer takes it all), or
+ `MLX5R_ERR_INVALID` for a null `c` (or a null `buf` with a nonzero `len`).
+
+ # Safety
+ `c` is readable; `buf` is writable for `len` bytes (or null when `len` is 0).
+ */
+int32_t mlx5r_cqe_explain(const mlx5r_cqe *c, char *buf, uintptr_t len);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -476,6 +476,36 @@ pub unsafe extern "C" fn mlx5r_cq_poll(cq: *mut CqObj, out: *mut crate::ring_ops
     unsafe { crate::ring_ops::mlx5r_cqe_poll(desc, out) }
 }
 
+/// `mlx5r_cqe_explain` for a CQE `cq` gave, with what the device knows of the failed
+/// check: on the simulator the sentence names the key, the MR and its range, the
+/// address or the QP and the right or limit that was missing; on hardware it is
+/// `mlx5r_cqe_explain`'s. Returns the sentence's whole length, or a negative code.
+///
+/// # Safety
+/// `cq` is live; `c` is readable; `buf` is writable for `len` bytes (or null when
+/// `len` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_cq_explain(
+    cq: *mut CqObj,
+    c: *const crate::ring_ops::mlx5r_cqe,
+    buf: *mut c_char,
+    len: usize,
+) -> i32 {
+    check_null!(cq, c);
+    // SAFETY: caller contract (both readable).
+    let (q, e) = unsafe { (&(*cq).0, &*c) };
+    let detail = if e.status != 0 {
+        match q {
+            Back::Sim(q) => q.failure_reason(e.qpn, e.wqe_counter),
+            Back::Hw(q) => q.failure_reason(e.qpn, e.wqe_counter),
+        }
+    } else {
+        None
+    };
+    // SAFETY: caller contract.
+    unsafe { crate::ring_ops::explain_into(c, detail.as_deref(), buf, len) }
+}
+
 /// The CQ's ring-core descriptor (for `mlx5r_cqe_poll`), valid until the
 /// CQ is freed.
 ///

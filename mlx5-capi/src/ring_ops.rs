@@ -9,6 +9,7 @@
 use mlx5_api::ring::cqe::CqeFormat;
 use mlx5_api::ring::{
     send_wqe, AddressVector, CqDesc, Cqe, HostMmio, IbGrh, RoceAv, RqDesc, SendWr, Sge, SqDesc, SrqDesc,
+    Syndrome,
 };
 
 use crate::codes::*;
@@ -468,3 +469,73 @@ const _: () = {
     assert!(MLX5R_OPCODE_ATOMIC_MASKED_CS == o::ATOMIC_MASKED_CS as u32);
     assert!(MLX5R_OPCODE_ATOMIC_MASKED_FA == o::ATOMIC_MASKED_FA as u32);
 };
+
+/// Writes `c` explained in one sentence into `buf` (`len` bytes), NUL-terminated and
+/// cut to fit as `snprintf` does: for an error, what failed (the opcode, QP and WQE
+/// index), what the syndrome means with its mlx5 and `ibv_wc_status` names and the
+/// vendor syndrome, and the usual causes (what the CQE alone says, as on hardware; see
+/// `mlx5r_cq_explain` for the device's own words); for a success, what completed.
+/// Returns the sentence's whole length (a larger buffer takes it all), or
+/// `MLX5R_ERR_INVALID` for a null `c` (or a null `buf` with a nonzero `len`).
+///
+/// # Safety
+/// `c` is readable; `buf` is writable for `len` bytes (or null when `len` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_cqe_explain(
+    c: *const mlx5r_cqe,
+    buf: *mut core::ffi::c_char,
+    len: usize,
+) -> i32 {
+    // SAFETY: caller contract.
+    unsafe { explain_into(c, None, buf, len) }
+}
+
+/// Writes the sentence of `mlx5r_cqe_explain` for `c` with what the device knows of
+/// the failed check (`detail`) inserted ("What failed: rkey 0x... does not allow RDMA
+/// WRITE (its MR was registered without REMOTE_WRITE)").
+///
+/// # Safety
+/// As for `mlx5r_cqe_explain`.
+pub(crate) unsafe fn explain_into(
+    c: *const mlx5r_cqe,
+    detail: Option<&str>,
+    buf: *mut core::ffi::c_char,
+    len: usize,
+) -> i32 {
+    use core::fmt::Write;
+    use mlx5_api::ring::explain::{send_opcode_name, write_explanation_with, Failed, Truncating};
+    if c.is_null() || (buf.is_null() && len != 0) {
+        return MLX5R_ERR_INVALID;
+    }
+    // SAFETY: caller contract.
+    let c = unsafe { &*c };
+    let out: &mut [u8] = if len == 0 {
+        &mut []
+    } else {
+        // SAFETY: caller contract (writable for `len` bytes).
+        unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
+    };
+    let mut w = Truncating::new(out);
+    // Requester CQEs: REQ (0) and REQ_ERR (13).
+    let send = matches!(c.opcode, 0 | 13);
+    let _ = if c.status != 0 {
+        let failed = if send {
+            Failed::Send { opcode: c.wqe_opcode, qpn: c.qpn, wqe_counter: c.wqe_counter }
+        } else {
+            Failed::Recv { qpn: c.qpn, wqe_counter: c.wqe_counter }
+        };
+        write_explanation_with(&mut w, failed, Syndrome::from_raw(c.syndrome), c.vendor_err, detail)
+    } else if send {
+        write!(
+            w,
+            "{} on QP 0x{:x} (WQE {}) completed: {} bytes.",
+            send_opcode_name(c.wqe_opcode),
+            c.qpn,
+            c.wqe_counter,
+            c.byte_cnt
+        )
+    } else {
+        write!(w, "A receive on QP 0x{:x} (WQE {}) completed: {} bytes.", c.qpn, c.wqe_counter, c.byte_cnt)
+    };
+    i32::try_from(w.finish()).unwrap_or(i32::MAX)
+}

@@ -35,6 +35,33 @@ pub struct DevinfoOpts {
     /// Which devices: hardware and simulated (default), or one kind.
     #[arg(long, value_enum, default_value = "all")]
     pub backend: Which,
+    /// Explain an error completion seen elsewhere: its syndrome and, after a colon,
+    /// its vendor syndrome (hexadecimal with 0x, or decimal), e.g. 0x13:0x88
+    #[arg(long, value_name = "SYNDROME[:VENDOR]")]
+    pub explain: Option<String>,
+}
+
+/// `--explain SYNDROME[:VENDOR]`: the sentence `Completion::explain` gives for an
+/// error CQE of that syndrome and vendor syndrome (hexadecimal with `0x`, or decimal).
+pub fn explain_arg(arg: &str) -> Result<String, String> {
+    let num = |s: &str| -> Result<u8, String> {
+        let s = s.trim();
+        let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+            Some(h) => u8::from_str_radix(h, 16),
+            None => s.parse(),
+        };
+        r.map_err(|_| format!("--explain {arg}: {s:?} is not a byte (0x13, or 19)"))
+    };
+    let (synd, vendor) = match arg.split_once(':') {
+        Some((a, b)) => (num(a)?, num(b)?),
+        None => (num(arg)?, 0),
+    };
+    let mut s = String::new();
+    let f = mlx5_api::ring::explain::Failed::Unknown;
+    let _ = mlx5_api::ring::explain::write_explanation(&mut s, f, mlx5_api::Syndrome::from_raw(synd), vendor);
+    // The sentence starts mid-phrase without a work request: capitalise it.
+    let mut c = s.chars();
+    Ok(c.next().map_or(String::new(), |f| f.to_uppercase().collect::<String>() + c.as_str()))
 }
 
 /// `--backend` of `mlx5_devinfo`.
@@ -259,6 +286,18 @@ pub fn main() -> ExitCode {
         Ok(o) => o,
         Err(code) => return code,
     };
+    if let Some(arg) = &o.explain {
+        return match explain_arg(arg) {
+            Ok(s) => {
+                println!("{s}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{prog}: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let mut devs = Vec::new();
     if o.backend != Which::Sim {
         match hw_views() {

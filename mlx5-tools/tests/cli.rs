@@ -211,6 +211,28 @@ fn devinfo_takes_ibv_devinfos_options_and_lists_simulated_devices() {
     }
 }
 
+/// `--explain SYNDROME[:VENDOR]` prints the sentence for an error CQE seen elsewhere
+/// (spec §5.4's names), and refuses what is not a byte with one line.
+#[test]
+fn devinfo_explains_a_syndrome() {
+    let bin = env!("CARGO_BIN_EXE_mlx5_devinfo");
+    let (ok, out, _) = run(bin, &["--explain", "0x13:0x88"]);
+    assert!(ok, "{out}");
+    assert!(out.starts_with("Remote access error: "), "{out}");
+    assert!(
+        out.contains("(syndrome 0x13 REMOTE_ACCESS_ERR, IBV_WC_REM_ACCESS_ERR; vendor syndrome 0x88)"),
+        "{out}"
+    );
+    assert!(out.contains("Usual causes: an rkey"), "{out}");
+    let (ok, out, _) = run(bin, &["--explain", "5"]);
+    assert!(ok && out.starts_with("Flushed: ") && !out.contains("vendor"), "{out}");
+    for bad in ["zz", "0x13:0x1ff", "300"] {
+        let (ok, out, err) = run(bin, &["--explain", bad]);
+        assert!(!ok && out.is_empty() && err.lines().count() == 1, "{bad}: {err}");
+        assert!(err.contains("is not a byte"), "{err}");
+    }
+}
+
 /// perftest offers UD for the SEND tests and DC for every test; the
 /// header names the transport (and DC's SRQ) as perftest's does.
 #[test]

@@ -1,6 +1,6 @@
 /* Every operation through the C ABI on the simulator (watch mode: the NICs
  * notice work from memory): RC WRITE, READ, SEND, SEND_IMM, fetch-and-add,
- * compare-and-swap, an error completion with its syndrome; a UD SEND; a DC
+ * compare-and-swap, an error completion with its syndrome and explained; a UD SEND; a DC
  * WRITE through a DCT on an SRQ. Memory and completions are checked. */
 #include "common.h"
 
@@ -204,6 +204,19 @@ int main(void) {
     CHECK(poll_one(cqa, &c) == MLX5R_CQE_ERROR && c.status == 1 && c.syndrome == 0x13 && c.qpn == ia.qpn);
     OK(mlx5r_sq_retire(sq, c.wqe_counter, &wr));
     CHECK(wr == 109);
+
+    /* ... explained: by the CQE alone (as on hardware), and with the simulator's words */
+    char why[512], sim[1024], want[80], small[16];
+    int n = mlx5r_cqe_explain(&c, why, sizeof why);
+    CHECK(n > 0 && n == (int)strlen(why) && strstr(why, "RDMA WRITE on QP") && strstr(why, "REMOTE_ACCESS_ERR") &&
+          !strstr(why, "What failed"));
+    n = mlx5r_cq_explain(qa_cq, &c, sim, sizeof sim);
+    snprintf(want, sizeof want, "What failed: rkey 0x%x is not a memory key", rkb + 77);
+    CHECK(n == (int)strlen(sim) && strstr(sim, want));
+    /* Cut to fit and NUL-terminated, the whole length still returned */
+    CHECK(mlx5r_cqe_explain(&c, small, sizeof small) == (int)strlen(why) && strlen(small) == 15 &&
+          !memcmp(small, why, 15));
+    CHECK(mlx5r_cqe_explain(&c, NULL, 0) == (int)strlen(why) && mlx5r_cqe_explain(NULL, why, 1) < 0);
 
     mlx5r_qp_free(dci); mlx5r_qp_free(dct); mlx5r_srq_destroy(srq);
     mlx5r_qp_free(ua); mlx5r_qp_free(ub); mlx5r_qp_free(qa); mlx5r_qp_free(qb);
