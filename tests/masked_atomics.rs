@@ -251,32 +251,6 @@ enum Op {
     Fa { add: u64, boundary: u64 },
 }
 
-/// The reference: fetch-and-add split into its fields (a field ends at each boundary bit
-/// and at the top), each field added on its own modulo its width. Written apart from
-/// the simulator's bit-serial adder.
-fn model_fa(old: u64, add: u64, boundary: u64, bits: u32) -> u64 {
-    let mut out = 0u64;
-    let mut lo = 0;
-    for i in 0..bits {
-        if boundary >> i & 1 == 1 || i == bits - 1 {
-            let width = i - lo + 1;
-            let mask = if width == 64 { u64::MAX } else { (1u64 << width) - 1 };
-            let f = ((old >> lo & mask).wrapping_add(add >> lo & mask)) & mask;
-            out |= f << lo;
-            lo = i + 1;
-        }
-    }
-    out
-}
-
-fn model_cs(old: u64, swap: u64, compare: u64, swap_mask: u64, compare_mask: u64) -> u64 {
-    if old & compare_mask == compare & compare_mask {
-        (old & !swap_mask) | (swap & swap_mask)
-    } else {
-        old
-    }
-}
-
 fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
         (any::<u64>(), any::<u64>(), any::<u64>(), prop_oneof![Just(0u64), Just(u64::MAX), any::<u64>()])
@@ -312,7 +286,7 @@ proptest! {
             let res = Sge::new(la + 8 * e, if *narrow { 4 } else { 8 }, lk);
             match *op {
                 Op::Cs { swap, compare, swap_mask, compare_mask } => {
-                    *cur = model_cs(*cur, lim(swap), lim(compare), lim(swap_mask), lim(compare_mask));
+                    *cur = model_masked_cs(*cur, lim(swap), lim(compare), lim(swap_mask), lim(compare_mask));
                     if *narrow {
                         let m = MaskedCs { swap: m32(swap), compare: m32(compare), swap_mask: m32(swap_mask), compare_mask: m32(compare_mask) };
                         cs(&p.a.qp, e, m, rb + 0x600, rk, res);
@@ -321,7 +295,7 @@ proptest! {
                     }
                 }
                 Op::Fa { add, boundary } => {
-                    *cur = model_fa(*cur, lim(add), lim(boundary), bits);
+                    *cur = model_masked_fa(*cur, lim(add), lim(boundary), bits);
                     if *narrow {
                         fa(&p.a.qp, e, MaskedFa { add: m32(add), field_boundary: m32(boundary) }, rb + 0x600, rk, res);
                     } else {

@@ -1,5 +1,6 @@
 //! Property: random mixed traffic — RC WRITE/READ/SEND, UD SEND, DC
-//! WRITE/READ/SEND_IMM/FETCH_ADD — among four simulated hosts, over
+//! WRITE/READ/SEND_IMM/FETCH_ADD, and masked compare-and-swap and fetch-and-add
+//! of 4 and 8 bytes on RC and DC (step 13) — among four simulated hosts, over
 //! InfiniBand and over RoCE v2, leaves every host's memory equal to a plain
 //! reference model, and every completion (signaled sends, every receive) is
 //! accounted for exactly once, in per-queue order, with the expected opcode
@@ -17,6 +18,7 @@ use std::collections::HashMap;
 use common::*;
 use mlx5::sim::ExecMode;
 use mlx5::sim::Sim;
+use mlx5::wqe::{MaskedCs, MaskedFa};
 use mlx5::{ConnectParams, Dci, Dct, QpConfig, RcQp, Sge, Status, UdQp, WcOpcode, WqeFlags};
 use proptest::prelude::*;
 
@@ -37,6 +39,17 @@ enum Kind {
     DcRead,
     DcSendImm(u32),
     DcFa(u64),
+    /// A masked atomic from the RC QP (`false`) or the DCI (`true`).
+    Masked(bool, Masked),
+}
+
+/// A masked atomic: compare-and-swap (`cs`) or fetch-and-add, on 8 bytes (`wide`)
+/// or 4; `v`: swap/add, compare/boundary, swap mask, compare mask.
+#[derive(Clone, Debug)]
+struct Masked {
+    cs: bool,
+    wide: bool,
+    v: [u64; 4],
 }
 
 #[derive(Clone, Debug)]
@@ -60,6 +73,17 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Kind::DcRead),
         any::<u32>().prop_map(Kind::DcSendImm),
         any::<u64>().prop_map(Kind::DcFa),
+        (any::<bool>(), any::<bool>(), any::<bool>(), any::<[u64; 4]>(), 0..3u8).prop_map(
+            |(dc, cs, wide, mut v, masks)| {
+                // Masks of all ones and of zeros as often as random ones.
+                match masks {
+                    0 => v[3] = 0,
+                    1 => (v[2], v[3]) = (u64::MAX, u64::MAX),
+                    _ => {}
+                }
+                Kind::Masked(dc, Masked { cs, wide, v })
+            }
+        ),
     ];
     (kind, 0..HOSTS, 1..HOSTS, 0..=MAX, 0..(256 << 10) - MAX, 0..(256 << 10) - MAX, any::<bool>()).prop_map(
         |(kind, src, d, len, a, b, signaled)| Op { kind, src, dst: (src + d) % HOSTS, len, a, b, signaled },
@@ -140,15 +164,18 @@ fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
         let dckey = 0xdc00 + d as u64;
         let av = n[d].av(0);
         let queue = match op.kind {
-            Kind::RcWrite | Kind::RcRead | Kind::RcSend => hosts[s].rc[d].as_ref().unwrap().qpn(),
+            Kind::RcWrite | Kind::RcRead | Kind::RcSend | Kind::Masked(false, _) => {
+                hosts[s].rc[d].as_ref().unwrap().qpn()
+            }
             Kind::UdSend => hosts[s].ud.qpn(),
             _ => hosts[s].dci.qpn(),
         };
         // Reads and atomics are always signaled; others follow the op, with
         // at most 3 unsignaled in a row per queue so the ring keeps draining.
         let run = unsignaled_run.entry((s, queue)).or_insert(0);
-        let signaled =
-            op.signaled || *run >= 3 || matches!(op.kind, Kind::RcRead | Kind::DcRead | Kind::DcFa(_));
+        let signaled = op.signaled
+            || *run >= 3
+            || matches!(op.kind, Kind::RcRead | Kind::DcRead | Kind::DcFa(_) | Kind::Masked(..));
         *run = if signaled { 0 } else { *run + 1 };
         let f = if signaled { WqeFlags::SIGNALED } else { WqeFlags::NONE };
         let (wc, blen) = match &op.kind {
@@ -317,6 +344,77 @@ fn run(addressing: Addressing, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .finish()
                     .unwrap();
                 (WcOpcode::AtomicFa, 8)
+            }
+            Kind::Masked(dc, m) => {
+                // 4-byte values are big-endian in memory and in the result, 8-byte ones
+                // in host order (the device's atomic mode): spec §3.5 as modelled.
+                let w = if m.wide { 8 } else { 4 };
+                let (at, to) = (op.b & !7, SINK + (op.a & !7) % ((256 << 10) - MAX));
+                let (bits, lim) = if m.wide { (64, u64::MAX) } else { (32, u64::from(u32::MAX)) };
+                let old = if m.wide {
+                    u64::from_ne_bytes(model[d][at..at + 8].try_into().unwrap())
+                } else {
+                    u64::from(u32::from_be_bytes(model[d][at..at + 4].try_into().unwrap()))
+                };
+                let [a, b, c, e] = m.v.map(|x| x & lim);
+                let new =
+                    if m.cs { model_masked_cs(old, a, b, c, e) } else { model_masked_fa(old, a, b, bits) };
+                let enc = |x: u64| {
+                    if m.wide {
+                        x.to_ne_bytes().to_vec()
+                    } else {
+                        (x as u32).to_be_bytes().to_vec()
+                    }
+                };
+                model[d][at..at + w].copy_from_slice(&enc(new));
+                model[s][to..to + w].copy_from_slice(&enc(old));
+                let result = Sge::new(la + to as u64, w as u32, lk);
+                macro_rules! post {
+                    ($wb:expr) => {{
+                        let wb = $wb;
+                        let wb = match (m.cs, m.wide) {
+                            (true, true) => wb.ctrl_masked_cs(
+                                f,
+                                MaskedCs { swap: a, compare: b, swap_mask: c, compare_mask: e },
+                            ),
+                            (true, false) => wb.ctrl_masked_cs(
+                                f,
+                                MaskedCs {
+                                    swap: a as u32,
+                                    compare: b as u32,
+                                    swap_mask: c as u32,
+                                    compare_mask: e as u32,
+                                },
+                            ),
+                            (false, true) => wb.ctrl_masked_fa(f, MaskedFa { add: a, field_boundary: b }),
+                            (false, false) => {
+                                wb.ctrl_masked_fa(f, MaskedFa { add: a as u32, field_boundary: b as u32 })
+                            }
+                        };
+                        wb.unwrap()
+                    }};
+                }
+                if *dc {
+                    post!(hosts[s].dci.wqe_builder(id).unwrap())
+                        .av(dckey, dctn, &av)
+                        .unwrap()
+                        .rdma(ra + at as u64, rk)
+                        .unwrap()
+                        .result(result)
+                        .unwrap()
+                        .finish()
+                        .unwrap();
+                } else {
+                    let q = hosts[s].rc[d].as_ref().unwrap();
+                    post!(q.wqe_builder(id).unwrap())
+                        .rdma(ra + at as u64, rk)
+                        .unwrap()
+                        .result(result)
+                        .unwrap()
+                        .finish()
+                        .unwrap();
+                }
+                (if m.cs { WcOpcode::MaskedAtomicCs } else { WcOpcode::MaskedAtomicFa }, w as u32)
             }
         };
         if signaled {

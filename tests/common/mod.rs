@@ -193,3 +193,30 @@ pub fn poll_ticks(cq: &CompletionQueue<Sim, u64>, n: usize, max_polls: usize) ->
     }
     v
 }
+
+/// The reference of a masked fetch-and-add on `bits` bits (spec §3.5): split into its
+/// fields (one ends at each boundary bit and at the top), each added on its own modulo
+/// its width. Written apart from the simulator's bit-serial adder.
+pub fn model_masked_fa(old: u64, add: u64, boundary: u64, bits: u32) -> u64 {
+    let mut out = 0u64;
+    let mut lo = 0;
+    for i in 0..bits {
+        if boundary >> i & 1 == 1 || i == bits - 1 {
+            let width = i - lo + 1;
+            let mask = if width == 64 { u64::MAX } else { (1u64 << width) - 1 };
+            let f = ((old >> lo & mask).wrapping_add(add >> lo & mask)) & mask;
+            out |= f << lo;
+            lo = i + 1;
+        }
+    }
+    out
+}
+
+/// The reference of a masked compare-and-swap (spec §3.5).
+pub fn model_masked_cs(old: u64, swap: u64, compare: u64, swap_mask: u64, compare_mask: u64) -> u64 {
+    if old & compare_mask == compare & compare_mask {
+        (old & !swap_mask) | (swap & swap_mask)
+    } else {
+        old
+    }
+}
