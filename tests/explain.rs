@@ -8,7 +8,6 @@
 mod common;
 use common::*;
 use mlx5::sim::ExecMode;
-use mlx5::wqe::MaskedFa;
 use mlx5::{AccessFlags, Completion, ConnectParams, RemoteQpInfo, Sge, Syndrome, WcOpcode, WqeFlags};
 
 /// The one error completion `side` got, with its explanation.
@@ -226,31 +225,33 @@ fn a_flush_says_the_qp_was_in_error() {
     assert!(!s.contains("What failed"), "{s}");
 }
 
-/// A masked atomic on the packet wire, which has no packet for it yet: LOCAL_QP_OP_ERR
-/// with that reason.
+/// A WQE whose opcode byte no device knows: LOCAL_QP_OP_ERR, and the sentence gives the
+/// opcode and what the check found.
 #[test]
-fn local_qp_operation_error_says_what_the_qp_cannot_carry() {
+fn local_qp_operation_error_names_the_malformed_wqe() {
     let mut p = pair();
-    p.fabric.set_packet_wire(true);
     p.a.qp
         .wqe_builder(1)
         .unwrap()
-        .ctrl_masked_fa(WqeFlags::SIGNALED, MaskedFa { add: 1u64, field_boundary: 0 })
+        .ctrl_rdma_write(WqeFlags::SIGNALED)
         .unwrap()
         .rdma(p.b.mr.addr(), p.b.mr.rkey())
         .unwrap()
-        .result(Sge::new(p.a.mr.addr(), 8, p.a.mr.lkey()))
+        .sge(Sge::new(p.a.mr.addr(), 8, p.a.mr.lkey()))
         .unwrap()
-        .finish()
+        .finish_batch()
         .unwrap();
+    // SAFETY: the WQE's ctrl segment (ring bytes 0..16) is not yet published; byte 3 is
+    // its opcode.
+    unsafe { *p.a.qp.sq_buf().add(3) = 0x3f };
+    p.a.qp.ring_sq_doorbell();
     let (c, s) = failed(&mut p.a);
     assert_eq!(syndrome(&c), Syndrome::LocalQpOperation);
     says(
         &s,
         &[
-            "masked fetch-and-add on QP",
             "local QP operation error",
-            "What failed: masked atomics are not carried on the simulator's packet wire yet",
+            "What failed: the ? WQE (opcode 0x3f, opmod 0x00, 3 DS) is malformed: unknown opcode",
         ],
     );
 }

@@ -52,7 +52,14 @@ impl<const N: usize> Ends for TrainEnds<'_, '_, N> {
             Outcome::Done { .. } => {
                 self.committed[i] = Some((true, 0));
                 if st.net.capture.is_some()
-                    && matches!(rq.op, opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA)
+                    && matches!(
+                        rq.op,
+                        opcode::RDMA_READ
+                            | opcode::ATOMIC_CS
+                            | opcode::ATOMIC_FA
+                            | opcode::ATOMIC_MASKED_CS
+                            | opcode::ATOMIC_MASKED_FA
+                    )
                 {
                     let mut d = vec![0u8; rq.len as usize];
                     let mut off = 0;
@@ -159,13 +166,25 @@ impl<const N: usize> TrainEnds<'_, '_, N> {
                         p.ack_req = true;
                     }
                     _ => {
-                        p.opcode = if op_ == opcode::ATOMIC_CS { op::COMPARE_SWAP } else { op::FETCH_ADD };
+                        p.opcode = match op_ {
+                            opcode::ATOMIC_CS => op::COMPARE_SWAP,
+                            opcode::ATOMIC_FA => op::FETCH_ADD,
+                            opcode::ATOMIC_MASKED_CS => op::vendor(op::MASKED_COMPARE_SWAP),
+                            _ => op::vendor(op::MASKED_FETCH_ADD),
+                        };
                         p.atomic = Some(AtomicEth {
                             va: w.raddr,
                             rkey: w.rkey,
                             swap_add: w.swap_add,
                             compare: w.compare,
                         });
+                        if w.width != 0 {
+                            p.masks = Some(packet::Masks {
+                                swap_mask: w.swap_mask,
+                                compare_mask: w.compare_mask,
+                                width: w.width,
+                            });
+                        }
                         p.ack_req = true;
                     }
                 }
@@ -201,7 +220,11 @@ impl<const N: usize> TrainEnds<'_, '_, N> {
                 let mut b = [0u8; 8];
                 let n = data.len().min(8);
                 b[..n].copy_from_slice(&data[..n]);
-                p.atomic_ack = Some(responder::load_u64(b, st.cfg.atomic_endianness));
+                p.atomic_ack = Some(if w.width != 0 {
+                    responder::load_masked(b, w.width, st.cfg.atomic_endianness)
+                } else {
+                    responder::load_u64(b, st.cfg.atomic_endianness)
+                });
                 p
             }
         };
@@ -265,7 +288,9 @@ pub(crate) fn execute_train<const N: usize>(
         let len = rq.len as u32;
         *s = match rq.op {
             opcode::RDMA_READ => Shape { req_pkts: 1, resp_pkts: len.div_ceil(mtu).max(1), atomic: false },
-            opcode::ATOMIC_CS | opcode::ATOMIC_FA => Shape { req_pkts: 1, resp_pkts: 1, atomic: true },
+            opcode::ATOMIC_CS | opcode::ATOMIC_FA | opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA => {
+                Shape { req_pkts: 1, resp_pkts: 1, atomic: true }
+            }
             _ => Shape { req_pkts: len.div_ceil(mtu).max(1), resp_pkts: 0, atomic: false },
         };
     }

@@ -131,13 +131,6 @@ fn execute(st: &mut FabricState, h: usize, qpn: u32, me: &Sender, wqe: &[u8], w:
     };
     let pkts = if qtype == QpType::Rc { packets(op, w.len as u32, mtu) } else { 0 };
     let rq = Request::of(w, srcs, &sink, qpn, src_lid, req_scatter, pkts);
-    // Masked atomics run on the direct wire; the packet wire (loss, capture) has no
-    // packet for them yet (InfiniBand defines none): refused there as an operation the
-    // QP cannot carry [not yet modelled].
-    if st.lossy() && w.width != 0 {
-        crate::why::note(|| "masked atomics are not carried on the simulator's packet wire yet".into());
-        return fail(syndrome::LOCAL_QP_OP_ERR);
-    }
     if st.lossy() {
         PacketWire::request(st, h, qpn, tgt, &rq)
     } else {

@@ -37,6 +37,37 @@ pub(crate) mod op {
         0xc0 | rc
     }
 
+    /// Masked compare-and-swap and fetch-and-add (spec §3.5) as the model's RC operation
+    /// codes: IBA defines no masked atomics and ConnectX's packets for them are not
+    /// public, so these two codes of the RC range that IBA reserves stand for them inside
+    /// the model, and never go on the wire as such: an RC request carries them in the
+    /// manufacturer range ([`vendor`], 0xfc and 0xfd), a DC one as any DC request
+    /// ([`dc`], 0xdc and 0xdd), each with a MaskedAtomicETH (the AtomicETH, then the
+    /// swap mask, the compare mask, the argument width and 3 reserved bytes) [model
+    /// choice].
+    pub const MASKED_COMPARE_SWAP: u8 = 0x1c;
+    pub const MASKED_FETCH_ADD: u8 = 0x1d;
+
+    /// The wire opcode of an RC request of model operation `rc` that IBA does not define
+    /// (the masked atomics): in the manufacturer range, prefix 111.
+    pub const fn vendor(rc: u8) -> u8 {
+        0xe0 | rc
+    }
+
+    /// The model operation of manufacturer RC opcode `o` ([`vendor`]), if it is one.
+    pub const fn vendor_rc(o: u8) -> Option<u8> {
+        match o {
+            0xfc => Some(MASKED_COMPARE_SWAP),
+            0xfd => Some(MASKED_FETCH_ADD),
+            _ => None,
+        }
+    }
+
+    /// Whether model operation `rc` is a masked atomic.
+    pub const fn is_masked(rc: u8) -> bool {
+        matches!(rc, MASKED_COMPARE_SWAP | MASKED_FETCH_ADD)
+    }
+
     /// The RC opcode of DC request opcode `o` ([`dc`]), if it is one.
     pub const fn dc_rc(o: u8) -> Option<u8> {
         if o & 0xe0 == 0xc0 {
@@ -167,7 +198,19 @@ pub(crate) struct Packet<'a> {
     pub ieth: Option<[u8; 4]>,
     /// DCETH of a DC request ([`op::dc`]): the DC access key and the DCI's QPN.
     pub dceth: Option<(u64, u32)>,
+    /// A masked atomic's extension after its AtomicETH ([`op::MASKED_COMPARE_SWAP`]):
+    /// swap mask, compare mask, argument width.
+    pub masks: Option<Masks>,
     pub payload: &'a [u8],
+}
+
+/// The masked atomic's part of a MaskedAtomicETH ([`op::MASKED_COMPARE_SWAP`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Masks {
+    pub swap_mask: u64,
+    pub compare_mask: u64,
+    /// Argument width in bytes (4 or 8).
+    pub width: u8,
 }
 
 impl<'a> Packet<'a> {
@@ -190,6 +233,7 @@ impl<'a> Packet<'a> {
             imm: None,
             ieth: None,
             dceth: None,
+            masks: None,
             payload: &[],
         }
     }
@@ -227,6 +271,11 @@ impl<'a> Packet<'a> {
             out.extend_from_slice(&a.rkey.to_be_bytes());
             out.extend_from_slice(&a.swap_add.to_be_bytes());
             out.extend_from_slice(&a.compare.to_be_bytes());
+        }
+        if let Some(m) = self.masks {
+            out.extend_from_slice(&m.swap_mask.to_be_bytes());
+            out.extend_from_slice(&m.compare_mask.to_be_bytes());
+            out.extend_from_slice(&[m.width, 0, 0, 0]);
         }
         if let Some((s, msn)) = self.aeth {
             out.push(s);

@@ -12,7 +12,7 @@
 
 use super::capture::ROCE_V2_PORT;
 use super::icrc;
-use super::packet::{op, AtomicEth, Packet, Reth};
+use super::packet::{op, AtomicEth, Masks, Packet, Reth};
 
 /// The UDP source port of a packet between QPs `sqpn` and `dqpn`: flow entropy in
 /// 0xc000..=0xffff (rdma-core derives it from the flow label; the model from the QPNs).
@@ -128,6 +128,7 @@ struct Headers {
     deth: bool,
     reth: bool,
     atomic: bool,
+    masks: bool,
     aeth: bool,
     atomic_ack: bool,
     imm: bool,
@@ -144,7 +145,12 @@ fn headers(opcode: u8) -> Option<Headers> {
     }
     let h = Headers::default();
     let p = Headers { payload: true, ..h };
+    // A masked atomic: its model operation in the manufacturer range ([`op::vendor`]).
+    if let Some(rc) = op::vendor_rc(opcode) {
+        return headers(rc);
+    }
     Some(match opcode {
+        op::MASKED_COMPARE_SWAP | op::MASKED_FETCH_ADD => Headers { atomic: true, masks: true, ..h },
         op::SEND_FIRST | op::SEND_MIDDLE | op::SEND_LAST | op::SEND_ONLY => p,
         op::SEND_LAST_IMM | op::SEND_ONLY_IMM => Headers { imm: true, ..p },
         op::WRITE_FIRST | op::WRITE_ONLY => Headers { reth: true, ..p },
@@ -177,6 +183,8 @@ pub(crate) struct Parsed<'a> {
     pub psn: u32,
     /// DCETH (a DC request): DC access key and the DCI's QPN.
     pub dceth: Option<(u64, u32)>,
+    /// A masked atomic's masks and width (its MaskedAtomicETH after the AtomicETH).
+    pub masks: Option<Masks>,
     /// DETH: Q_Key and source QP.
     pub deth: Option<(u32, u32)>,
     pub reth: Option<Reth>,
@@ -240,7 +248,8 @@ pub(crate) fn decode<'a>(
     }
     let (_, dqpn) = r.u24()?;
     let (a, psn) = r.u24()?;
-    let h = headers(opcode).ok_or(Malformed::Opcode(opcode))?;
+    // (The model's masked-atomic operations travel as manufacturer or DC opcodes only.)
+    let h = headers(opcode).filter(|_| !op::is_masked(opcode)).ok_or(Malformed::Opcode(opcode))?;
     let mut p = Parsed {
         opcode,
         se,
@@ -249,6 +258,7 @@ pub(crate) fn decode<'a>(
         ack_req: a & 0x80 != 0,
         psn,
         dceth: None,
+        masks: None,
         deth: None,
         reth: None,
         atomic: None,
@@ -273,6 +283,14 @@ pub(crate) fn decode<'a>(
     }
     if h.atomic {
         p.atomic = Some(AtomicEth { va: r.u64()?, rkey: r.u32()?, swap_add: r.u64()?, compare: r.u64()? });
+    }
+    if h.masks {
+        let (swap_mask, compare_mask) = (r.u64()?, r.u64()?);
+        let [width, ..] = r.take::<4>()?;
+        if !matches!(width, 4 | 8) {
+            return Err(Malformed::Length);
+        }
+        p.masks = Some(Masks { swap_mask, compare_mask, width });
     }
     if h.aeth {
         p.aeth = Some(r.u24()?);
@@ -313,7 +331,7 @@ pub(crate) mod tests {
     const B: [u8; 4] = [10, 0, 0, 2];
 
     /// Every opcode the model speaks.
-    const OPCODES: [u8; 25] = [
+    const OPCODES: [u8; 27] = [
         op::SEND_FIRST,
         op::SEND_MIDDLE,
         op::SEND_LAST,
@@ -339,6 +357,8 @@ pub(crate) mod tests {
         op::SEND_ONLY_INV,
         op::UD_SEND_ONLY,
         op::UD_SEND_ONLY_IMM,
+        op::vendor(op::MASKED_COMPARE_SWAP),
+        op::vendor(op::MASKED_FETCH_ADD),
     ];
 
     /// A packet of opcode `opcode` with the headers it calls for, from random fields.
@@ -355,6 +375,10 @@ pub(crate) mod tests {
         }
         if h.atomic {
             p.atomic = Some(AtomicEth { va: f[4], rkey: f[5] as u32, swap_add: f[0], compare: f[1] });
+        }
+        if h.masks {
+            p.masks =
+                Some(Masks { swap_mask: f[2], compare_mask: f[3], width: if f[0] & 1 == 0 { 4 } else { 8 } });
         }
         if h.aeth {
             p.aeth = Some(((f[5] >> 8) as u8, f[5] as u32 & 0xff_ffff));
@@ -393,7 +417,7 @@ pub(crate) mod tests {
                 (p.opcode, p.se, p.ack_req, p.dqpn, p.psn, 0xffff)
             );
             prop_assert_eq!(got.deth, p.qkey.map(|q| (q, p.sqpn)));
-            prop_assert_eq!((got.reth, got.atomic, got.aeth), (p.reth, p.atomic, p.aeth));
+            prop_assert_eq!((got.reth, got.atomic, got.aeth, got.masks), (p.reth, p.atomic, p.aeth, p.masks));
             prop_assert_eq!((got.atomic_ack, got.imm, got.ieth), (p.atomic_ack, p.imm, p.ieth));
             prop_assert_eq!(got.payload, p.payload);
             // From another host, or with any one bit flipped: the ICRC no longer matches.
@@ -407,6 +431,43 @@ pub(crate) mod tests {
             }
             dg[bit / 8] ^= 1 << (bit % 8);
             prop_assert_eq!(decode(&dg, &src, &dst, udp_sport(p.sqpn, p.dqpn)), Err(Malformed::Icrc));
+        }
+    }
+
+    /// Masked atomics travel as manufacturer opcodes 0xfc and 0xfd (RC) or as DC
+    /// requests (0xdc, 0xdd), each with its 48-byte MaskedAtomicETH; the model's own
+    /// operation codes (0x1c, 0x1d) never on the wire, and a width other than 4 or 8 is
+    /// malformed.
+    #[test]
+    fn masked_atomics_have_a_48_byte_extension_in_the_manufacturer_range() {
+        let (src, dst) = (gid4(A), gid4(B));
+        let sport = udp_sport(1, 2);
+        let mut p = Packet::new(0, 1, op::vendor(op::MASKED_FETCH_ADD), 1, 2, 3);
+        assert_eq!(p.opcode, 0xfd);
+        p.ack_req = true;
+        p.atomic = Some(AtomicEth { va: 0x1000, rkey: 7, swap_add: 1, compare: 0x8080_8080 });
+        p.masks = Some(Masks { swap_mask: 0, compare_mask: 0, width: 4 });
+        let mut dg = Vec::new();
+        encode(&p, &src, &dst, sport, &mut dg);
+        assert_eq!(dg.len(), 12 + 28 + 20 + 4, "BTH, AtomicETH, masks and width, ICRC");
+        assert_eq!(&dg[56..60], &[4, 0, 0, 0], "the width, then 3 reserved bytes");
+        assert_eq!(decode(&dg, &src, &dst, sport).unwrap().masks, p.masks);
+        // A DC masked compare-and-swap: DCETH, then the same.
+        let mut d = p;
+        d.opcode = op::dc(op::MASKED_COMPARE_SWAP);
+        d.dceth = Some((0xdc, 9));
+        d.masks = Some(Masks { swap_mask: 0xff, compare_mask: u64::MAX, width: 8 });
+        let mut dg = Vec::new();
+        encode(&d, &src, &dst, sport, &mut dg);
+        let got = decode(&dg, &src, &dst, sport).unwrap();
+        assert_eq!((got.opcode, got.dceth, got.masks), (0xdc, Some((0xdc, 9)), d.masks));
+        for (opcode, width) in [(op::MASKED_FETCH_ADD, 4), (0xfd, 5)] {
+            let mut q = p;
+            q.opcode = opcode;
+            q.masks = Some(Masks { width, ..p.masks.unwrap() });
+            let mut dg = Vec::new();
+            encode(&q, &src, &dst, sport, &mut dg);
+            assert!(decode(&dg, &src, &dst, sport).is_err(), "opcode {opcode:#x} width {width}");
         }
     }
 

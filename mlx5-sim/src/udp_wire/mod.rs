@@ -189,6 +189,7 @@ fn packet_of<'a>(h: usize, p: &Parsed<'a>) -> Packet<'a> {
     q.imm = p.imm;
     q.ieth = p.ieth;
     q.dceth = p.dceth;
+    q.masks = p.masks;
     q.payload = p.payload;
     q
 }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use super::{psn_add, psn_diff, send, Dest, WireEnd};
 use crate::dma::{self, Src};
 use crate::hosts::FabricState;
-use crate::net::packet::{aeth, op, send_opcode, write_opcode, AtomicEth, Packet, Pos, Reth};
+use crate::net::packet::{aeth, op, send_opcode, write_opcode, AtomicEth, Masks, Packet, Pos, Reth};
 use crate::net::roce::Parsed;
 use crate::net::transport::local_ack_timeout_ns;
 use crate::psn::advance_sq_psn;
@@ -147,7 +147,9 @@ fn dest(st: &mut FabricState, h: usize, qpn: u32, rh: usize, dqpn: u32) -> Optio
 fn kind_of(op: u8) -> Kind {
     match op {
         opcode::RDMA_READ => Kind::Read,
-        opcode::ATOMIC_CS | opcode::ATOMIC_FA => Kind::Atomic,
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA | opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA => {
+            Kind::Atomic
+        }
         _ => Kind::Ack,
     }
 }
@@ -169,11 +171,6 @@ pub(crate) fn request(
 ) -> Option<Outcome> {
     let end = st.hosts[h].wire.clone()?;
     let dest = dest(st, h, qpn, rh, peer.number())?;
-    // Masked atomics have no packet of their own on this wire yet (InfiniBand defines
-    // none; ConnectX's is not public): refused, as an operation the QP cannot carry.
-    if matches!(rq.op, opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA) {
-        return Some(fail(syndrome::LOCAL_QP_OP_ERR));
-    }
     // A DCI's message takes PSNs on the wire as an RC one does (the in-process model
     // keeps none for DC).
     let dc_rq;
@@ -266,16 +263,20 @@ fn conclude(st: &mut FabricState, h: usize, qpn: u32, rq: &Request<'_, '_>, a: A
         }
         Answer::Atomic(v) => {
             advance_sq_psn(&mut st.hosts[h], qpn, rq.pkts);
-            let bytes = store_u64(v, endian);
-            if rq.req_scatter >= 8 {
+            // A masked atomic's result in its own width and byte order.
+            let (bytes, n) = match rq.width {
+                0 => (store_u64(v, endian), 8),
+                w => (crate::responder::store_masked(v, w, endian), usize::from(w)),
+            };
+            if rq.req_scatter >= n as u64 {
                 let mut inline = Box::new([0u8; 64]);
-                inline[..8].copy_from_slice(&bytes);
-                return Outcome::DoneInline { byte_cnt: 8, data: inline };
+                inline[..n].copy_from_slice(&bytes[..n]);
+                return Outcome::DoneInline { byte_cnt: n as u32, data: inline };
             }
             match rq.sink.regions().first() {
                 Some(r) => {
-                    dma::write(r, 0, &bytes);
-                    Outcome::Done { byte_cnt: 8 }
+                    dma::write(r, 0, &bytes[..n]);
+                    Outcome::Done { byte_cnt: n as u32 }
                 }
                 None => fail(syndrome::LOCAL_QP_OP_ERR),
             }
@@ -327,6 +328,22 @@ fn transmit(
             p.ack_req = true;
             p.atomic =
                 Some(AtomicEth { va: rq.raddr, rkey: rq.rkey, swap_add: rq.swap_add, compare: rq.compare });
+            send(st, h, end, &p, &dest.gid, dest.to);
+        }
+        opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA => {
+            let opc = if rq.op == opcode::ATOMIC_MASKED_CS {
+                op::MASKED_COMPARE_SWAP
+            } else {
+                op::MASKED_FETCH_ADD
+            };
+            let mut p = pkt(opc, 0);
+            if let Peer::Rc { .. } = peer {
+                p.opcode = op::vendor(opc);
+            }
+            p.ack_req = true;
+            p.atomic =
+                Some(AtomicEth { va: rq.raddr, rkey: rq.rkey, swap_add: rq.swap_add, compare: rq.compare });
+            p.masks = Some(Masks { swap_mask: rq.swap_mask, compare_mask: rq.compare_mask, width: rq.width });
             send(st, h, end, &p, &dest.gid, dest.to);
         }
         o => {

@@ -82,6 +82,17 @@ fn part(opc: u8) -> Option<(bool, Part)> {
     })
 }
 
+/// Whether request opcode `opc` (RC, or a DC or manufacturer one made RC) is an atomic,
+/// masked or not.
+fn is_atomic(opc: u8) -> bool {
+    matches!(opc, op::COMPARE_SWAP | op::FETCH_ADD | op::MASKED_COMPARE_SWAP | op::MASKED_FETCH_ADD)
+}
+
+/// Whether request opcode `opc` asks for data back (a READ or an atomic).
+fn is_read_like(opc: u8) -> bool {
+    opc == op::READ_REQUEST || is_atomic(opc)
+}
+
 /// The mlx5 opcode of the request whose last (or only) packet has BTH opcode `opc`.
 fn wqe_opcode(opc: u8) -> u8 {
     match opc {
@@ -92,6 +103,8 @@ fn wqe_opcode(opc: u8) -> u8 {
         op::READ_REQUEST => opcode::RDMA_READ,
         op::COMPARE_SWAP => opcode::ATOMIC_CS,
         op::FETCH_ADD => opcode::ATOMIC_FA,
+        op::MASKED_COMPARE_SWAP => opcode::ATOMIC_MASKED_CS,
+        op::MASKED_FETCH_ADD => opcode::ATOMIC_MASKED_FA,
         _ => opcode::RDMA_WRITE,
     }
 }
@@ -170,7 +183,11 @@ pub(crate) fn on_request(st: &mut FabricState, h: usize, end: &WireEnd, p: &Pars
             return;
         }
     };
-    take(st, h, end, &me, p, from);
+    // A masked atomic's manufacturer opcode: its model operation from here on.
+    match op::vendor_rc(p.opcode) {
+        Some(rc) => take(st, h, end, &me, &Parsed { opcode: rc, ..*p }, from),
+        None => take(st, h, end, &me, p, from),
+    }
 }
 
 /// Request packet `p` for responder `me`: accepted in order (reassembled, or its message
@@ -232,7 +249,7 @@ fn take(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_>, 
             (a.first, a.pkts + 1, a.reth, a.data)
         }
         (Some((write, Part::Only)), None) if fits(write, p.reth, 0) => (p.psn, 1, p.reth, p.payload.to_vec()),
-        (None, None) if matches!(p.opcode, op::READ_REQUEST | op::COMPARE_SWAP | op::FETCH_ADD) => {
+        (None, None) if is_read_like(p.opcode) => {
             let n = match (p.opcode, p.reth) {
                 (op::READ_REQUEST, Some(r)) => packets(opcode::RDMA_READ, r.len, me.mtu),
                 _ => 1,
@@ -268,13 +285,20 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
     let endian = st.cfg.atomic_endianness;
     let wop = wqe_opcode(p.opcode);
     let (raddr, rkey, len) = match (p.reth, p.atomic) {
-        (_, Some(a)) => (a.va, a.rkey, 8),
+        (_, Some(a)) => (a.va, a.rkey, p.masks.map_or(8, |m| u64::from(m.width))),
         _ => m.reth.map_or((0, 0, m.data.len() as u64), |r| {
             let len = if wop == opcode::RDMA_READ { u64::from(r.len) } else { m.data.len() as u64 };
             (r.va, r.rkey, len)
         }),
     };
-    let read_like = matches!(wop, opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA);
+    let read_like = matches!(
+        wop,
+        opcode::RDMA_READ
+            | opcode::ATOMIC_CS
+            | opcode::ATOMIC_FA
+            | opcode::ATOMIC_MASKED_CS
+            | opcode::ATOMIC_MASKED_FA
+    );
     // The result's buffer only for a range the responder's memory has: a READ whose rkey
     // check fails (its NAK comes from `respond`) allocates nothing, whatever its RETH
     // claims.
@@ -300,10 +324,9 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
         rkey,
         compare: a.compare,
         swap_add: a.swap_add,
-        // (Masked atomics do not cross the UDP wire: the requester refuses them.)
-        swap_mask: 0,
-        compare_mask: 0,
-        width: 0,
+        swap_mask: p.masks.map_or(0, |m| m.swap_mask),
+        compare_mask: p.masks.map_or(0, |m| m.compare_mask),
+        width: p.masks.map_or(0, |m| m.width),
         srcs: if read_like { &[] } else { &srcs },
         sink: &sink,
         src_qpn: me.peer_qpn,
@@ -373,12 +396,17 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
                     put(&r);
                 }
             }
-            opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
+            opcode::ATOMIC_CS | opcode::ATOMIC_FA | opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA => {
                 let mut r = Packet::new(h, h, op::ATOMIC_ACKNOWLEDGE, me.qpn, me.peer_qpn, m.first);
                 r.aeth = Some((aeth::ACK, msn));
                 let mut b = [0u8; 8];
-                b.copy_from_slice(&result[..8]);
-                r.atomic_ack = Some(load_u64(b, endian));
+                let n = result.len().min(8);
+                b[..n].copy_from_slice(&result[..n]);
+                // The original value as a number (a masked one in its own byte order).
+                r.atomic_ack = Some(match p.masks {
+                    Some(mk) => crate::responder::load_masked(b, mk.width, endian),
+                    None => load_u64(b, endian),
+                });
                 put(&r);
             }
             _ => put(&ack_packet(h, me, last, aeth::ACK, msn)),
@@ -440,7 +468,7 @@ fn duplicate(
     }
     // A SEND or WRITE packet is answered only when it asks for an acknowledgement (its
     // message's last): a message sent again after a timeout is not answered per packet.
-    if !p.ack_req && !matches!(p.opcode, op::COMPARE_SWAP | op::FETCH_ADD) {
+    if !p.ack_req && !is_atomic(p.opcode) {
         return;
     }
     let Some(w) = conn(&mut st.hosts[h], me) else { return };
