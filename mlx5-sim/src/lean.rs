@@ -133,7 +133,7 @@ pub(crate) fn execute(
                 Ok(r) => src[0] = Src::Mem(r),
                 Err(e) => {
                     let op = if read { "writing the READ's data" } else { "reading the gather list" };
-                    crate::why::note(|| st.hosts[h].mrs.explain(&e, "lkey", op));
+                    crate::why::key(&st.hosts[h].mrs, e, "lkey", op);
                     return fail(syndrome::LOCAL_PROT_ERR);
                 }
             }

@@ -45,7 +45,7 @@ pub(crate) fn local_side<'w>(
                     Err(e) => {
                         local_err = true;
                         let op = if gather { "reading the gather list" } else { "writing the result" };
-                        crate::why::note(|| mrs.explain(&e, "lkey", op));
+                        crate::why::key(mrs, e, "lkey", op);
                     }
                 }
             }

@@ -308,6 +308,7 @@ pub(crate) fn active_mtu(ll: LinkLayer) -> u32 {
 
 /// The RNR retries of QP `qpn` ran out ([`crate::why`]).
 #[cold]
+#[inline(never)]
 fn rnr_why(qpn: u32) {
     crate::why::note(|| {
         format!("QP 0x{qpn:x} got an RNR NAK on every try: the responder had no receive posted for it, rnr_retry times")
@@ -317,18 +318,44 @@ fn rnr_why(qpn: u32) {
 /// A WQE that breaks the layout rules (spec §8 step 3, `why`): counted, and
 /// LOCAL_QP_OP_ERR.
 #[cold]
-fn malformed(st: &mut FabricState, h: usize, why: &str, ctrl: &crate::wire::CtrlRepr) -> Outcome {
+#[inline(never)]
+fn malformed(st: &mut FabricState, h: usize, qpn: u32, counter: u16, avail: u16) -> Outcome {
     st.hosts[h].stats.malformed_wqes += 1;
-    crate::why::note(|| {
-        format!(
-            "the {} WQE (opcode 0x{:02x}, opmod 0x{:02x}, {} DS) is malformed: {why}",
-            opcode::name(ctrl.opcode),
-            ctrl.opcode,
-            ctrl.opmod,
-            ctrl.ds
-        )
-    });
+    // What the check found, found again here: carried out of the send loop, the reason
+    // cost every WQE registers.
+    if let Some(qp) = st.hosts[h].qps.get(&qpn) {
+        let mut buf = Box::new([0u8; MAX_WQE_DS * DS_SIZE]);
+        let (ctrl, len) = qp.fetch_wqe(counter, &mut buf);
+        let why = match fetched(&ctrl, len, qpn, counter, avail) {
+            Err(e) => e,
+            Ok(l) => wqe::parse_with_ctrl(qp.qp_type, ctrl, &buf[..l]).err().unwrap_or("?"),
+        };
+        let (op, opmod, ds) = (ctrl.opcode, ctrl.opmod, ctrl.ds);
+        crate::why::note(|| {
+            format!("the {} WQE (opcode 0x{op:02x}, opmod 0x{opmod:02x}, {ds} DS) is malformed: {why}", opcode::name(op))
+        });
+    }
     fail(syndrome::LOCAL_QP_OP_ERR)
+}
+
+/// The WQE fetched at `counter` (`len` bytes copied, `None`: larger than the ring) as the
+/// send loop takes it: the ctrl segment names this QP and this counter, and the WQE ends
+/// before the producer (`avail` WQEBBs on); else why not.
+#[inline(always)]
+fn fetched(
+    ctrl: &crate::wire::CtrlRepr,
+    len: Option<usize>,
+    qpn: u32,
+    counter: u16,
+    avail: u16,
+) -> Result<usize, &'static str> {
+    match len {
+        None => Err("WQE larger than the ring"),
+        Some(_) if ctrl.qpn != qpn => Err("QPN in ctrl is not this QP"),
+        Some(_) if ctrl.wqe_index != counter => Err("wqe_index is not the hardware counter"),
+        Some(_) if ctrl.wqebbs() > avail => Err("WQE extends past the producer"),
+        Some(l) => Ok(l),
+    }
 }
 
 /// Counts a WQE the requester carried out, at the clock's next tick; `rnr`: the
@@ -487,13 +514,7 @@ fn process_sq_in(
         }
         let avail = producer.wrapping_sub(counter);
         let (ctrl, len) = qp.fetch_wqe(counter, buf);
-        let valid = match len {
-            None => Err("WQE larger than the ring"),
-            Some(_) if ctrl.qpn != qpn => Err("QPN in ctrl is not this QP"),
-            Some(_) if ctrl.wqe_index != counter => Err("wqe_index is not the hardware counter"),
-            Some(_) if ctrl.wqebbs() > avail => Err("WQE extends past the producer"),
-            Some(l) => Ok(&buf[..l]),
-        };
+        let valid = fetched(&ctrl, len, qpn, counter, avail).map(|l| &buf[..l]);
         let nbb = ctrl.wqebbs().min(avail);
         // An RC WQE of a lean shape on the direct wire takes the lean path; any other
         // the general one (which also answers every malformed WQE).
@@ -518,10 +539,10 @@ fn process_sq_in(
                 }
                 match wqe::parse_with_ctrl(qtype, ctrl, b) {
                     Ok(w) => execute(st, h, qpn, &me, b, &w),
-                    Err(e) => malformed(st, h, e, &ctrl),
+                    Err(_) => malformed(st, h, qpn, counter, avail),
                 }
             }
-            (Err(e), _) => malformed(st, h, e, &ctrl),
+            (Err(_), _) => malformed(st, h, qpn, counter, avail),
         };
         if let Outcome::Pending = done {
             return; // on the UDP wire: the answer runs the queue on

@@ -248,7 +248,7 @@ pub(crate) fn respond_rdma(
     if granted & need == 0 {
         let (right, what) =
             if write { ("REMOTE_WRITE", "an RDMA WRITE") } else { ("REMOTE_READ", "an RDMA READ") };
-        why::note(|| qp_lacks(dest_qpn, right, what));
+        why::qp_lacks(dest_qpn, right, what);
         return nak(host, syndrome::REMOTE_INVAL_REQ_ERR);
     }
     if rq.len > 0 {
@@ -271,7 +271,7 @@ pub(crate) fn respond_rdma(
             },
             Err(e) => {
                 let op = if write { "RDMA WRITE" } else { "RDMA READ" };
-                why::note(|| host.mrs.explain(&e, "rkey", op));
+                why::key(&host.mrs, e, "rkey", op);
                 return nak(host, syndrome::REMOTE_ACCESS_ERR);
             }
         }
@@ -514,7 +514,7 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
     match op {
         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
             if tgt.access & access::REMOTE_WRITE == 0 {
-                why::note(|| qp_lacks(tgt.qpn, "REMOTE_WRITE", "an RDMA WRITE"));
+                why::qp_lacks(tgt.qpn, "REMOTE_WRITE", "an RDMA WRITE");
                 return nak(syndrome::REMOTE_INVAL_REQ_ERR);
             }
             let dst = if len == 0 {
@@ -523,7 +523,7 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
                 match rmrs.check(rq.rkey, rq.raddr, len, access::REMOTE_WRITE, tgt.pdn) {
                     Ok(d) => d,
                     Err(e) => {
-                        why::note(|| rmrs.explain(&e, "rkey", "RDMA WRITE"));
+                        why::key(rmrs, e, "rkey", "RDMA WRITE");
                         return nak(syndrome::REMOTE_ACCESS_ERR);
                     }
                 }
@@ -550,19 +550,7 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
                 Some(_) => None,
             };
             if let Some((resp_synd, req_synd)) = resp_err {
-                let why = match &sgl {
-                    None => format!(
-                        "the receive WQE {counter} of QP 0x{:x} has an lkey or range that is not valid",
-                        tgt.report_qpn
-                    ),
-                    Some(s) => format!(
-                        "a {len}-byte SEND arrived at QP 0x{:x}, whose receive WQE {counter} holds {} bytes",
-                        tgt.report_qpn,
-                        s.total()
-                    ),
-                };
-                host.why.keep(tgt.report_qpn, counter, why.clone());
-                why::note(|| why);
+                recv_refused(host, tgt.report_qpn, counter, len, sgl.as_ref().map(|s| s.total()));
                 let cqe = err_cqe(cqe_opcode::RESP_ERR, resp_synd, tgt.uidx, 0, tgt.report_qpn, counter);
                 consume_recv(host, tgt.recv);
                 let fatal = tgt.err_on_nak.then_some(tgt.qpn);
@@ -595,7 +583,7 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
         }
         opcode::RDMA_READ => {
             if tgt.access & access::REMOTE_READ == 0 {
-                why::note(|| qp_lacks(tgt.qpn, "REMOTE_READ", "an RDMA READ"));
+                why::qp_lacks(tgt.qpn, "REMOTE_READ", "an RDMA READ");
                 return nak(syndrome::REMOTE_INVAL_REQ_ERR);
             }
             if len > 0 {
@@ -609,7 +597,7 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
                         dma::stream(&[Src::Mem(s)], sink.regions());
                     }
                     Err(e) => {
-                        why::note(|| rmrs.explain(&e, "rkey", "RDMA READ"));
+                        why::key(rmrs, e, "rkey", "RDMA READ");
                         return nak(syndrome::REMOTE_ACCESS_ERR);
                     }
                 }
@@ -618,13 +606,13 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
         }
         opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
             if tgt.access & access::REMOTE_ATOMIC == 0 || !rq.raddr.is_multiple_of(8) {
-                why::note(|| atomic_refused(tgt.qpn, tgt.access, rq.raddr, 8));
+                atomic_refused(tgt.qpn, tgt.access, rq.raddr, 8);
                 return nak(syndrome::REMOTE_INVAL_REQ_ERR);
             }
             let target = match rmrs.check(rq.rkey, rq.raddr, 8, access::REMOTE_ATOMIC, tgt.pdn) {
                 Ok(t) => t,
                 Err(e) => {
-                    why::note(|| rmrs.explain(&e, "rkey", "an atomic"));
+                    why::key(rmrs, e, "rkey", "an atomic");
                     return nak(syndrome::REMOTE_ACCESS_ERR);
                 }
             };
@@ -657,13 +645,13 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
         opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA => {
             let width = u64::from(rq.width);
             if tgt.access & access::REMOTE_ATOMIC == 0 || width == 0 || !rq.raddr.is_multiple_of(width) {
-                why::note(|| atomic_refused(tgt.qpn, tgt.access, rq.raddr, width));
+                atomic_refused(tgt.qpn, tgt.access, rq.raddr, width);
                 return nak(syndrome::REMOTE_INVAL_REQ_ERR);
             }
             let target = match rmrs.check(rq.rkey, rq.raddr, width, access::REMOTE_ATOMIC, tgt.pdn) {
                 Ok(t) => t,
                 Err(e) => {
-                    why::note(|| rmrs.explain(&e, "rkey", "a masked atomic"));
+                    why::key(rmrs, e, "rkey", "a masked atomic");
                     return nak(syndrome::REMOTE_ACCESS_ERR);
                 }
             };
@@ -693,19 +681,29 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
     }
 }
 
-/// The responder QP's access flags lack `right`, which `what` needs.
+/// Why receive WQE `counter` of QP `qpn` could not take a `len`-byte SEND (its scatter
+/// list holds `room` bytes; `None`: an lkey or range not valid), for the responder's own
+/// error CQE and the requester's ([`why`]).
 #[cold]
-fn qp_lacks(qpn: u32, right: &str, what: &str) -> String {
-    format!("the responder QP 0x{qpn:x} was not given {right} in its access flags, which {what} needs")
+#[inline(never)]
+fn recv_refused(host: &mut Host, qpn: u32, counter: u16, len: u64, room: Option<u64>) {
+    let s = match room {
+        None => format!("the receive WQE {counter} of QP 0x{qpn:x} has an lkey or range that is not valid"),
+        Some(r) => format!("a {len}-byte SEND arrived at QP 0x{qpn:x}, whose receive WQE {counter} holds {r} bytes"),
+    };
+    host.why.keep(qpn, counter, s.clone());
+    why::note(|| s);
 }
 
-/// Why an atomic of `width` bytes at `raddr` is an invalid request at QP `qpn`.
+/// Why an atomic of `width` bytes at `raddr` is an invalid request at QP `qpn`
+/// ([`why`]).
 #[cold]
-fn atomic_refused(qpn: u32, qp_access: u32, raddr: u64, width: u64) -> String {
+#[inline(never)]
+fn atomic_refused(qpn: u32, qp_access: u32, raddr: u64, width: u64) {
     if qp_access & access::REMOTE_ATOMIC == 0 {
-        qp_lacks(qpn, "REMOTE_ATOMIC", "an atomic")
+        why::qp_lacks(qpn, "REMOTE_ATOMIC", "an atomic");
     } else {
-        format!("the atomic's address 0x{raddr:x} is not aligned to its {width} bytes")
+        why::note(|| format!("the atomic's address 0x{raddr:x} is not aligned to its {width} bytes"));
     }
 }
 

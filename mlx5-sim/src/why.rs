@@ -20,6 +20,23 @@ pub(crate) fn note(f: impl FnOnce() -> String) {
     WHY.with(|w| *w.borrow_mut() = Some(f()));
 }
 
+/// A memory key check refused `e`: its sentence ([`crate::dma::MrTable::explain`]). Out
+/// of line, with plain arguments: the hot paths that call it keep their registers.
+#[cold]
+#[inline(never)]
+pub(crate) fn key(mrs: &crate::dma::MrTable, e: crate::dma::DmaError, which: &'static str, op: &'static str) {
+    let s = mrs.explain(&e, which, op);
+    WHY.with(|w| *w.borrow_mut() = Some(s));
+}
+
+/// The responder QP `qpn` lacks `right`, which `what` needs.
+#[cold]
+#[inline(never)]
+pub(crate) fn qp_lacks(qpn: u32, right: &'static str, what: &'static str) {
+    let s = format!("the responder QP 0x{qpn:x} was not given {right} in its access flags, which {what} needs");
+    WHY.with(|w| *w.borrow_mut() = Some(s));
+}
+
 /// The reason the last failing check left, taken (the requester's error CQE).
 #[cold]
 pub(crate) fn take() -> Option<String> {
