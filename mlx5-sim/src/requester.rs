@@ -332,7 +332,10 @@ fn malformed(st: &mut FabricState, h: usize, qpn: u32, counter: u16, avail: u16)
         };
         let (op, opmod, ds) = (ctrl.opcode, ctrl.opmod, ctrl.ds);
         crate::why::note(|| {
-            format!("the {} WQE (opcode 0x{op:02x}, opmod 0x{opmod:02x}, {ds} DS) is malformed: {why}", opcode::name(op))
+            format!(
+                "the {} WQE (opcode 0x{op:02x}, opmod 0x{opmod:02x}, {ds} DS) is malformed: {why}",
+                opcode::name(op)
+            )
         });
     }
     fail(syndrome::LOCAL_QP_OP_ERR)

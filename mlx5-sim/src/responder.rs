@@ -689,7 +689,9 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
 fn recv_refused(host: &mut Host, qpn: u32, counter: u16, len: u64, room: Option<u64>) {
     let s = match room {
         None => format!("the receive WQE {counter} of QP 0x{qpn:x} has an lkey or range that is not valid"),
-        Some(r) => format!("a {len}-byte SEND arrived at QP 0x{qpn:x}, whose receive WQE {counter} holds {r} bytes"),
+        Some(r) => {
+            format!("a {len}-byte SEND arrived at QP 0x{qpn:x}, whose receive WQE {counter} holds {r} bytes")
+        }
     };
     host.why.keep(qpn, counter, s.clone());
     why::note(|| s);

@@ -33,7 +33,8 @@ pub(crate) fn key(mrs: &crate::dma::MrTable, e: crate::dma::DmaError, which: &'s
 #[cold]
 #[inline(never)]
 pub(crate) fn qp_lacks(qpn: u32, right: &'static str, what: &'static str) {
-    let s = format!("the responder QP 0x{qpn:x} was not given {right} in its access flags, which {what} needs");
+    let s =
+        format!("the responder QP 0x{qpn:x} was not given {right} in its access flags, which {what} needs");
     WHY.with(|w| *w.borrow_mut() = Some(s));
 }
 
