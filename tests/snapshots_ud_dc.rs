@@ -5,7 +5,8 @@
 //! and a RoCE v2 AV (1 SGE), and with the IB AV: 3 SGEs, inline, and a WQE
 //! at the last ring slot that wraps. DC: every DCI opcode with an IB AV and
 //! a RoCE AV (1 SGE), and with the IB AV: 3 SGEs, inline (not READ or
-//! atomics), and wrapping the ring end. SRQ: receive WQEs with 1 and 2 SGEs
+//! atomics), and wrapping the ring end; masked atomics (8-byte compare-and-swap,
+//! 4-byte fetch-and-add) among them. SRQ: receive WQEs with 1 and 2 SGEs
 //! (terminated by an invalid-lkey entry) and with every SGE the stride holds
 //! (no terminator), with the next-WQE-index list intact (re-linking after
 //! completions is exercised on the simulator in tests/srq.rs).
@@ -164,13 +165,17 @@ enum DcOp {
     Read,
     Cs,
     Fa,
+    /// Masked compare-and-swap on 8 bytes: from the ring's last WQEBB its masks DS lies
+    /// at the ring's start (ctrl, AV, raddr, values in the last WQEBB).
+    MaskedCs64,
+    MaskedFa32,
 }
 
 #[test]
 fn dc_wqe_layouts() {
     use DcOp::*;
-    for op in [Send, SendImm, Write, WriteImm, Read, Cs, Fa] {
-        let atomic = matches!(op, Cs | Fa);
+    for op in [Send, SendImm, Write, WriteImm, Read, Cs, Fa, MaskedCs64, MaskedFa32] {
+        let atomic = matches!(op, Cs | Fa | MaskedCs64 | MaskedFa32);
         let mut cases = vec![(Av::Ib, Shape::Sge1), (Av::Roce, Shape::Sge1), (Av::Ib, Shape::Wrap)];
         if !atomic {
             cases.push((Av::Ib, Shape::Sge3));
@@ -255,6 +260,23 @@ fn dc_wqe_layouts() {
                     let b = b.unwrap().av(DC_KEY, 0xabcd, &av).unwrap().rdma(REMOTE, RKEY).unwrap();
                     b.result(Sge::new(LOCAL, 8, LKEY)).unwrap().finish().unwrap();
                 }
+                MaskedCs64 => {
+                    let m = mlx5::wqe::MaskedCs {
+                        swap: 0xcafe_f00du64,
+                        compare: 1,
+                        swap_mask: u64::MAX,
+                        compare_mask: 0xffff,
+                    };
+                    let b = b.ctrl_masked_cs(f, m).unwrap().av(DC_KEY, 0xabcd, &av).unwrap();
+                    let b = b.rdma(REMOTE, RKEY).unwrap();
+                    b.result(Sge::new(LOCAL, 8, LKEY)).unwrap().finish().unwrap();
+                }
+                MaskedFa32 => {
+                    let m = mlx5::wqe::MaskedFa { add: 0x0101_0101u32, field_boundary: 0x8080_8080 };
+                    let b = b.ctrl_masked_fa(f, m).unwrap().av(DC_KEY, 0xabcd, &av).unwrap();
+                    let b = b.rdma(REMOTE, RKEY).unwrap();
+                    b.result(Sge::new(LOCAL, 4, LKEY)).unwrap().finish().unwrap();
+                }
             }
             let op_name = match op {
                 Send => "send",
@@ -264,6 +286,8 @@ fn dc_wqe_layouts() {
                 Read => "rdma_read",
                 Cs => "atomic_cs",
                 Fa => "atomic_fa",
+                MaskedCs64 => "masked_cs_8b",
+                MaskedFa32 => "masked_fa_4b",
             };
             let av_name = if let Av::Roce = a { "roce_v2" } else { "ib" };
             let shape_name = match shape {
