@@ -283,3 +283,44 @@ fn a_reason_belongs_to_its_own_completion() {
     assert!(s2.contains(&format!("rkey 0x{:x}", ro.rkey())) && !s2.contains("lkey 0x"), "{s2}");
     assert_eq!(p.a.cq.explain(&c1), s1, "asked again, the same");
 }
+
+/// On the packet wire (faults on) the responder's NAK reaches the requester later, in
+/// another pass: the reason still goes with that WQE's error completion, and an
+/// unanswered request's with its own.
+#[test]
+fn reasons_survive_the_packet_wire() {
+    for mode in [ExecMode::Deterministic, ExecMode::Threaded] {
+        reasons_on_the_packet_wire(mode);
+    }
+}
+
+fn reasons_on_the_packet_wire(mode: ExecMode) {
+    let p = pair_with(mode, &small_cfg(), AccessFlags::ALL, &ConnectParams::default());
+    p.fabric.set_faults(3, mlx5::sim::LinkFaults { drop: 0.3, ..mlx5::sim::LinkFaults::none() });
+    let ro = p.b.pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ).unwrap();
+    write(&p, 1, Sge::new(p.a.mr.addr(), 64, p.a.mr.lkey()), ro.addr(), ro.rkey());
+    let c = poll_ticks(&p.a.cq, 1, 100_000);
+    let c = c.first().expect("a completion").0;
+    assert_eq!(syndrome(&c), Syndrome::RemoteAccess);
+    says(&p.a.cq.explain(&c), &[&format!("What failed: rkey 0x{:x} does not allow RDMA WRITE", ro.rkey())]);
+    // A second pair whose peer does not exist: retries run out on the simulated clock.
+    let (fabric, da, db) = mlx5::sim::two_hosts(mode);
+    fabric.set_faults(3, mlx5::sim::LinkFaults { drop: 0.1, ..mlx5::sim::LinkFaults::none() });
+    let a = Side::new(&da, &small_cfg(), AccessFlags::ALL);
+    let b = Side::new(&db, &small_cfg(), AccessFlags::ALL);
+    let info = b.qp.local_info().unwrap();
+    let ghost = RemoteQpInfo { qpn: info.qpn + 0x77, ..info.clone() };
+    a.qp.activate(&ConnectParams {
+        remote: Some(ghost),
+        timeout: 4,
+        retry_cnt: 2,
+        ..ConnectParams::default()
+    })
+    .unwrap();
+    let sge = Sge::new(a.mr.addr(), 8, a.mr.lkey());
+    a.qp.wqe_builder(1).unwrap().ctrl_send(WqeFlags::SIGNALED).unwrap().sge(sge).unwrap().finish().unwrap();
+    let c = poll_ticks(&a.cq, 1, 1_000_000);
+    let c = c.first().expect("a completion").0;
+    assert_eq!(syndrome(&c), Syndrome::TransportRetryExceeded);
+    says(&a.cq.explain(&c), &["What failed: nothing answered QP"]);
+}

@@ -166,7 +166,7 @@ pub(crate) fn retire_send(host: &mut Host, w: &SendRetired, byte_cnt: u32, inlin
 /// take it makes the QP's error fatal). The caller then moves the QP to ERR or SQE
 /// ([`fail_qp`]).
 pub(crate) fn retire_send_failed(host: &mut Host, w: &SendRetired, synd: u8) {
-    if let Some(why) = crate::why::take() {
+    if let Some(why) = host.why.take_pending(w.qpn).or_else(crate::why::take) {
         host.why.keep(w.qpn, w.counter, why);
     }
     let cqe = err_cqe(cqe_opcode::REQ_ERR, synd, w.user_index, w.opcode, w.qpn, w.counter);

@@ -48,6 +48,12 @@ impl<const N: usize> Ends for TrainEnds<'_, '_, N> {
         let rq = &self.rqs[i];
         let endian = st.cfg.atomic_endianness;
         let o = responder::respond(&mut st.hosts[self.tgt.h], endian, self.tgt, rq);
+        // A NAK travels: the requester's error CQE comes later, maybe in another pass.
+        if let Outcome::Fail { .. } = &o {
+            if let Some(why) = crate::why::take() {
+                st.hosts[self.req].why.pend(self.qpn, why);
+            }
+        }
         match &o {
             Outcome::Done { .. } => {
                 self.committed[i] = Some((true, 0));

@@ -50,14 +50,31 @@ pub(crate) fn clear() {
     WHY.with(|w| *w.borrow_mut() = None);
 }
 
-/// The reasons of a host's latest error CQEs, by QP and WQE index (the last 256).
+/// The reasons of a host's latest error CQEs, by QP and WQE index (the last 256), and
+/// the reasons waiting for a QP's next error CQE where that CQE comes later, maybe in
+/// another thread (the packet wire: a NAK that travels, a timer that runs out).
 #[derive(Debug, Default)]
 pub(crate) struct Reasons {
     kept: VecDeque<(u32, u16, String)>,
+    pending: Vec<(u32, String)>,
 }
 
 impl Reasons {
     const KEEP: usize = 256;
+
+    /// `why` goes with the next error CQE of QP `qpn` (it replaces one waiting).
+    #[cold]
+    pub(crate) fn pend(&mut self, qpn: u32, why: String) {
+        self.pending.retain(|(q, _)| *q != qpn);
+        self.pending.push((qpn, why));
+    }
+
+    /// The reason waiting for QP `qpn`'s error CQE, taken.
+    #[cold]
+    pub(crate) fn take_pending(&mut self, qpn: u32) -> Option<String> {
+        let i = self.pending.iter().position(|(q, _)| *q == qpn)?;
+        Some(self.pending.swap_remove(i).1)
+    }
 
     /// Keeps `why` for the error CQE of WQE `counter` of QP `qpn`.
     pub(crate) fn keep(&mut self, qpn: u32, counter: u16, why: String) {
@@ -91,5 +108,12 @@ mod tests {
         assert_eq!(r.of(7, 10), None, "only the last 256 are kept");
         r.keep(7, 299, "again".into());
         assert_eq!(r.of(7, 299), Some("again"));
+        // A reason waiting for a QP's later error CQE: the latest one, taken once.
+        r.pend(9, "first".into());
+        r.pend(9, "second".into());
+        r.pend(10, "other".into());
+        assert_eq!(r.take_pending(9).as_deref(), Some("second"));
+        assert_eq!(r.take_pending(9), None);
+        assert_eq!(r.take_pending(10).as_deref(), Some("other"));
     }
 }
