@@ -73,7 +73,10 @@ pub(crate) fn resolve_av<'a>(st: &FabricState<'a>, h: usize, av: &DatagramSeg<&[
 /// A request nobody answers (no such peer, not connected, wrong PSN or DC key): the
 /// requester's retries run out (on the simulated clock when the network model runs).
 pub(crate) fn unanswered(st: &mut FabricState, h: usize, qpn: u32) -> Outcome {
-    let why = {
+    if st.lossy() {
+        crate::lossy::silent_peer(st, h, qpn);
+    }
+    crate::why::note(|| {
         let q = st.hosts[h].qps.get(&qpn);
         match q.and_then(|q| q.attrs.path.as_ref().map(|p| (p.dlid, p.dest_qpn))) {
             Some((dlid, dqpn)) => format!(
@@ -81,14 +84,7 @@ pub(crate) fn unanswered(st: &mut FabricState, h: usize, qpn: u32) -> Outcome {
             ),
             None => format!("nothing answered QP 0x{qpn:x}: its destination is not connected"),
         }
-    };
-    if st.lossy() {
-        // The retries run out later, on the simulated clock.
-        st.hosts[h].why.pend(qpn, why);
-        crate::lossy::silent_peer(st, h, qpn);
-    } else {
-        crate::why::note(|| why);
-    }
+    });
     fail(syndrome::TRANSPORT_RETRY_EXC_ERR)
 }
 
