@@ -299,6 +299,18 @@ pub struct CqShared<B: Backend, T> {
     pub(crate) _ctx: Rc<CtxInner<B>>,
 }
 
+impl<B: Backend, T> CqShared<B, T> {
+    /// [`Completion::explain`] with the device's words for a failed check
+    /// ([`Backend::failure_reason`]).
+    fn explain(&self, c: &Completion) -> String {
+        let detail = match c.status {
+            Status::Error(_) => B::failure_reason(&self.raw, c.qpn, c.wqe_counter),
+            Status::Success => None,
+        };
+        c.explain_with(detail.as_deref())
+    }
+}
+
 impl<B: Backend, T> std::fmt::Debug for CqShared<B, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CqShared").finish_non_exhaustive()
@@ -1000,11 +1012,7 @@ impl<B: Backend, T> CompletionQueue<B, T> {
     /// range, address or QP and the right or limit that was missing; on hardware it is
     /// what the CQE says.
     pub fn explain(&self, c: &Completion) -> String {
-        let detail = match c.status {
-            Status::Error(_) => B::failure_reason(&self.shared.raw, c.qpn, c.wqe_counter),
-            Status::Success => None,
-        };
-        c.explain_with(detail.as_deref())
+        self.shared.explain(c)
     }
 
     /// What the device knows of why the error completion of WQE `wqe_counter` of QP
@@ -1037,11 +1045,7 @@ impl<B: Backend, T> CompletionQueue<B, T> {
 impl<B: Backend, T, F: FnMut(Completion, T)> MonoCq<B, T, F> {
     /// [`CompletionQueue::explain`] for this CQ.
     pub fn explain(&self, c: &Completion) -> String {
-        let detail = match c.status {
-            Status::Error(_) => B::failure_reason(&self.shared.raw, c.qpn, c.wqe_counter),
-            Status::Success => None,
-        };
-        c.explain_with(detail.as_deref())
+        self.shared.explain(c)
     }
 
     pub(crate) fn new(shared: Rc<CqShared<B, T>>, callback: F) -> Self {

@@ -172,12 +172,7 @@ impl<const N: usize> TrainEnds<'_, '_, N> {
                         p.ack_req = true;
                     }
                     _ => {
-                        p.opcode = match op_ {
-                            opcode::ATOMIC_CS => op::COMPARE_SWAP,
-                            opcode::ATOMIC_FA => op::FETCH_ADD,
-                            opcode::ATOMIC_MASKED_CS => op::vendor(op::MASKED_COMPARE_SWAP),
-                            _ => op::vendor(op::MASKED_FETCH_ADD),
-                        };
+                        p.opcode = op::rc_atomic(op::atomic_of(op_).unwrap_or(op::FETCH_ADD));
                         p.atomic = Some(AtomicEth {
                             va: w.raddr,
                             rkey: w.rkey,

@@ -664,6 +664,28 @@ pub fn wait_arrival<B: Backend>(c: &Config, size: u64, i: u64, me: &mut End<B>) 
     Ok(())
 }
 
+/// The receiving side of a SEND bandwidth stream: `iters` SENDs per QP, the receives
+/// they take reposted while more are due (keeping `rx_depth` posted until the last ones
+/// are covered). Returns the time of the last arrival.
+pub fn receive_sends<B: Backend>(c: &Config, me: &mut End<B>) -> RunResult<Instant> {
+    let want = c.iters * u64::from(c.qps);
+    let (mut got, mut seen) = (0u64, Instant::now());
+    while got < want {
+        deadline_check(me, seen, "waiting for the client's SENDs")?;
+        let done = me.take_receives()?;
+        for (j, &q) in done.iter().enumerate() {
+            if got + (j as u64) + u64::from(c.rx_depth) < want {
+                me.post_recv(c, q)?;
+            }
+        }
+        if !done.is_empty() {
+            seen = Instant::now();
+        }
+        got += done.len() as u64;
+    }
+    Ok(seen)
+}
+
 /// One direction of a bandwidth test: per QP `iters` WQEs (or until the
 /// duration ends), `tx_depth` outstanding per QP, one signaled WQE every
 /// `cq_mod` (and the last of each QP), doorbells batched per burst (or per

@@ -435,24 +435,7 @@ fn run_one_side<B: Backend>(c: &Config, dev: &Device<B>) -> RunResult<()> {
             },
             (Test::Bw, false) => {
                 if c.verb == Verb::Send {
-                    let mut got = 0u64;
-                    let want = c.iters * u64::from(c.qps);
-                    let mut t0 = std::time::Instant::now();
-                    while got < want {
-                        engine::deadline_check(&me, t0, "waiting for the client's SENDs")?;
-                        let qps_done = me.take_receives()?;
-                        let k = qps_done.len() as u64;
-                        for (j, q) in qps_done.into_iter().enumerate() {
-                            // Keep rx_depth posted until the last ones are covered.
-                            if got + (j as u64) + u64::from(c.rx_depth) < want {
-                                me.post_recv(c, q)?;
-                            }
-                        }
-                        if k > 0 {
-                            t0 = std::time::Instant::now();
-                        }
-                        got += k;
-                    }
+                    engine::receive_sends(c, &mut me)?;
                 }
             }
         }

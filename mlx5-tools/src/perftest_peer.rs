@@ -260,27 +260,36 @@ impl<B: Backend> Side<'_, B> {
         self.x.close(&self.mine).map_err(io("closing"))
     }
 
+    /// The iterations of one latency size; `first`: this side posts first (then waits
+    /// for the answer), else it answers what arrives. The post time stamps (ns), and
+    /// every WQE of this side completed at the end: perftest's loop ends when its own
+    /// last message has completed too (`ccnt < iters`), or that message may never leave.
+    fn lat_size(&mut self, size: u64, first: bool) -> RunResult<Vec<u64>> {
+        let c = self.c;
+        let mut stamps = Vec::with_capacity(c.iters as usize + 1);
+        let t0 = Instant::now();
+        for i in 0..c.iters {
+            stamps.push(t0.elapsed().as_nanos() as u64);
+            if first {
+                engine::step(c, size, i, Role::Client, &mut self.me, self.peer)?;
+                engine::wait_arrival(c, size, i, &mut self.me)?;
+            } else {
+                engine::step(c, size, i, Role::Server, &mut self.me, self.peer)?;
+            }
+        }
+        stamps.push(t0.elapsed().as_nanos() as u64);
+        self.me.settle()?;
+        Ok(stamps)
+    }
+
     /// Write latency against `ib_write_lat`: perftest's server posts first, its client
     /// waits first, so the roles of [`engine::step`] are swapped. Returns whether this
     /// side printed rows (the client).
     fn write_lat(&mut self) -> RunResult<bool> {
         let c = self.c;
         for &size in &c.sizes {
-            let mut stamps = Vec::with_capacity(c.iters as usize + 1);
-            let t0 = Instant::now();
-            for i in 0..c.iters {
-                stamps.push(t0.elapsed().as_nanos() as u64);
-                if self.client {
-                    engine::step(c, size, i, Role::Server, &mut self.me, self.peer)?;
-                } else {
-                    engine::step(c, size, i, Role::Client, &mut self.me, self.peer)?;
-                    engine::wait_arrival(c, size, i, &mut self.me)?;
-                }
-            }
-            stamps.push(t0.elapsed().as_nanos() as u64);
-            // perftest's loop ends when its own last WRITE has completed too
-            // (`ccnt < iters`): so does this one, or the last WRITE may never leave.
-            self.me.settle()?;
+            // ib_write_lat's server posts first.
+            let stamps = self.lat_size(size, !self.client)?;
             if self.client {
                 self.out.row(c, size, c.iters, &stamps, None)?;
             }
@@ -297,19 +306,8 @@ impl<B: Backend> Side<'_, B> {
         for &size in &c.sizes {
             self.me.top_up(c, c.rx_depth.min(16))?;
             self.handshake()?;
-            let mut stamps = Vec::with_capacity(c.iters as usize + 1);
-            let t0 = Instant::now();
-            for i in 0..c.iters {
-                stamps.push(t0.elapsed().as_nanos() as u64);
-                if self.client {
-                    engine::step(c, size, i, Role::Client, &mut self.me, self.peer)?;
-                    engine::wait_arrival(c, size, i, &mut self.me)?;
-                } else {
-                    engine::step(c, size, i, Role::Server, &mut self.me, self.peer)?;
-                }
-            }
-            stamps.push(t0.elapsed().as_nanos() as u64);
-            self.me.settle()?;
+            // ib_send_lat's client sends first.
+            let stamps = self.lat_size(size, self.client)?;
             // Both sides report, as both of ib_send_lat's do.
             self.out.row(c, size, c.iters, &stamps, None)?;
         }
@@ -377,24 +375,9 @@ impl<B: Backend> Side<'_, B> {
     /// The server's side of a SEND stream: `iters` SENDs per QP, receives reposted
     /// while more are due; the rate from the handshake to the last arrival.
     fn receive_stream(&mut self, size: u64) -> RunResult<stats::BwStats> {
-        let c = self.c;
-        let want = c.iters * u64::from(c.qps);
         let start = Instant::now();
-        let (mut got, mut seen) = (0u64, start);
-        while got < want {
-            engine::deadline_check(&self.me, seen, "waiting for the client's SENDs")?;
-            let done = self.me.take_receives()?;
-            for (j, &q) in done.iter().enumerate() {
-                // Keep rx_depth posted until the last ones are covered.
-                if got + (j as u64) + u64::from(c.rx_depth) < want {
-                    self.me.post_recv(c, q)?;
-                }
-            }
-            if !done.is_empty() {
-                seen = Instant::now();
-            }
-            got += done.len() as u64;
-        }
+        let seen = engine::receive_sends(self.c, &mut self.me)?;
+        let got = self.c.iters * u64::from(self.c.qps);
         let secs = seen.duration_since(start).as_secs_f64().max(1e-9);
         Ok(stats::BwStats { peak_bps: 0.0, avg_bps: (size * got) as f64 / secs, msg_rate: got as f64 / secs })
     }

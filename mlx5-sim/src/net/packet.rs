@@ -63,6 +63,29 @@ pub(crate) mod op {
         }
     }
 
+    /// The RC operation of an atomic mlx5 send opcode (`crate::wire::opcode`): compare-
+    /// and-swap and fetch-and-add, masked or not; `None` for any other.
+    pub const fn atomic_of(wqe_op: u8) -> Option<u8> {
+        use crate::wire::opcode;
+        match wqe_op {
+            opcode::ATOMIC_CS => Some(COMPARE_SWAP),
+            opcode::ATOMIC_FA => Some(FETCH_ADD),
+            opcode::ATOMIC_MASKED_CS => Some(MASKED_COMPARE_SWAP),
+            opcode::ATOMIC_MASKED_FA => Some(MASKED_FETCH_ADD),
+            _ => None,
+        }
+    }
+
+    /// The BTH opcode of RC atomic operation `rc` ([`atomic_of`]): a masked one in the
+    /// manufacturer range ([`vendor`]).
+    pub const fn rc_atomic(rc: u8) -> u8 {
+        if is_masked(rc) {
+            vendor(rc)
+        } else {
+            rc
+        }
+    }
+
     /// Whether model operation `rc` is a masked atomic.
     pub const fn is_masked(rc: u8) -> bool {
         matches!(rc, MASKED_COMPARE_SWAP | MASKED_FETCH_ADD)

@@ -322,28 +322,19 @@ fn transmit(
             p.reth = Some(Reth { va: rq.raddr.wrapping_add(a), rkey: rq.rkey, len: (b - a) as u32 });
             send(st, h, end, &p, &dest.gid, dest.to);
         }
-        opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
-            let opc = if rq.op == opcode::ATOMIC_CS { op::COMPARE_SWAP } else { op::FETCH_ADD };
-            let mut p = pkt(opc, 0);
-            p.ack_req = true;
-            p.atomic =
-                Some(AtomicEth { va: rq.raddr, rkey: rq.rkey, swap_add: rq.swap_add, compare: rq.compare });
-            send(st, h, end, &p, &dest.gid, dest.to);
-        }
-        opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA => {
-            let opc = if rq.op == opcode::ATOMIC_MASKED_CS {
-                op::MASKED_COMPARE_SWAP
-            } else {
-                op::MASKED_FETCH_ADD
-            };
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA | opcode::ATOMIC_MASKED_CS | opcode::ATOMIC_MASKED_FA => {
+            let opc = op::atomic_of(rq.op).unwrap_or(op::FETCH_ADD);
             let mut p = pkt(opc, 0);
             if let Peer::Rc { .. } = peer {
-                p.opcode = op::vendor(opc);
+                p.opcode = op::rc_atomic(opc);
             }
             p.ack_req = true;
             p.atomic =
                 Some(AtomicEth { va: rq.raddr, rkey: rq.rkey, swap_add: rq.swap_add, compare: rq.compare });
-            p.masks = Some(Masks { swap_mask: rq.swap_mask, compare_mask: rq.compare_mask, width: rq.width });
+            if rq.width != 0 {
+                p.masks =
+                    Some(Masks { swap_mask: rq.swap_mask, compare_mask: rq.compare_mask, width: rq.width });
+            }
             send(st, h, end, &p, &dest.gid, dest.to);
         }
         o => {

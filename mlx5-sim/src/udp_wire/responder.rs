@@ -291,14 +291,7 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
             (r.va, r.rkey, len)
         }),
     };
-    let read_like = matches!(
-        wop,
-        opcode::RDMA_READ
-            | opcode::ATOMIC_CS
-            | opcode::ATOMIC_FA
-            | opcode::ATOMIC_MASKED_CS
-            | opcode::ATOMIC_MASKED_FA
-    );
+    let read_like = is_read_like(p.opcode);
     // The result's buffer only for a range the responder's memory has: a READ whose rkey
     // check fails (its NAK comes from `respond`) allocates nothing, whatever its RETH
     // claims.
