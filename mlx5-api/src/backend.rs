@@ -260,6 +260,17 @@ pub trait Backend: Sized + 'static {
         len: usize,
         access: AccessFlags,
     ) -> Result<(Self::Mr, u32, u32)>;
+    /// Allocate a memory window or an indirect mkey in `pd`, free (not yet
+    /// bound): its key. Backends without them refuse (the default).
+    fn alloc_mkey(ctx: &Self::Context, pd: &Self::Pd, kind: crate::MkeyKind) -> Result<u32> {
+        let _ = (ctx, pd, kind);
+        Err(crate::Error::Unsupported(crate::error::Unsupported::Mkeys))
+    }
+    /// Free the memory window or indirect mkey of `key` ([`Backend::alloc_mkey`]).
+    fn dealloc_mkey(ctx: &Self::Context, key: u32) -> Result<()> {
+        let _ = (ctx, key);
+        Err(crate::Error::Unsupported(crate::error::Unsupported::Mkeys))
+    }
     /// Create a CQ; its events go to `channel`.
     fn create_cq(
         ctx: &Self::Context,

@@ -48,6 +48,10 @@ pub enum WcOpcode {
     MaskedAtomicCs,
     /// A masked fetch-and-add (4 or 8 bytes).
     MaskedAtomicFa,
+    /// A UMR: a memory window bind, a LOCAL_INV or an indirect mkey's list
+    /// (all three post opcode 0x25, and the CQE names only it: the wr-id
+    /// tells them apart).
+    Umr,
     /// A NOP.
     Nop,
     /// A send opcode this library does not name.
@@ -79,6 +83,7 @@ impl WcOpcode {
             opcode::ATOMIC_MASKED_CS => Self::MaskedAtomicCs,
             opcode::ATOMIC_MASKED_FA => Self::MaskedAtomicFa,
             opcode::NOP => Self::Nop,
+            opcode::UMR => Self::Umr,
             other => Self::OtherSend(other),
         }
     }
@@ -96,6 +101,7 @@ impl WcOpcode {
             Self::MaskedAtomicCs => opcode::ATOMIC_MASKED_CS,
             Self::MaskedAtomicFa => opcode::ATOMIC_MASKED_FA,
             Self::Nop => opcode::NOP,
+            Self::Umr => opcode::UMR,
             Self::OtherSend(op) => op,
             Self::Recv | Self::RecvImm | Self::RecvInv | Self::RecvRdmaImm | Self::RecvError => return None,
         })

@@ -422,6 +422,18 @@ impl<B: Backend> ProtectionDomain<B> {
         B::create_av(&self.inner.ctx.raw, &self.inner.raw, port, remote)
     }
 
+    /// Allocate a memory window (`ibv_alloc_mw`): [`MkeyKind::Window1`] or
+    /// [`MkeyKind::Window2`](crate::MkeyKind::Window2).
+    pub fn alloc_mw(&self, kind: crate::MkeyKind) -> Result<crate::mkey::MemoryWindow<B>> {
+        crate::mkey::MemoryWindow::alloc(self.inner.clone(), kind)
+    }
+
+    /// Create an indirect mkey for up to `max_entries` KLM entries (rounded
+    /// up to a multiple of 4, as rdma-core does), free until an `mr_list`.
+    pub fn create_indirect_mkey(&self, max_entries: u32) -> Result<crate::mkey::IndirectMkey<B>> {
+        crate::mkey::IndirectMkey::create(self.inner.clone(), max_entries)
+    }
+
     /// Allocate `len` zeroed, page-aligned bytes and register them.
     pub fn alloc_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion<B>> {
         let buf = PageBuf::new(len)?;
@@ -594,6 +606,11 @@ impl<B: Backend> MemoryRegion<B> {
         let mut v = vec![0u8; self.len];
         self.read(0, &mut v).expect("whole region is in bounds");
         v
+    }
+
+    /// Its protection domain (a window binds only within one).
+    pub(crate) fn pd_inner(&self) -> &Rc<PdInner<B>> {
+        &self._pd
     }
 
     /// The backend's MR object.

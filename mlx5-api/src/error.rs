@@ -359,6 +359,9 @@ pub enum InvalidArgument {
     /// atomic, a missing address vector, inline data where not allowed).
     #[error("{0}")]
     Wqe(crate::ring::PostError),
+    /// A memory window bind, invalidation or mkey list the NIC would refuse.
+    #[error("{0}")]
+    Mkey(MkeyMisuse),
     /// Memory could not be allocated for a buffer of this many bytes.
     #[error("cannot allocate {bytes} bytes")]
     Alloc {
@@ -425,6 +428,17 @@ pub enum Unsupported {
     /// A dedicated doorbell register (a thread domain) on hardware.
     #[error("a dedicated doorbell register (thread domain) is not supported on hardware yet")]
     DedicatedUar,
+    /// Memory windows and indirect mkeys on this backend (the hardware
+    /// backend does not allocate them yet; the ring-only backend has none).
+    #[error("memory windows and indirect mkeys are not supported by this backend")]
+    Mkeys,
+    /// A memory window longer than a KLM entry holds (2 GiB, rdma-core's
+    /// `set_bind_wr`: EOPNOTSUPP).
+    #[error("a memory window of {len} bytes: a window covers at most 2 GiB")]
+    WindowTooLong {
+        /// The length asked for.
+        len: u64,
+    },
     /// A resource the hardware backend's device description lacks
     /// (e.g. a BlueFlame register size it cannot use).
     #[error("{op}: the device's {what} is not usable")]
@@ -520,4 +534,64 @@ mod tests {
         eprintln!("Error: {size} bytes");
         assert!(size <= 48, "Error is {size} bytes");
     }
+}
+
+/// A misuse of a memory window or indirect mkey, refused before any byte of
+/// its UMR WQE is written ([`InvalidArgument::Mkey`]).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MkeyMisuse {
+    /// A window bound to a region registered without `MW_BIND`.
+    #[error("MR 0x{lkey:x} was registered without MW_BIND: no memory window may be bound to it")]
+    MrWithoutMwBind {
+        /// The region's lkey.
+        lkey: u32,
+    },
+    /// A window and its region in different protection domains.
+    #[error("the memory window and MR 0x{lkey:x} belong to different protection domains")]
+    DifferentPd {
+        /// The region's lkey.
+        lkey: u32,
+    },
+    /// Rights a window cannot grant: `MW_BIND`, or remote write or atomic
+    /// over a region without local write.
+    #[error("a memory window cannot grant {asked:?} over MR 0x{lkey:x} (registered with {mr:?})")]
+    Access {
+        /// The rights asked for.
+        asked: crate::AccessFlags,
+        /// The region's lkey.
+        lkey: u32,
+        /// The region's rights.
+        mr: crate::AccessFlags,
+    },
+    /// An operation for another kind of key: `local_inv` of a type-1
+    /// window, `mr_list` of a window, a window bind of an indirect mkey.
+    #[error("{op} needs {needs}, and key 0x{key:x} is a {is:?}")]
+    WrongKind {
+        /// The builder call.
+        op: &'static str,
+        /// What it needs.
+        needs: &'static str,
+        /// The key.
+        key: u32,
+        /// What the key is.
+        is: crate::MkeyKind,
+    },
+    /// A zero-based type-1 window (rdma-core's `mlx5_bind_mw`: EINVAL).
+    #[error("a type-1 memory window cannot be zero-based")]
+    ZeroBasedType1,
+    /// More KLM entries than the indirect mkey was created for.
+    #[error("{count} KLM entries for an indirect mkey of at most {max}")]
+    TooManyEntries {
+        /// Entries given.
+        count: usize,
+        /// Its `max_entries`.
+        max: u32,
+    },
+    /// A KLM entry of 2 GiB or more.
+    #[error("a KLM entry of {len} bytes: each holds less than 2 GiB")]
+    EntryTooLong {
+        /// The entry's length.
+        len: u32,
+    },
 }

@@ -44,6 +44,8 @@ pub mod device;
 #[cfg(feature = "std")]
 pub mod error;
 #[cfg(feature = "std")]
+pub mod mkey;
+#[cfg(feature = "std")]
 pub(crate) mod pool;
 #[cfg(feature = "std")]
 pub mod qp;
@@ -88,11 +90,14 @@ pub use {
     },
     cq_config::{CqConfig, CqeSize, MiniCqeFormat},
     device::{Context, Device, MemoryRegion, ProtectionDomain},
-    error::{Arg, BackendError, Error, InvalidArgument, Queue, Result, TransitionProblem, Unsupported},
+    error::{
+        Arg, BackendError, Error, InvalidArgument, MkeyMisuse, Queue, Result, TransitionProblem, Unsupported,
+    },
+    mkey::{IndirectMkey, MemoryWindow, MwBind},
     qp::{Dci, Dct, RcQp, UdQp},
     ring::cqe::Cqe as CqeFields,
     ring::{CqeError, Gid, Sge, Status, Syndrome},
     srq::SharedReceiveQueue,
-    types::{AccessFlags, DeviceCaps, LinkLayer, PortInfo, QpState, WqeFlags},
+    types::{AccessFlags, DeviceCaps, LinkLayer, MkeyKind, PortInfo, QpState, WqeFlags},
     wqe::WqeBuilder,
 };

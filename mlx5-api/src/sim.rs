@@ -291,6 +291,17 @@ impl Backend for Sim {
             .map_err(sim_err("reg_mr"))?;
         Ok((SimMr { nic: ctx.nic.clone(), lkey: k.lkey }, k.lkey, k.rkey))
     }
+    fn alloc_mkey(ctx: &SimContext, pd: &SimPd, kind: crate::MkeyKind) -> Result<u32> {
+        let k = match kind {
+            crate::MkeyKind::Window1 => model::MkeyKind::Mw1,
+            crate::MkeyKind::Window2 => model::MkeyKind::Mw2,
+            crate::MkeyKind::Indirect { max_entries } => model::MkeyKind::Indirect { max_entries },
+        };
+        ctx.nic.alloc_mkey(pd.pdn, k).map_err(sim_err("alloc_mkey"))
+    }
+    fn dealloc_mkey(ctx: &SimContext, key: u32) -> Result<()> {
+        ctx.nic.dealloc_mkey(key).map_err(sim_err("dealloc_mkey"))
+    }
     fn create_cq(
         ctx: &SimContext,
         attr: &CqCreate,

@@ -19,14 +19,35 @@ bitflags::bitflags! {
         const REMOTE_READ = 4;
         /// Remote atomics on the memory.
         const REMOTE_ATOMIC = 8;
+        /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND`).
+        const MW_BIND = 0x10;
     }
 }
 
 impl AccessFlags {
     /// No right at all.
     pub const NONE: Self = Self::empty();
-    /// Everything: local write and all remote rights.
-    pub const ALL: Self = Self::all();
+    /// Local write and all remote rights (not `MW_BIND`, which is a region's only).
+    pub const ALL: Self =
+        Self::LOCAL_WRITE.union(Self::REMOTE_WRITE).union(Self::REMOTE_READ).union(Self::REMOTE_ATOMIC);
+}
+
+/// What a memory key allocated without memory of its own is: a memory window
+/// (`ibv_alloc_mw`) or an indirect mkey (`mlx5dv_create_mkey` with
+/// `MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT`). A UMR WQE binds or fills it
+/// (docs/mlx5-wire-format.md §3.7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MkeyKind {
+    /// A type-1 memory window: bound to no QP; rebinding replaces the binding.
+    Window1,
+    /// A type-2 memory window: bound to the QP that posts the bind, freed by
+    /// LOCAL_INV or a peer's SEND with invalidate before its next bind.
+    Window2,
+    /// An indirect mkey of at most `max_entries` KLM entries.
+    Indirect {
+        /// Most entries one `mr_list` may give it.
+        max_entries: u32,
+    },
 }
 
 bitflags::bitflags! {
@@ -47,6 +68,11 @@ bitflags::bitflags! {
         const SOLICITED = 0x02;
         /// Fence: wait for prior READ/atomic WQEs (FM = 4, "small and fence", as rdma-core's `IBV_SEND_FENCE`).
         const FENCE = 0x80;
+        /// Initiator small fence: wait for prior UMR WQEs (a window bind,
+        /// LOCAL_INV, an mkey list) to take effect (FM = 1,
+        /// `MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`, what libmlx5 gives the WQE
+        /// after a UMR).
+        const SMALL_FENCE = 0x20;
     }
 }
 

@@ -34,6 +34,8 @@ use crate::ring::Sge;
 use crate::types::WqeFlags;
 use crate::wq::SendQueue;
 
+mod umr;
+
 pub use crate::ring::seg::opcode;
 
 /// Builder states (zero-sized unless they carry operands).

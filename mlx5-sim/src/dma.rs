@@ -57,6 +57,52 @@ pub enum DmaError {
         /// Missing `access::*` bits.
         need: u32,
     },
+    /// A window or indirect mkey named with a variant it no longer has (bound again, or
+    /// invalidated, since).
+    #[error("key {key:#x} is stale: the window is now {now:#x}")]
+    Stale {
+        /// The key.
+        key: u32,
+        /// Its current key.
+        now: u32,
+    },
+    /// A memory window's key used as an lkey: windows grant remote access only.
+    #[error("key {key:#x} is a memory window, not usable as an lkey")]
+    NotLocal {
+        /// The key.
+        key: u32,
+    },
+    /// A window or indirect mkey that is not bound (never, or invalidated since).
+    #[error("key {key:#x} is not bound")]
+    NotBound {
+        /// The key.
+        key: u32,
+    },
+    /// A type-2 window used by a request that arrived at another QP than its own.
+    #[error("key {key:#x} is bound to QP {bound:#x}, not {qpn:#x}")]
+    WrongQp {
+        /// The key.
+        key: u32,
+        /// The QP the request arrived at.
+        qpn: u32,
+        /// The window's QP.
+        bound: u32,
+    },
+    /// A KLM entry of key `key` names MR `entry`, which is not registered (any more).
+    #[error("key {key:#x}: its entry's MR {entry:#x} is not registered")]
+    EntryGone {
+        /// The window or indirect mkey.
+        key: u32,
+        /// The MR key its entry names.
+        entry: u32,
+    },
+    /// The access resolves to more pieces of memory than one region (an indirect mkey's
+    /// range across entries): the caller gathers them ([`MrTable::check_sgl`]).
+    #[error("key {key:#x}: the access spans several KLM entries")]
+    Spans {
+        /// The key.
+        key: u32,
+    },
 }
 
 /// A checked range of registered memory. Only [`MrTable::check`] creates one.
@@ -96,6 +142,9 @@ pub(crate) struct MrTable {
     /// finds one in an index and a compare (a key a WQE names is looked up the same way:
     /// a slot holding another key is no match).
     mrs: crate::idmap::DirectMap<Mr>,
+    /// Memory windows and indirect mkeys ([`crate::mkey`]): looked up when no MR has the
+    /// key.
+    pub(crate) mkeys: crate::mkey::Mkeys,
 }
 
 impl Default for MrTable {
@@ -107,7 +156,7 @@ impl Default for MrTable {
 impl MrTable {
     /// An empty table for keys counted from `base`.
     pub(crate) fn new(base: u32) -> Self {
-        MrTable { mrs: crate::idmap::DirectMap::new(base) }
+        MrTable { mrs: crate::idmap::DirectMap::new(base), mkeys: crate::mkey::Mkeys::default() }
     }
 
     /// The key a new MR gets: the first at or after `from` that the table can hold
@@ -130,12 +179,29 @@ impl MrTable {
     }
 
     pub(crate) fn uses_pd(&self, pdn: u32) -> bool {
-        self.mrs.values().any(|m| m.pdn == pdn)
+        self.mrs.values().any(|m| m.pdn == pdn) || self.mkeys.uses_pd(pdn)
     }
 
-    /// `[addr, addr+len)` of the MR of `key`, if there is one.
+    /// The MR of `key`, if there is one.
+    pub(crate) fn mr(&self, key: u32) -> Option<&Mr> {
+        self.mrs.get(&key)
+    }
+
+    /// `[addr, addr+len)` of the MR of `key`, or of the bound window or indirect mkey of
+    /// `key`, if there is one.
     pub(crate) fn bounds(&self, key: u32) -> Option<(u64, u64)> {
-        self.mrs.get(&key).map(|m| (m.addr, m.len))
+        match self.mrs.get(&key) {
+            Some(m) => Some((m.addr, m.len)),
+            None => self.mkeys.by_index(key).and_then(|k| k.bound.as_ref()).map(|b| (b.start, b.len)),
+        }
+    }
+
+    /// What `key` names, in words ("the MR", "the type-2 memory window").
+    fn noun(&self, key: u32) -> &'static str {
+        match self.mkeys.by_index(key) {
+            Some(k) if !self.mrs.contains_key(&key) => k.kind.noun(),
+            _ => "MR",
+        }
     }
 
     /// A refused check in words, naming the key (`which`: "lkey" or "rkey"), the MR and
@@ -150,19 +216,54 @@ impl MrTable {
                 format!("{which} 0x{key:x} belongs to PD 0x{mr_pdn:x}, and the QP to PD 0x{pdn:x}")
             }
             DmaError::OutOfBounds { key, addr, len } => {
+                let noun = self.noun(key);
                 let mr =
                     self.bounds(key).map_or(String::new(), |(a, l)| format!(" [0x{a:x}, 0x{:x})", a + l));
-                format!("{op} of {len} bytes at 0x{addr:x} lies outside the MR{mr} of {which} 0x{key:x}")
+                format!("{op} of {len} bytes at 0x{addr:x} lies outside the {noun}{mr} of {which} 0x{key:x}")
             }
-            DmaError::AccessDenied { key, need } => format!(
+            DmaError::AccessDenied { key, need } if self.mrs.contains_key(&key) => format!(
                 "{which} 0x{key:x} does not allow {op} (its MR was registered without {})",
                 crate::access::names(need)
+            ),
+            DmaError::AccessDenied { key, need } => format!(
+                "{which} 0x{key:x} does not allow {op} (the {} was bound without {})",
+                self.noun(key),
+                crate::access::names(need)
+            ),
+            DmaError::Stale { key, now } => format!(
+                "{which} 0x{key:x} is a stale key of {} 0x{now:x}: it was bound or invalidated again since, and its key is now 0x{now:x}",
+                self.noun(key)
+            ),
+            DmaError::NotLocal { key } => format!(
+                "{which} 0x{key:x} is a memory window, which grants remote access only: it cannot be used for {op}"
+            ),
+            DmaError::NotBound { key } => {
+                let how = match self.mkeys.by_index(key).map(|k| k.freed) {
+                    Some(crate::mkey::Freed::Local(q)) => format!(" (invalidated by a UMR on QP 0x{q:x})"),
+                    Some(crate::mkey::Freed::Remote(q)) => {
+                        format!(" (invalidated by a SEND with invalidate that arrived at QP 0x{q:x})")
+                    }
+                    _ => " (never bound)".into(),
+                };
+                format!("{which} 0x{key:x} names a {} that is not bound{how}", self.noun(key))
+            }
+            DmaError::WrongQp { key, qpn, bound } => format!(
+                "{which} 0x{key:x} is a type-2 memory window bound to QP 0x{bound:x}; the {op} arrived at QP 0x{qpn:x}"
+            ),
+            DmaError::EntryGone { key, entry } => format!(
+                "{which} 0x{key:x} is a {} over MR 0x{entry:x}, which is no longer registered",
+                self.noun(key)
+            ),
+            DmaError::Spans { key } => format!(
+                "{op} through {which} 0x{key:x} spans more pieces of memory than a request may gather ({MAX_SGL})"
             ),
         }
     }
 
     /// Checks `[addr, addr+len)` against the MR of `key`: it must exist, belong to `pdn`,
-    /// contain the range and grant every bit of `need`.
+    /// contain the range and grant every bit of `need`. A key no MR has may be an
+    /// indirect mkey ([`crate::mkey`]), resolved when the range lies in one of its entries
+    /// (`Spans` otherwise: [`MrTable::check_sgl`]); a memory window is refused (an lkey).
     #[inline]
     pub(crate) fn check(
         &self,
@@ -172,8 +273,37 @@ impl MrTable {
         need: u32,
         pdn: u32,
     ) -> Result<Region, DmaError> {
+        self.check_as(key, addr, len, need, pdn, None)
+    }
+
+    /// [`MrTable::check`] for a request that arrived at QP `qpn` (remote access: an RDMA
+    /// WRITE, READ or atomic's rkey): memory windows are allowed, a type-2 one only on
+    /// its own QP.
+    #[inline]
+    pub(crate) fn check_remote(
+        &self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+        pdn: u32,
+        qpn: u32,
+    ) -> Result<Region, DmaError> {
+        self.check_as(key, addr, len, need, pdn, Some(qpn))
+    }
+
+    #[inline(always)]
+    fn check_as(
+        &self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+        pdn: u32,
+        remote: Option<u32>,
+    ) -> Result<Region, DmaError> {
         let Some(mr) = self.mrs.get(&key) else {
-            return Err(DmaError::UnknownKey { key });
+            return self.check_mkey(key, addr, len, need, pdn, remote);
         };
         if mr.pdn != pdn {
             return Err(DmaError::PdMismatch { key, mr_pdn: mr.pdn, pdn });
@@ -188,6 +318,147 @@ impl MrTable {
             return Err(DmaError::AccessDenied { key, need: need & !mr.access });
         }
         Ok(Region { addr, len })
+    }
+}
+
+impl MrTable {
+    /// A key no MR has: a window or indirect mkey, when the access resolves to one
+    /// region; `Spans` when it resolves to several ([`MrTable::check_sgl`]).
+    #[cold]
+    #[inline(never)]
+    fn check_mkey(
+        &self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+        pdn: u32,
+        remote: Option<u32>,
+    ) -> Result<Region, DmaError> {
+        let (mut first, mut n) = (Region { addr, len: 0 }, 0);
+        self.walk(key, addr, len, need, pdn, remote, |r| {
+            if n == 0 {
+                first = r;
+            }
+            n += 1;
+            true
+        })?;
+        if n > 1 {
+            return Err(DmaError::Spans { key });
+        }
+        Ok(first)
+    }
+
+    /// The regions `[addr, addr+len)` of `key` resolves to, appended to `out` (checked as
+    /// [`MrTable::check`], or [`MrTable::check_remote`] with `remote`, does): an indirect
+    /// mkey's range across several KLM entries. `Spans` when `out` cannot hold them.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn check_sgl(
+        &self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+        pdn: u32,
+        remote: Option<u32>,
+        out: &mut Sgl,
+    ) -> Result<(), DmaError> {
+        if self.mrs.contains_key(&key) {
+            let r = self.check(key, addr, len, need, pdn)?;
+            return if out.push(r) { Ok(()) } else { Err(DmaError::Spans { key }) };
+        }
+        let mut full = false;
+        self.walk(key, addr, len, need, pdn, remote, |r| {
+            full = !out.push(r);
+            !full
+        })?;
+        if full {
+            return Err(DmaError::Spans { key });
+        }
+        Ok(())
+    }
+
+    /// Resolves `[addr, addr+len)` of window or indirect mkey `key` entry by entry,
+    /// handing each piece to `f` (which may stop the walk by returning false). `remote`:
+    /// the QP a remote request arrived at; `None` for a local access (an lkey).
+    #[allow(clippy::too_many_arguments)]
+    fn walk(
+        &self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+        pdn: u32,
+        remote: Option<u32>,
+        mut f: impl FnMut(Region) -> bool,
+    ) -> Result<(), DmaError> {
+        let Some(mk) = self.mkeys.by_index(key).filter(|_| key >> 8 >= crate::mkey::INDEX_BASE) else {
+            return Err(DmaError::UnknownKey { key });
+        };
+        if mk.kind.is_window() && remote.is_none() {
+            return Err(DmaError::NotLocal { key });
+        }
+        // Not bound first: an invalidation also sets the variant (to 0 for
+        // rdma-core's LOCAL_INV), and "invalidated" says more than "stale".
+        let Some(b) = &mk.bound else {
+            return Err(DmaError::NotBound { key });
+        };
+        if mk.variant != key as u8 {
+            return Err(DmaError::Stale { key, now: mk.key(key) });
+        }
+        if mk.pdn != pdn {
+            return Err(DmaError::PdMismatch { key, mr_pdn: mk.pdn, pdn });
+        }
+        if let (Some(bound), Some(qpn)) = (b.qpn, remote) {
+            if bound != qpn {
+                return Err(DmaError::WrongQp { key, qpn, bound });
+            }
+        }
+        let inside = addr.checked_add(len).is_some_and(|end| addr >= b.start && end - b.start <= b.len);
+        if !inside {
+            return Err(DmaError::OutOfBounds { key, addr, len });
+        }
+        if b.access & need != need {
+            return Err(DmaError::AccessDenied { key, need: need & !b.access });
+        }
+        let (mut off, mut left) = (addr - b.start, len);
+        for k in &b.klms {
+            if left == 0 {
+                break;
+            }
+            let kl = u64::from(k.len);
+            if off >= kl {
+                off -= kl;
+                continue;
+            }
+            let piece = left.min(kl - off);
+            let Some(mr) = self.mrs.get(&k.key) else {
+                return Err(DmaError::EntryGone { key, entry: k.key });
+            };
+            if mr.pdn != pdn {
+                return Err(DmaError::PdMismatch { key: k.key, mr_pdn: mr.pdn, pdn });
+            }
+            let a = k.addr.checked_add(off);
+            let fits = a
+                .and_then(|a| a.checked_add(piece))
+                .is_some_and(|end| a.is_some_and(|a| a >= mr.addr) && end <= mr.addr + mr.len);
+            let a = a.unwrap_or(u64::MAX);
+            if !fits {
+                return Err(DmaError::OutOfBounds { key: k.key, addr: a, len: piece });
+            }
+            if !f(Region { addr: a, len: piece }) {
+                return Ok(());
+            }
+            off = 0;
+            left -= piece;
+        }
+        if left > 0 {
+            // The entries cover less than the key's length.
+            return Err(DmaError::OutOfBounds { key, addr, len });
+        }
+        Ok(())
     }
 }
 
@@ -239,6 +510,11 @@ impl Sgl {
 
     pub(crate) fn total(&self) -> u64 {
         self.total
+    }
+
+    /// Its regions as copy sources.
+    pub(crate) fn sources(&self) -> Vec<Src<'static>> {
+        self.regions().iter().map(|r| Src::Mem(*r)).collect()
     }
 
     pub(crate) fn regions(&self) -> &[Region] {

@@ -15,6 +15,7 @@ use crate::dma::{self, Mr};
 use crate::engine;
 use crate::host::{self, Host, BF_SIZE};
 use crate::hosts::{FabricState, Shared};
+use crate::mkey::MkeyKind;
 use crate::qp::Qp;
 use crate::requester;
 use crate::srq::Srq;
@@ -917,7 +918,7 @@ impl Nic {
         if len == 0 || addr.checked_add(len).is_none() || addr == 0 {
             return bad("MR range must be non-empty, non-null and not wrap");
         }
-        if access & !0xf != 0 || !dma::valid_mr_access(access) {
+        if access & !0x1f != 0 || !dma::valid_mr_access(access) {
             return bad("MR access: unknown bits, or remote write/atomic without local write");
         }
         let local = host.mrs.next_key(host.next_key);
@@ -959,7 +960,7 @@ impl Nic {
             Some(SimError::NoSuchPd(mr.pdn))
         } else if mr.len == 0 || mr.addr.checked_add(mr.len).is_none() || mr.addr == 0 {
             Some(SimError::InvalidArgument { what: "MR range must be non-empty, non-null and not wrap" })
-        } else if mr.access & !0xf != 0 || !dma::valid_mr_access(mr.access) {
+        } else if mr.access & !0x1f != 0 || !dma::valid_mr_access(mr.access) {
             Some(SimError::InvalidArgument {
                 what: "MR access: unknown bits, or remote write/atomic without local write",
             })
@@ -980,6 +981,38 @@ impl Nic {
         host.mrs.remove(lkey).ok_or(SimError::NoSuchMr(lkey))?;
         host.give_back(crate::registry::Kind::MKey, lkey);
         Ok(())
+    }
+
+    /// Allocates a memory window (`kind`: [`MkeyKind::Mw1`] or [`MkeyKind::Mw2`]) or an
+    /// indirect mkey ([`MkeyKind::Indirect`], 1 to 65536 entries) in PD `pdn`, free (not
+    /// bound): its key, variant 0. A UMR WQE binds it (docs/mlx5-wire-format.md §3.7).
+    pub fn alloc_mkey(&self, pdn: u32, kind: MkeyKind) -> Result<u32, SimError> {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        if !host.pds.contains(&pdn) {
+            return Err(SimError::NoSuchPd(pdn));
+        }
+        if let MkeyKind::Indirect { max_entries } = kind {
+            if !(1..=65536).contains(&max_entries) {
+                return bad("an indirect mkey holds 1 to 65536 KLM entries");
+            }
+        }
+        host.mrs.mkeys.alloc(kind, pdn).ok_or(SimError::OutOfMemory)
+    }
+
+    /// Frees the memory window or indirect mkey of `key` (any variant), bound or not:
+    /// its keys grant nothing from now on.
+    pub fn dealloc_mkey(&self, key: u32) -> Result<(), SimError> {
+        let mut st = self.state();
+        let host = &mut st.hosts[self.host];
+        host.mrs.mkeys.remove(key).map(|_| ()).ok_or(SimError::NoSuchMr(key))
+    }
+
+    /// The current key of the window or indirect mkey of `key` (its variant as the last
+    /// UMR set it) and whether it is bound; `None` if there is none.
+    pub fn mkey_state(&self, key: u32) -> Option<(u32, bool)> {
+        let st = self.state();
+        st.hosts[self.host].mrs.mkeys.by_index(key).map(|k| (k.key(key), k.bound.is_some()))
     }
 
     /// Creates a CQ of `cqe_cnt` (power of two, 2..=4194304) entries of `cqe_size` (64 or

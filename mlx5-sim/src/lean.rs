@@ -131,6 +131,11 @@ pub(crate) fn execute(
                     sink.push(r);
                 }
                 Ok(r) => src[0] = Src::Mem(r),
+                Err(crate::dma::DmaError::Spans { .. }) => {
+                    // An indirect mkey's range across KLM entries: the general path's.
+                    st.hosts[h].stats.lean_wqes -= 1;
+                    return crate::requester::general(st, h, qpn, me, wqe, *ctrl);
+                }
                 Err(e) => {
                     let op = if read { "writing the READ's data" } else { "reading the gather list" };
                     crate::why::key(&st.hosts[h].mrs, e, "lkey", op);

@@ -32,6 +32,7 @@ mod lean;
 mod local;
 mod lossy;
 mod mem;
+mod mkey;
 mod net;
 mod psn;
 mod qp;
@@ -44,6 +45,7 @@ mod slots;
 mod srq;
 mod train;
 mod udp_wire;
+mod umr;
 mod why;
 pub mod wire;
 mod wires;
@@ -51,6 +53,7 @@ mod wqe;
 
 pub use cq::{MiniCqeFormat, MAX_SESSION};
 pub use fabric::{Fabric, ForkGuard, Nic};
+pub use mkey::MkeyKind;
 pub use net::noise as wire_noise;
 pub use net::udp::WireDrops;
 pub use net::LinkFaults;
@@ -274,6 +277,8 @@ pub mod access {
     pub const REMOTE_READ: u32 = 4;
     /// Remote atomic.
     pub const REMOTE_ATOMIC: u32 = 8;
+    /// Memory windows may be bound to the MR (`IBV_ACCESS_MW_BIND`).
+    pub const MW_BIND: u32 = 0x10;
 
     /// The names of the bits of `bits` ("REMOTE_WRITE and REMOTE_READ").
     pub fn names(bits: u32) -> String {
@@ -282,6 +287,7 @@ pub mod access {
             (REMOTE_WRITE, "REMOTE_WRITE"),
             (REMOTE_READ, "REMOTE_READ"),
             (REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+            (MW_BIND, "MW_BIND"),
         ];
         let v: Vec<&str> = all.iter().filter(|(b, _)| bits & b != 0).map(|(_, n)| *n).collect();
         if v.is_empty() {

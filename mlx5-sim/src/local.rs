@@ -42,6 +42,10 @@ pub(crate) fn local_side<'w>(
                     Ok(r) if gather && srcs.push(Src::Mem(r)) => {}
                     Ok(r) if !gather && sink.push(r) => {}
                     Ok(_) => local_err = true,
+                    Err(crate::dma::DmaError::Spans { .. }) => {
+                        // An indirect mkey's range across its KLM entries.
+                        local_err = !spanned_local(mrs, lkey, addr, len, need, pdn, gather, srcs, sink);
+                    }
                     Err(e) => {
                         local_err = true;
                         let op = if gather { "reading the gather list" } else { "writing the result" };
@@ -52,4 +56,30 @@ pub(crate) fn local_side<'w>(
         }
     });
     !local_err
+}
+
+/// [`local_side`]'s SGE of an indirect mkey whose range spans several KLM entries: each
+/// piece it resolves to goes to `srcs` (`gather`) or `sink`. False on a refused check
+/// (its reason noted) or when the lists are full.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn spanned_local(
+    mrs: &MrTable,
+    lkey: u32,
+    addr: u64,
+    len: u32,
+    need: u32,
+    pdn: u32,
+    gather: bool,
+    srcs: &mut SrcList<'_>,
+    sink: &mut Sgl,
+) -> bool {
+    let mut pieces = Sgl::new();
+    if let Err(e) = mrs.check_sgl(lkey, addr, u64::from(len), need, pdn, None, &mut pieces) {
+        let op = if gather { "reading the gather list" } else { "writing the result" };
+        crate::why::key(mrs, e, "lkey", op);
+        return false;
+    }
+    pieces.regions().iter().all(|&r| if gather { srcs.push(Src::Mem(r)) } else { sink.push(r) })
 }

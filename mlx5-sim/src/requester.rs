@@ -315,6 +315,46 @@ fn rnr_why(qpn: u32) {
     });
 }
 
+/// A UMR WQE (a memory window's bind or invalidation, an indirect mkey's KLM list) of
+/// QP `qpn`: RC QPs only ([`crate::umr`]); on another QP, or malformed, it is a malformed
+/// WQE.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn umr(
+    st: &mut FabricState,
+    h: usize,
+    qpn: u32,
+    me: &Sender,
+    ctrl: &crate::wire::CtrlRepr,
+    wqe: &[u8],
+    counter: u16,
+    avail: u16,
+) -> Outcome {
+    match crate::umr::parse(ctrl, wqe) {
+        Ok(u) if me.qtype == QpType::Rc => crate::umr::execute(&mut st.hosts[h], qpn, me.pdn, &u),
+        _ => malformed(st, h, qpn, counter, avail),
+    }
+}
+
+/// The WQE that ran into a [`crate::dma::DmaError::Spans`] on the lean path (an
+/// indirect mkey's SGE across its KLM entries), carried out by the general path instead.
+#[cold]
+#[inline(never)]
+pub(crate) fn general(
+    st: &mut FabricState,
+    h: usize,
+    qpn: u32,
+    me: &Sender,
+    wqe: &[u8],
+    ctrl: crate::wire::CtrlRepr,
+) -> Outcome {
+    match wqe::parse_with_ctrl(me.qtype, ctrl, wqe) {
+        Ok(w) => execute(st, h, qpn, me, wqe, &w),
+        Err(_) => fail(syndrome::LOCAL_QP_OP_ERR),
+    }
+}
+
 /// A WQE that breaks the layout rules (spec §8 step 3, `why`): counted, and
 /// LOCAL_QP_OP_ERR.
 #[cold]
@@ -328,6 +368,10 @@ fn malformed(st: &mut FabricState, h: usize, qpn: u32, counter: u16, avail: u16)
         let (ctrl, len) = qp.fetch_wqe(counter, &mut buf);
         let why = match fetched(&ctrl, len, qpn, counter, avail) {
             Err(e) => e,
+            Ok(_) if ctrl.opcode == opcode::UMR && qp.qp_type != QpType::Rc => {
+                "a UMR (memory window bind, LOCAL_INV, mkey list) is posted on an RC QP only"
+            }
+            Ok(l) if ctrl.opcode == opcode::UMR => crate::umr::parse(&ctrl, &buf[..l]).err().unwrap_or("?"),
             Ok(l) => wqe::parse_with_ctrl(qp.qp_type, ctrl, &buf[..l]).err().unwrap_or("?"),
         };
         let (op, opmod, ds) = (ctrl.opcode, ctrl.opmod, ctrl.ds);
@@ -540,9 +584,13 @@ fn process_sq_in(
                         }
                     }
                 }
-                match wqe::parse_with_ctrl(qtype, ctrl, b) {
-                    Ok(w) => execute(st, h, qpn, &me, b, &w),
-                    Err(_) => malformed(st, h, qpn, counter, avail),
+                if ctrl.opcode == opcode::UMR {
+                    umr(st, h, qpn, &me, &ctrl, b, counter, avail)
+                } else {
+                    match wqe::parse_with_ctrl(qtype, ctrl, b) {
+                        Ok(w) => execute(st, h, qpn, &me, b, &w),
+                        Err(_) => malformed(st, h, qpn, counter, avail),
+                    }
                 }
             }
             (Err(_), _) => malformed(st, h, qpn, counter, avail),

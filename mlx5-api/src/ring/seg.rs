@@ -32,6 +32,63 @@ pub mod opcode {
     pub const ATOMIC_MASKED_CS: u8 = 0x14;
     /// Masked (extended) fetch-and-add (spec §3.5; `opmod` gives the size).
     pub const ATOMIC_MASKED_FA: u8 = 0x15;
+    /// User-mode memory registration (docs/mlx5-wire-format.md §3.7): memory
+    /// window bind (`IBV_WR_BIND_MW`), `IBV_WR_LOCAL_INV`, and an indirect
+    /// mkey's KLM list (`mlx5dv_wr_mr_list`) all post this opcode.
+    pub const UMR: u8 = 0x25;
+}
+
+/// The UMR segments' flag and mask bits (`mlx5dv.h`:
+/// `MLX5_WQE_UMR_CTRL_FLAG_*`, `MLX5_WQE_UMR_CTRL_MKEY_MASK_*`,
+/// `MLX5_WQE_MKEY_CONTEXT_*`).
+pub mod umr {
+    /// UMR ctrl `flags`: the KLM list is inline in the WQE.
+    pub const FLAG_INLINE: u8 = 1 << 7;
+    /// UMR ctrl `flags`: the mkey must be free (a type-2 window's bind).
+    pub const FLAG_CHECK_FREE: u8 = 1 << 5;
+    /// UMR ctrl `flags`: `translation_offset` is valid.
+    pub const FLAG_TRANSLATION_OFFSET: u8 = 1 << 4;
+    /// UMR ctrl `flags`: the mkey must be bound to this QP (LOCAL_INV).
+    pub const FLAG_CHECK_QPN: u8 = 1 << 3;
+
+    /// `mkey_mask`: set the length.
+    pub const MASK_LEN: u64 = 1 << 0;
+    /// `mkey_mask`: set the start address.
+    pub const MASK_START_ADDR: u64 = 1 << 6;
+    /// `mkey_mask`: set the key's variant byte.
+    pub const MASK_MKEY: u64 = 1 << 13;
+    /// `mkey_mask`: set the QPN (a type-2 window's QP).
+    pub const MASK_QPN: u64 = 1 << 14;
+    /// `mkey_mask`: set the local-write right.
+    pub const MASK_ACCESS_LOCAL_WRITE: u64 = 1 << 18;
+    /// `mkey_mask`: set the remote-read right.
+    pub const MASK_ACCESS_REMOTE_READ: u64 = 1 << 19;
+    /// `mkey_mask`: set the remote-write right.
+    pub const MASK_ACCESS_REMOTE_WRITE: u64 = 1 << 20;
+    /// `mkey_mask`: set the atomic right.
+    pub const MASK_ACCESS_ATOMIC: u64 = 1 << 21;
+    /// `mkey_mask`: set the free bit.
+    pub const MASK_FREE: u64 = 1 << 29;
+    /// Every access right of the mask.
+    pub const MASK_ACCESS: u64 =
+        MASK_ACCESS_LOCAL_WRITE | MASK_ACCESS_REMOTE_READ | MASK_ACCESS_REMOTE_WRITE | MASK_ACCESS_ATOMIC;
+
+    /// Mkey context `free`: the mkey is free (invalid).
+    pub const MKEY_FREE: u8 = 1 << 6;
+    /// Mkey context `access_flags`: atomic.
+    pub const ACCESS_ATOMIC: u8 = 1 << 6;
+    /// Mkey context `access_flags`: remote write.
+    pub const ACCESS_REMOTE_WRITE: u8 = 1 << 5;
+    /// Mkey context `access_flags`: remote read.
+    pub const ACCESS_REMOTE_READ: u8 = 1 << 4;
+    /// Mkey context `access_flags`: local write.
+    pub const ACCESS_LOCAL_WRITE: u8 = 1 << 3;
+
+    /// `klm_octowords` for `n` KLM entries: the list padded to 4 entries
+    /// (64 bytes), in 16-byte units (rdma-core's `get_klm_octo`).
+    pub const fn klm_octowords(n: u32) -> u16 {
+        (n.div_ceil(4) * 4) as u16
+    }
 }
 
 /// `opmod` of a masked atomic on `bytes`-byte arguments (spec §3.5; UCX's
@@ -217,6 +274,49 @@ pub fn set_masked_fa32_seg(seg: &mut [u8; 16], add: u32, field_boundary: u32) {
 pub fn set_masked_fa64_seg(seg: &mut [u8; 16], add: u64, field_boundary: u64) {
     seg[0..8].copy_from_slice(&add.to_be_bytes());
     seg[8..16].copy_from_slice(&field_boundary.to_be_bytes());
+}
+
+/// UMR control segment, 48 bytes (docs/mlx5-wire-format.md §3.7,
+/// `mlx5_wqe_umr_ctrl_seg`; rdma-core's `set_umr_control_seg`): `flags` at
+/// +0, `klm_octowords` at +4, translation offset 0 at +6, `mkey_mask` at +8,
+/// the rest reserved (zero). Big-endian fields.
+#[inline(always)]
+pub fn set_umr_control_seg(seg: &mut [u8; 48], flags: u8, klm_octowords: u16, mkey_mask: u64) {
+    seg.fill(0);
+    seg[0] = flags;
+    seg[4..6].copy_from_slice(&klm_octowords.to_be_bytes());
+    seg[8..16].copy_from_slice(&mkey_mask.to_be_bytes());
+}
+
+/// Mkey context segment, 64 bytes (§3.7, `mlx5_wqe_mkey_context_seg`;
+/// rdma-core's `set_umr_mkey_seg`): `free` at +0, `access_flags` at +2,
+/// `qpn_mkey` (the QPN << 8, or 0xffffff00 for none, with the key's new
+/// variant byte) at +4, start address at +16, length at +24, the rest zero.
+#[inline(always)]
+pub fn set_umr_mkey_seg(
+    seg: &mut [u8; 64],
+    free: bool,
+    access_flags: u8,
+    qpn_mkey: u32,
+    start: u64,
+    len: u64,
+) {
+    seg.fill(0);
+    seg[0] = if free { umr::MKEY_FREE } else { 0 };
+    seg[2] = access_flags;
+    seg[4..8].copy_from_slice(&qpn_mkey.to_be_bytes());
+    seg[16..24].copy_from_slice(&start.to_be_bytes());
+    seg[24..32].copy_from_slice(&len.to_be_bytes());
+}
+
+/// One KLM entry, 16 bytes (§3.7, `mlx5_wqe_umr_klm_seg`; rdma-core's
+/// `set_umr_data_seg`): `byte_count`, `mkey`, `address`, big-endian. The
+/// list is padded with zeroed entries to a multiple of four.
+#[inline(always)]
+pub fn set_umr_klm_seg(seg: &mut [u8; 16], byte_count: u32, mkey: u32, address: u64) {
+    seg[0..4].copy_from_slice(&byte_count.to_be_bytes());
+    seg[4..8].copy_from_slice(&mkey.to_be_bytes());
+    seg[8..16].copy_from_slice(&address.to_be_bytes());
 }
 
 /// Inline segment header (spec §3.3): the byte count with bit 31 set. The

@@ -26,6 +26,9 @@ pub mod opcode {
     pub const ATOMIC_MASKED_CS: u8 = 0x14;
     /// Masked fetch-and-add (4 or 8 bytes by `opmod`, spec §3.5).
     pub const ATOMIC_MASKED_FA: u8 = 0x15;
+    /// User-mode memory registration: binds and invalidates memory windows, gives an
+    /// indirect mkey its KLM list (docs/mlx5-wire-format.md §3.7).
+    pub const UMR: u8 = 0x25;
 
     /// Human name of a send opcode, `"?"` when unknown.
     pub fn name(op: u8) -> &'static str {
@@ -42,7 +45,7 @@ pub mod opcode {
             ATOMIC_FA => "ATOMIC_FA",
             ATOMIC_MASKED_CS => "ATOMIC_MASKED_CS",
             ATOMIC_MASKED_FA => "ATOMIC_MASKED_FA",
-            0x25 => "UMR",
+            UMR => "UMR",
             _ => "?",
         }
     }

@@ -1,0 +1,145 @@
+//! Memory windows (type 1 and type 2) and indirect mkeys: the keys a UMR WQE binds,
+//! invalidates or points at a list of KLM entries ([`crate::umr`]), and how an access
+//! through one of them resolves to registered memory (docs/mlx5-wire-format.md §3.7).
+//!
+//! A key is `index << 8 | variant`: the UMR that binds a window names it by its index
+//! and gives it its new variant (the low byte, `ibv_inc_rkey`), so an rkey from before a
+//! rebind no longer matches. The model's indices start at [`INDEX_BASE`], so that these
+//! keys (at or above 0x8000_0000) never meet the MR keys ([`crate::dma::MrTable`]), which
+//! are plain numbers below that.
+//!
+//! Resolution happens on every access, entry by entry: a window's one KLM entry names
+//! its MR, so a type-1 window follows its MR (deregistered, the window grants nothing);
+//! an indirect mkey's entries are checked against their MRs' bounds when used, not when
+//! the UMR wrote them (the NIC does the same: the UMR only stores the list).
+
+use crate::idmap::DirectMap;
+
+/// The first index of a window or indirect mkey: their keys are at or above
+/// `INDEX_BASE << 8` = 0x8000_0000.
+pub(crate) const INDEX_BASE: u32 = 0x80_0000;
+
+/// What a key of this table is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MkeyKind {
+    /// A type-1 memory window (`ibv_alloc_mw(IBV_MW_TYPE_1)`): bound by `ibv_bind_mw`,
+    /// to no QP.
+    Mw1,
+    /// A type-2 memory window: bound to the QP that posted the bind, invalidated by
+    /// LOCAL_INV or a peer's SEND with invalidate.
+    Mw2,
+    /// An indirect mkey (`mlx5dv_create_mkey`, KLM access mode) with room for
+    /// `max_entries` KLM entries.
+    Indirect {
+        /// Most KLM entries a UMR may give it.
+        max_entries: u32,
+    },
+}
+
+impl MkeyKind {
+    /// Whether this is a memory window (either type).
+    pub(crate) fn is_window(self) -> bool {
+        matches!(self, MkeyKind::Mw1 | MkeyKind::Mw2)
+    }
+
+    /// Its name in sentences.
+    pub(crate) fn noun(self) -> &'static str {
+        match self {
+            MkeyKind::Mw1 => "type-1 memory window",
+            MkeyKind::Mw2 => "type-2 memory window",
+            MkeyKind::Indirect { .. } => "indirect mkey",
+        }
+    }
+}
+
+/// One KLM entry: `len` bytes of the MR of `key` from `addr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Klm {
+    pub len: u32,
+    pub key: u32,
+    pub addr: u64,
+}
+
+/// A valid (bound) key's translation: `[start, start + len)` maps onto the KLM entries
+/// in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Bound {
+    pub start: u64,
+    pub len: u64,
+    /// `access::*` bits.
+    pub access: u32,
+    /// A type-2 window's QP.
+    pub qpn: Option<u32>,
+    pub klms: Vec<Klm>,
+}
+
+/// How a key came to be free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Freed {
+    /// Never bound.
+    Never,
+    /// By a UMR (LOCAL_INV, or a type-1 bind of length 0) on this QP.
+    Local(u32),
+    /// By a SEND with invalidate that arrived at this QP.
+    Remote(u32),
+}
+
+/// A window or indirect mkey.
+#[derive(Debug, Clone)]
+pub(crate) struct Mkey {
+    pub kind: MkeyKind,
+    pub pdn: u32,
+    pub variant: u8,
+    pub bound: Option<Bound>,
+    pub freed: Freed,
+}
+
+/// A host's windows and indirect mkeys, by index.
+#[derive(Debug)]
+pub(crate) struct Mkeys {
+    map: DirectMap<Mkey>,
+    next: u32,
+}
+
+impl Default for Mkeys {
+    fn default() -> Self {
+        Mkeys { map: DirectMap::new(INDEX_BASE), next: INDEX_BASE }
+    }
+}
+
+impl Mkeys {
+    /// A new free key of `kind` in PD `pdn`; `None` when the index space is used up.
+    pub(crate) fn alloc(&mut self, kind: MkeyKind, pdn: u32) -> Option<u32> {
+        let i = self.map.next_free(self.next);
+        if !(INDEX_BASE..=0xff_ffff).contains(&i) {
+            return None;
+        }
+        self.next = i.wrapping_add(1);
+        self.map.insert(i, Mkey { kind, pdn, variant: 0, bound: None, freed: Freed::Never });
+        Some(i << 8)
+    }
+
+    /// The key's entry (by its index; the variant is not compared).
+    pub(crate) fn by_index(&self, key: u32) -> Option<&Mkey> {
+        self.map.get(&(key >> 8))
+    }
+
+    pub(crate) fn by_index_mut(&mut self, key: u32) -> Option<&mut Mkey> {
+        self.map.get_mut(&(key >> 8))
+    }
+
+    pub(crate) fn remove(&mut self, key: u32) -> Option<Mkey> {
+        self.map.remove(&(key >> 8))
+    }
+
+    pub(crate) fn uses_pd(&self, pdn: u32) -> bool {
+        self.map.values().any(|m| m.pdn == pdn)
+    }
+}
+
+impl Mkey {
+    /// Its current key, given its index's key.
+    pub(crate) fn key(&self, any_key: u32) -> u32 {
+        (any_key & !0xff) | u32::from(self.variant)
+    }
+}

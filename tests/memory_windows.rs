@@ -1,0 +1,390 @@
+//! Memory windows, LOCAL_INV, SEND with invalidate and indirect mkeys (step 13,
+//! docs/mlx5-wire-format.md §3.7): UMR WQEs built by the front-end, decoded and carried
+//! out by the simulator with its own code. What each test expects follows IB semantics
+//! (a window grants what it was bound with, over its range only, until it is invalidated
+//! or bound again; a type-2 window only to requests arriving at its QP) and rdma-core's
+//! rules for the bind, never the simulator's tables.
+mod common;
+use common::*;
+use mlx5::sim::Sim;
+use mlx5::{
+    AccessFlags, Error, InvalidArgument, MemoryRegion, MemoryWindow, MkeyKind, MkeyMisuse, RcQp, Sge, Status,
+    Syndrome, WcOpcode, WqeFlags,
+};
+
+const S: WqeFlags = WqeFlags::SIGNALED;
+
+/// B's region windows may be bound to (64 KiB, every right, MW_BIND).
+fn bindable(p: &Pair) -> MemoryRegion<Sim> {
+    p.b.pd.alloc_mr(1 << 16, AccessFlags::ALL | AccessFlags::MW_BIND).unwrap()
+}
+
+fn write(qp: &RcQp<Sim, u64>, e: u64, src: Sge, raddr: u64, rkey: u32) {
+    qp.wqe_builder(e)
+        .unwrap()
+        .ctrl_rdma_write(S)
+        .unwrap()
+        .rdma(raddr, rkey)
+        .unwrap()
+        .sge(src)
+        .unwrap()
+        .finish()
+        .unwrap();
+}
+
+fn read(qp: &RcQp<Sim, u64>, e: u64, dst: Sge, raddr: u64, rkey: u32) {
+    qp.wqe_builder(e)
+        .unwrap()
+        .ctrl_rdma_read(S)
+        .unwrap()
+        .rdma(raddr, rkey)
+        .unwrap()
+        .sge(dst)
+        .unwrap()
+        .finish()
+        .unwrap();
+}
+
+/// B binds `mw` over `[off, off+len)` of `mr` with `access` on its QP; the bind's
+/// completion is a successful UMR.
+fn bind(
+    p: &mut Pair,
+    mw: &MemoryWindow<Sim>,
+    mr: &MemoryRegion<Sim>,
+    off: usize,
+    len: usize,
+    access: AccessFlags,
+) {
+    let b = mw.bind(mr, off, len, access).unwrap();
+    p.b.qp.wqe_builder(7).unwrap().bind_mw(S, &b).unwrap().finish().unwrap();
+    let c = p.b.drain();
+    assert_eq!(
+        c.iter().map(|(c, e)| (*e, c.status, c.opcode)).collect::<Vec<_>>(),
+        [(7, Status::Success, WcOpcode::Umr)]
+    );
+}
+
+/// A's single completion after one request: its status.
+fn one_status(p: &mut Pair) -> Status {
+    let c = p.a.drain();
+    assert_eq!(c.len(), 1, "{c:?}");
+    c[0].0.status
+}
+
+fn remote_access_error(p: &mut Pair) -> String {
+    let c = p.a.drain();
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].0.status.syndrome(), Some(Syndrome::RemoteAccess), "{c:?}");
+    p.a.cq.explain(&c[0].0)
+}
+
+#[test]
+fn a_type_2_window_grants_its_range_and_rights_only() {
+    let mut p = pair();
+    let mr = bindable(&p);
+    let mw = p.b.pd.alloc_mw(MkeyKind::Window2).unwrap();
+    let before = mw.rkey();
+    bind(&mut p, &mw, &mr, 0x1000, 0x800, AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ);
+    // The key moved to the next variant (ibv_inc_rkey), same index.
+    assert_eq!(mw.rkey(), (before & !0xff) | ((before + 1) & 0xff));
+    let base = mr.addr() + 0x1000;
+    fill(&p.a.mr, 0, 0x800, 3);
+    write(&p.a.qp, 1, p.a.mr.sge(0, 0x800).unwrap(), base, mw.rkey());
+    assert_eq!(one_status(&mut p), Status::Success);
+    assert_eq!(bytes(&mr, 0x1000, 0x800), bytes(&p.a.mr, 0, 0x800));
+    read(&p.a.qp, 2, p.a.mr.sge(0x10000, 0x100).unwrap(), base + 0x700, mw.rkey());
+    assert_eq!(one_status(&mut p), Status::Success);
+    assert_eq!(bytes(&p.a.mr, 0x10000, 0x100), bytes(&mr, 0x1700, 0x100));
+    // One byte past the window's end (inside the MR): refused, nothing written.
+    let untouched = bytes(&mr, 0x1800, 1);
+    write(&p.a.qp, 3, p.a.mr.sge(0, 2).unwrap(), base + 0x7ff, mw.rkey());
+    let why = remote_access_error(&mut p);
+    assert!(why.contains(&format!("rkey 0x{:x}", mw.rkey())) && why.contains("window"), "{why}");
+    assert_eq!(bytes(&mr, 0x1800, 1), untouched);
+}
+
+#[test]
+fn a_window_without_the_right_refuses_atomics() {
+    let mut p = pair();
+    let mr = bindable(&p);
+    let mw = p.b.pd.alloc_mw(MkeyKind::Window2).unwrap();
+    bind(&mut p, &mw, &mr, 0, 64, AccessFlags::REMOTE_READ);
+    p.a.qp
+        .wqe_builder(1)
+        .unwrap()
+        .ctrl_atomic_fa(S, 1)
+        .unwrap()
+        .rdma(mr.addr(), mw.rkey())
+        .unwrap()
+        .result(p.a.mr.sge(0, 8).unwrap())
+        .unwrap()
+        .finish()
+        .unwrap();
+    let why = remote_access_error(&mut p);
+    assert!(why.contains("REMOTE_ATOMIC") && why.contains("window"), "{why}");
+}
+
+#[test]
+fn local_inv_frees_the_window_and_the_old_key_writes_nothing() {
+    let mut p = pair();
+    let mr = bindable(&p);
+    let mw = p.b.pd.alloc_mw(MkeyKind::Window2).unwrap();
+    bind(&mut p, &mw, &mr, 0, 0x100, AccessFlags::REMOTE_WRITE);
+    p.b.qp.wqe_builder(8).unwrap().local_inv(S, mw.rkey()).unwrap().finish().unwrap();
+    let c = p.b.drain();
+    assert_eq!(
+        c.iter().map(|(c, e)| (*e, c.status, c.opcode)).collect::<Vec<_>>(),
+        [(8, Status::Success, WcOpcode::Umr)]
+    );
+    fill(&p.a.mr, 0, 16, 9);
+    write(&p.a.qp, 1, p.a.mr.sge(0, 16).unwrap(), mr.addr(), mw.rkey());
+    let why = remote_access_error(&mut p);
+    assert!(why.contains("not bound") && why.contains("invalidated"), "{why}");
+    assert_eq!(bytes(&mr, 0, 16), vec![0; 16]);
+}
+
+#[test]
+fn a_send_with_invalidate_frees_the_responders_window() {
+    let mut p = pair();
+    let mr = bindable(&p);
+    let mw = p.b.pd.alloc_mw(MkeyKind::Window2).unwrap();
+    bind(&mut p, &mw, &mr, 0, 0x100, AccessFlags::REMOTE_WRITE);
+    let rkey = mw.rkey();
+    p.b.qp.post_recv(50, &[p.b.mr.sge(0, 64).unwrap()]).unwrap();
+    fill(&p.a.mr, 0, 32, 1);
+    p.a.qp
+        .wqe_builder(1)
+        .unwrap()
+        .ctrl_send_inv(S, rkey)
+        .unwrap()
+        .sge(p.a.mr.sge(0, 32).unwrap())
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert_eq!(one_status(&mut p), Status::Success);
+    let c = p.b.drain();
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!((c[0].1, c[0].0.opcode, c[0].0.invalidated_rkey), (50, WcOpcode::RecvInv, Some(rkey)));
+    assert_eq!(bytes(&p.b.mr, 0, 32), bytes(&p.a.mr, 0, 32));
+    // The window grants nothing now.
+    write(&p.a.qp, 2, p.a.mr.sge(0, 8).unwrap(), mr.addr(), rkey);
+    let why = remote_access_error(&mut p);
+    assert!(why.contains("SEND with invalidate"), "{why}");
+    assert_eq!(bytes(&mr, 0, 8), vec![0; 8]);
+}
+
+#[test]
+fn a_send_with_invalidate_of_an_mr_key_is_an_invalid_request() {
+    let mut p = pair();
+    p.b.qp.post_recv(50, &[p.b.mr.sge(0, 64).unwrap()]).unwrap();
+    p.a.qp
+        .wqe_builder(1)
+        .unwrap()
+        .ctrl_send_inv(S, p.b.mr.rkey())
+        .unwrap()
+        .sge(p.a.mr.sge(0, 32).unwrap())
+        .unwrap()
+        .finish()
+        .unwrap();
+    let c = p.a.drain();
+    assert_eq!(c[0].0.status.syndrome(), Some(Syndrome::RemoteInvalidRequest), "{c:?}");
+    let why = p.a.cq.explain(&c[0].0);
+    assert!(why.contains(&format!("0x{:x}", p.b.mr.rkey())) && why.contains("not a memory window"), "{why}");
+    // The responder's receive completed in error, its buffer untouched.
+    let c = p.b.drain();
+    assert!(matches!(c[0].0.status, Status::Error(_)), "{c:?}");
+    assert_eq!(bytes(&p.b.mr, 0, 32), vec![0; 32]);
+}
+
+#[test]
+fn a_type_1_window_rebinds_under_a_new_key_and_follows_its_mr() {
+    let mut p = pair();
+    let mr = bindable(&p);
+    let mw = p.b.pd.alloc_mw(MkeyKind::Window1).unwrap();
+    bind(&mut p, &mw, &mr, 0, 0x100, AccessFlags::REMOTE_READ);
+    let first = mw.rkey();
+    bind(&mut p, &mw, &mr, 0x100, 0x100, AccessFlags::REMOTE_READ);
+    let second = mw.rkey();
+    assert_ne!(first, second);
+    fill(&mr, 0x100, 0x100, 5);
+    read(&p.a.qp, 1, p.a.mr.sge(0, 0x100).unwrap(), mr.addr() + 0x100, second);
+    assert_eq!(one_status(&mut p), Status::Success);
+    assert_eq!(bytes(&p.a.mr, 0, 0x100), bytes(&mr, 0x100, 0x100));
+    // The first key is stale.
+    read(&p.a.qp, 2, p.a.mr.sge(0, 8).unwrap(), mr.addr() + 0x100, first);
+    let why = remote_access_error(&mut p);
+    assert!(why.contains("stale") && why.contains(&format!("0x{second:x}")), "{why}");
+}
+
+#[test]
+fn a_type_1_window_over_a_deregistered_mr_grants_nothing() {
+    let mut p = pair();
+    let mr = bindable(&p);
+    let mw = p.b.pd.alloc_mw(MkeyKind::Window1).unwrap();
+    bind(&mut p, &mw, &mr, 0, 0x100, AccessFlags::REMOTE_READ);
+    let (lkey, addr) = (mr.lkey(), mr.addr());
+    drop(mr);
+    read(&p.a.qp, 1, p.a.mr.sge(0, 8).unwrap(), addr, mw.rkey());
+    let why = remote_access_error(&mut p);
+    assert!(why.contains(&format!("MR 0x{lkey:x}")) && why.contains("no longer registered"), "{why}");
+}
+
+#[test]
+fn a_type_2_window_serves_its_own_qp_only() {
+    let mut p = pair();
+    let mr = bindable(&p);
+    let mw = p.b.pd.alloc_mw(MkeyKind::Window2).unwrap();
+    bind(&mut p, &mw, &mr, 0, 0x100, AccessFlags::REMOTE_READ);
+    // A second connection between the same hosts, B's end in the window's PD.
+    let cq2 = p.b.ctx.create_cq(64, |_, _: u64| {}).unwrap();
+    let b2 = p.b.ctx.create_rc_qp(&p.b.pd, &cq2, &cq2, &small_cfg()).unwrap();
+    let a2 = p.a.ctx.create_rc_qp(&p.a.pd, &p.a.cq, &p.a.cq, &small_cfg()).unwrap();
+    let (ia, ib) = (a2.local_info().unwrap(), b2.local_info().unwrap());
+    let cp = |r| mlx5::ConnectParams { remote: Some(r), access: AccessFlags::ALL, ..Default::default() };
+    a2.activate(&cp(ib)).unwrap();
+    b2.activate(&cp(ia)).unwrap();
+    read(&a2, 1, p.a.mr.sge(0, 8).unwrap(), mr.addr(), mw.rkey());
+    let why = remote_access_error(&mut p);
+    assert!(
+        why.contains(&format!("bound to QP 0x{:x}", p.b.qp.qpn()))
+            && why.contains(&format!("0x{:x}", b2.qpn())),
+        "{why}"
+    );
+}
+
+#[test]
+fn binds_the_nic_would_refuse_are_typed_errors() {
+    let p = pair();
+    let plain = p.b.pd.alloc_mr(4096, AccessFlags::ALL).unwrap();
+    let bindable_ro = p.b.pd.alloc_mr(4096, AccessFlags::REMOTE_READ | AccessFlags::MW_BIND).unwrap();
+    let other_pd =
+        p.b.ctx.alloc_pd().unwrap().alloc_mr(4096, AccessFlags::ALL | AccessFlags::MW_BIND).unwrap();
+    let mw = p.b.pd.alloc_mw(MkeyKind::Window2).unwrap();
+    let mw1 = p.b.pd.alloc_mw(MkeyKind::Window1).unwrap();
+    let key = mw.rkey();
+    let r = AccessFlags::REMOTE_READ;
+    let m = |e| Error::InvalidArgument(InvalidArgument::Mkey(e));
+    assert_eq!(mw.bind(&plain, 0, 64, r).unwrap_err(), m(MkeyMisuse::MrWithoutMwBind { lkey: plain.lkey() }));
+    assert_eq!(
+        mw.bind(&other_pd, 0, 64, r).unwrap_err(),
+        m(MkeyMisuse::DifferentPd { lkey: other_pd.lkey() })
+    );
+    let w = AccessFlags::REMOTE_WRITE;
+    assert!(matches!(
+        mw.bind(&bindable_ro, 0, 64, w).unwrap_err(),
+        Error::InvalidArgument(InvalidArgument::Mkey(MkeyMisuse::Access { .. }))
+    ));
+    assert!(matches!(
+        mw.bind(&bindable_ro, 4000, 200, r).unwrap_err(),
+        Error::InvalidArgument(InvalidArgument::OutsideMr { .. })
+    ));
+    assert_eq!(mw1.bind_zero_based(&bindable_ro, 0, 64, r).unwrap_err(), m(MkeyMisuse::ZeroBasedType1));
+    assert_eq!(mw.rkey(), key, "a refused bind leaves the key");
+    assert!(p.b.pd.alloc_mw(MkeyKind::Indirect { max_entries: 4 }).is_err());
+    let mk = p.b.pd.create_indirect_mkey(2).unwrap();
+    assert_eq!(mk.max_entries(), 4);
+    let sges = vec![p.b.mr.sge(0, 8).unwrap(); 5];
+    assert_eq!(
+        p.b.qp.wqe_builder(1).unwrap().mr_list(S, &mk, r, &sges).unwrap_err(),
+        m(MkeyMisuse::TooManyEntries { count: 5, max: 4 })
+    );
+}
+
+#[test]
+fn a_bind_the_nic_refuses_completes_with_mw_bind_err_and_names_the_mr() {
+    let mut p = pair();
+    let plain = p.b.pd.alloc_mr(4096, AccessFlags::ALL).unwrap();
+    let mw = p.b.pd.alloc_mw(MkeyKind::Window2).unwrap();
+    // Arguments the front-end would refuse, written as a raw bind: the NIC checks too.
+    let b = mlx5::MwBind {
+        kind: MkeyKind::Window2,
+        rkey: mw.rkey(),
+        new_rkey: mw.rkey() + 1,
+        mr_lkey: plain.lkey(),
+        addr: plain.addr(),
+        len: 64,
+        access: AccessFlags::REMOTE_READ,
+        zero_based: false,
+    };
+    p.b.qp.wqe_builder(1).unwrap().bind_mw(S, &b).unwrap().finish().unwrap();
+    let c = p.b.drain();
+    assert_eq!(c[0].0.status.syndrome(), Some(Syndrome::MwBind), "{c:?}");
+    let why = p.b.cq.explain(&c[0].0);
+    assert!(why.contains(&format!("MR 0x{:x}", plain.lkey())) && why.contains("MW_BIND"), "{why}");
+}
+
+#[test]
+fn local_inv_of_a_window_bound_elsewhere_is_refused() {
+    let mut p = pair();
+    let mw = p.b.pd.alloc_mw(MkeyKind::Window2).unwrap();
+    // Never bound: not bound to this QP.
+    p.b.qp.wqe_builder(1).unwrap().local_inv(S, mw.rkey()).unwrap().finish().unwrap();
+    let c = p.b.drain();
+    assert_eq!(c[0].0.status.syndrome(), Some(Syndrome::MwBind), "{c:?}");
+    assert!(p.b.cq.explain(&c[0].0).contains("not bound"));
+}
+
+/// Three pieces of B's region, out of order, as one indirect mkey.
+fn scattered(p: &mut Pair, access: AccessFlags) -> (mlx5::IndirectMkey<Sim>, Vec<(usize, usize)>) {
+    let mk = p.b.pd.create_indirect_mkey(3).unwrap();
+    let pieces = vec![(0x3000usize, 100usize), (0x1000, 28), (0x2000, 200)];
+    let sges: Vec<Sge> = pieces.iter().map(|&(o, l)| p.b.mr.sge(o, l as u32).unwrap()).collect();
+    p.b.qp.wqe_builder(9).unwrap().mr_list(S, &mk, access, &sges).unwrap().finish().unwrap();
+    let c = p.b.drain();
+    assert_eq!(
+        c.iter().map(|(c, e)| (*e, c.status, c.opcode)).collect::<Vec<_>>(),
+        [(9, Status::Success, WcOpcode::Umr)]
+    );
+    (mk, pieces)
+}
+
+#[test]
+fn an_indirect_mkey_scatters_a_write_and_gathers_a_read_across_its_entries() {
+    let mut p = pair();
+    let (mk, pieces) = scattered(&mut p, AccessFlags::ALL);
+    fill(&p.a.mr, 0, 328, 7);
+    // Zero-based: byte 0 of the key is the first entry's first byte.
+    write(&p.a.qp, 1, p.a.mr.sge(0, 328).unwrap(), 0, mk.key());
+    assert_eq!(one_status(&mut p), Status::Success);
+    let mut landed = Vec::new();
+    for &(o, l) in &pieces {
+        landed.extend(bytes(&p.b.mr, o, l));
+    }
+    assert_eq!(landed, bytes(&p.a.mr, 0, 328));
+    // A READ from offset 90 to 150: the end of entry 0, all of entry 1, entry 2's start.
+    read(&p.a.qp, 2, p.a.mr.sge(0x8000, 60).unwrap(), 90, mk.key());
+    assert_eq!(one_status(&mut p), Status::Success);
+    assert_eq!(bytes(&p.a.mr, 0x8000, 60), landed[90..150].to_vec());
+    // Past its 328 bytes: refused.
+    read(&p.a.qp, 3, p.a.mr.sge(0x8000, 2).unwrap(), 327, mk.key());
+    let why = remote_access_error(&mut p);
+    assert!(why.contains("indirect mkey"), "{why}");
+}
+
+#[test]
+fn an_indirect_mkey_is_a_local_key_too() {
+    let mut p = pair();
+    let (mk, pieces) = scattered(&mut p, AccessFlags::LOCAL_WRITE);
+    for &(o, l) in &pieces {
+        fill(&p.b.mr, o, l, o as u8);
+    }
+    // B sends 328 bytes gathered through the mkey's lkey.
+    p.a.qp.post_recv(3, &[p.a.mr.sge(0, 512).unwrap()]).unwrap();
+    p.b.qp
+        .wqe_builder(10)
+        .unwrap()
+        .ctrl_send(S)
+        .unwrap()
+        .sge(Sge::new(0, 328, mk.key()))
+        .unwrap()
+        .finish()
+        .unwrap();
+    let c = p.b.drain();
+    assert_eq!(c[0].0.status, Status::Success, "{c:?}");
+    let mut sent = Vec::new();
+    for &(o, l) in &pieces {
+        sent.extend(bytes(&p.b.mr, o, l));
+    }
+    assert_eq!(p.a.drain()[0].0.byte_len, 328);
+    assert_eq!(bytes(&p.a.mr, 0, 328), sent);
+}
