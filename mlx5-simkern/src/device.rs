@@ -289,6 +289,26 @@ pub extern "C" fn mlx5sk_dereg_mr(dev: c_int, key: u32) -> c_int {
     nic(dev).map_or_else(|e| e, |n| unit(n.dereg_mr(key)))
 }
 
+/// ALLOC_MW of `kind` 1 or 2 in PD `pdn`: the window's rkey in `*key`.
+///
+/// # Safety
+/// `key` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_alloc_mw(dev: c_int, pdn: u32, kind: u32, key: *mut u32) -> c_int {
+    let k = if kind == 1 { mlx5_sim::MkeyKind::Mw1 } else { mlx5_sim::MkeyKind::Mw2 };
+    match nic(dev) {
+        // SAFETY: caller contract.
+        Ok(n) => unsafe { give(n.alloc_mkey(pdn, k), key) },
+        Err(e) => e,
+    }
+}
+
+/// DEALLOC_MW.
+#[no_mangle]
+pub extern "C" fn mlx5sk_dealloc_mw(dev: c_int, key: u32) -> c_int {
+    nic(dev).map_or_else(|e| e, |n| unit(n.dealloc_mkey(key)))
+}
+
 /// CREATE_CQ over the program's ring: `cqe_cnt` entries of `cqe_size`
 /// bytes at `buf`, doorbell record at `db`; `comp` 0 (no compression), 1
 /// (hash mini-CQEs) or 2 (checksum); `channel` the simulator's completion

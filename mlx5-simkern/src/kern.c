@@ -652,6 +652,12 @@ int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 		case IB_USER_VERBS_CMD_DEREG_MR:
 			ret = sk_dereg_mr(c, in, in_len);
 			break;
+		case IB_USER_VERBS_CMD_ALLOC_MW:
+			ret = sk_alloc_mw(c, in, in_len, out_room);
+			break;
+		case IB_USER_VERBS_CMD_DEALLOC_MW:
+			ret = sk_dealloc_mw(c, in, in_len);
+			break;
 		case IB_USER_VERBS_CMD_REREG_MR:
 			ret = sk_rereg_mr(c, in, in_len, out_room);
 			break;

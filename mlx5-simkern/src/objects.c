@@ -61,6 +61,10 @@ void sk_obj_destroy(struct ctx *c, uint32_t h)
 		mlx5sk_dereg_mr(c->dev, o->num);
 		c->objs[o->pd].users--;
 		break;
+	case OBJ_MW:
+		mlx5sk_dealloc_mw(c->dev, o->num);
+		c->objs[o->pd].users--;
+		break;
 	case OBJ_CQ:
 		mlx5sk_destroy_cq(c->dev, o->num);
 		break;
@@ -141,15 +145,16 @@ int sk_reg_mr(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
 	const struct ib_uverbs_reg_mr *cmd = (const void *)in;
 	if (in_len < sizeof(*cmd))
 		return -EINVAL;
-	/* ib_check_mr_access, then what this emulation does not model: memory
-	 * windows, zero-based and on-demand MRs, an IOVA other than the address. */
+	/* ib_check_mr_access, then what this emulation does not model:
+	 * zero-based and on-demand MRs, an IOVA other than the address. MW_BIND
+	 * (0x10) is modelled. */
 	uint32_t access = cmd->access_flags & ~IB_UVERBS_ACCESS_OPTIONAL_RANGE;
 	if (access & ~0xffu)
 		return -EINVAL;
 	if ((access & (IB_UVERBS_ACCESS_REMOTE_WRITE | IB_UVERBS_ACCESS_REMOTE_ATOMIC)) &&
 	    !(access & IB_UVERBS_ACCESS_LOCAL_WRITE))
 		return -EINVAL;
-	if (access & ~0xfu)
+	if (access & ~0x1fu)
 		return -EOPNOTSUPP;
 	if ((cmd->start & 0xfff) != (cmd->hca_va & 0xfff))
 		return -EINVAL;
@@ -205,7 +210,7 @@ int sk_rereg_mr(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
 		if ((access & (IB_UVERBS_ACCESS_REMOTE_WRITE | IB_UVERBS_ACCESS_REMOTE_ATOMIC)) &&
 		    !(access & IB_UVERBS_ACCESS_LOCAL_WRITE))
 			return -EINVAL;
-		if (access & ~0xfu)
+		if (access & ~0x1fu)
 			return -EOPNOTSUPP;
 	}
 	uint32_t pd_handle = mr->pd;
@@ -241,6 +246,48 @@ int sk_dereg_mr(struct ctx *c, const uint8_t *in, size_t in_len)
 	if (!sk_obj_get(c, cmd->mr_handle, OBJ_MR))
 		return obj_lookup_err(c, cmd->mr_handle);
 	sk_obj_destroy(c, cmd->mr_handle);
+	return 0;
+}
+
+/* ALLOC_MW (ib_uverbs_alloc_mw, then mlx5_ib_alloc_mw): a free window of
+ * type 1 or 2 in the PD; its rkey (variant 0) in the response. */
+int sk_alloc_mw(struct ctx *c, const uint8_t *in, size_t in_len, size_t room)
+{
+	const struct ib_uverbs_alloc_mw *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	if (cmd->mw_type != 1 && cmd->mw_type != 2) /* IB_MW_TYPE_1, IB_MW_TYPE_2 */
+		return -EINVAL;
+	if (!sk_obj_get(c, cmd->pd_handle, OBJ_PD))
+		return -EINVAL;
+	int h = obj_new(c, OBJ_MW);
+	if (h < 0)
+		return h;
+	struct uobj *pd = &c->objs[cmd->pd_handle]; /* the table may have moved */
+	uint32_t key;
+	int r = mlx5sk_alloc_mw(c->dev, pd->num, cmd->mw_type, &key);
+	if (r) {
+		c->objs[h].type = OBJ_FREE;
+		return r;
+	}
+	c->objs[h].num = key;
+	c->objs[h].pd = cmd->pd_handle;
+	pd->users++;
+	struct ib_uverbs_alloc_mw_resp resp = { .mw_handle = (uint32_t)h, .rkey = key };
+	r = sk_put(cmd->response, &resp, sizeof(resp), room);
+	if (r)
+		sk_obj_destroy(c, (uint32_t)h);
+	return r;
+}
+
+int sk_dealloc_mw(struct ctx *c, const uint8_t *in, size_t in_len)
+{
+	const struct ib_uverbs_dealloc_mw *cmd = (const void *)in;
+	if (in_len < sizeof(*cmd))
+		return -EINVAL;
+	if (!sk_obj_get(c, cmd->mw_handle, OBJ_MW))
+		return obj_lookup_err(c, cmd->mw_handle);
+	sk_obj_destroy(c, cmd->mw_handle);
 	return 0;
 }
 

@@ -258,3 +258,152 @@ fn processes_sharing_a_device_get_different_numbers() {
 fn a_forked_child_gets_its_own_working_nic_threads() {
     run_under_simrun(&compile("fork"), &[], &[]);
 }
+
+/// What `ours` builds: one WQE libmlx5 wrote (`wqe NAME qpn=N idx=I HEX`) and
+/// the arguments it was built from (`args NAME kind=K rkey=R ...`).
+#[derive(Debug, Default)]
+struct Written {
+    qpn: u32,
+    idx: u16,
+    bytes: Vec<u8>,
+    kind: u32,
+    rkey: u32,
+    new: u32,
+    lkey: u32,
+    addr: u64,
+    len: u64,
+    access: u32,
+}
+
+fn parse_written(out: &str) -> Vec<(String, Written)> {
+    let mut v: Vec<(String, Written)> = Vec::new();
+    for line in out.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(tag), Some(name)) = (f.next(), f.next()) else { continue };
+        let kv = |f: std::str::SplitWhitespace<'_>| -> Vec<(String, String)> {
+            f.filter_map(|p| p.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))).collect()
+        };
+        match tag {
+            "wqe" => {
+                let parts: Vec<&str> = line.split_whitespace().collect();
+                let hex = parts[4];
+                let bytes = (0..hex.len() / 2)
+                    .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+                    .collect();
+                let mut w = Written { bytes, ..Written::default() };
+                for (k, val) in kv(line.split_whitespace()) {
+                    match k.as_str() {
+                        "qpn" => w.qpn = val.parse().unwrap(),
+                        "idx" => w.idx = val.parse().unwrap(),
+                        _ => {}
+                    }
+                }
+                v.push((name.to_string(), w));
+            }
+            "args" => {
+                let w = &mut v.iter_mut().rev().find(|(n, _)| n == name).expect("wqe line first").1;
+                for (k, val) in kv(f) {
+                    let n: u64 = val.parse().unwrap();
+                    match k.as_str() {
+                        "kind" => w.kind = n as u32,
+                        "rkey" => w.rkey = n as u32,
+                        "new" => w.new = n as u32,
+                        "lkey" => w.lkey = n as u32,
+                        "addr" => w.addr = n,
+                        "len" => w.len = n,
+                        "access" => w.access = n as u32,
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    v
+}
+
+/// The same WQE as `w`, written by our builder on a QP of the simulator
+/// (fresh, so at ring slot 0): its bytes.
+fn ours(name: &str, w: &Written) -> Vec<u8> {
+    use mlx5_api::sim::two_hosts;
+    use mlx5_api::{AccessFlags, ConnectParams, MkeyKind, MwBind, QpConfig, Sge, WqeFlags};
+    use mlx5_sim::ExecMode;
+    let (_fabric, da, db) = two_hosts(ExecMode::Deterministic);
+    let cfg = QpConfig { max_send_wr: 16, max_send_sge: 1, max_inline_data: 0, ..QpConfig::default() };
+    let ca = da.open().unwrap();
+    let cb = db.open().unwrap();
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let cqa = ca.create_cq(64, |_, _: u64| {}).unwrap();
+    let cqb = cb.create_cq(64, |_, _: u64| {}).unwrap();
+    let qa = ca.create_rc_qp(&pa, &cqa, &cqa, &cfg).unwrap();
+    let qb = cb.create_rc_qp(&pb, &cqb, &cqb, &cfg).unwrap();
+    let (ia, ib) = (qa.local_info().unwrap(), qb.local_info().unwrap());
+    qa.activate(&ConnectParams { remote: Some(ib), ..Default::default() }).unwrap();
+    qb.activate(&ConnectParams { remote: Some(ia), ..Default::default() }).unwrap();
+    // libmlx5 gives the WQE after a UMR an initiator small fence (fm_cache):
+    // the local_inv follows bind2, rebind2 the local_inv, bind1 rebind2.
+    let after_umr = matches!(name, "local_inv" | "rebind2" | "bind1");
+    let flags = if after_umr { WqeFlags::SIGNALED | WqeFlags::SMALL_FENCE } else { WqeFlags::SIGNALED };
+    let access = AccessFlags::from_bits(w.access).unwrap();
+    let b = qa.wqe_builder(0).unwrap();
+    match name {
+        "local_inv" => b.local_inv(flags, w.rkey).unwrap().finish_batch().unwrap(),
+        "send_inv" => b
+            .ctrl_send_inv(flags, w.rkey)
+            .unwrap()
+            .sge(Sge::new(w.addr, w.len as u32, w.lkey))
+            .unwrap()
+            .finish_batch()
+            .unwrap(),
+        _ => {
+            let kind = if w.kind == 1 { MkeyKind::Window1 } else { MkeyKind::Window2 };
+            let bind = MwBind {
+                kind,
+                rkey: w.rkey,
+                new_rkey: w.new,
+                mr_lkey: w.lkey,
+                addr: w.addr,
+                len: w.len,
+                access,
+                zero_based: false,
+            };
+            b.bind_mw(flags, &bind).unwrap().finish_batch().unwrap()
+        }
+    }
+    let ring = qa.sq_ring_bytes();
+    let ds = usize::from(ring[7] & 0x3f);
+    let mut v = ring[..ds * 16].to_vec();
+    // What differs by construction, set to libmlx5's values: the WQE index
+    // (ctrl bytes 1-2: their QP had posted before), the QPN (ctrl bytes 4-6)
+    // and, in a type-2 bind's mkey context, the QPN the window binds to
+    // (bytes 68-70, the posting QP's).
+    let our_qpn = qa.qpn();
+    v[1..3].copy_from_slice(&w.idx.to_be_bytes());
+    v[4..7].copy_from_slice(&w.qpn.to_be_bytes()[1..]);
+    if v.len() >= 72 && u32::from_be_bytes(v[68..72].try_into().unwrap()) >> 8 == our_qpn {
+        v[68..71].copy_from_slice(&w.qpn.to_be_bytes()[1..]);
+    }
+    v
+}
+
+/// Memory windows posted by libmlx5 (`ibv_wr_bind_mw`, `ibv_wr_local_inv`,
+/// `ibv_bind_mw` for a type-1 window, `ibv_wr_send_inv`) on the emulated
+/// device: the simulator carries each out as the program checks (WRITE and
+/// READ through the windows, the invalidated key refused with nothing
+/// written), and our builders write the same bytes, but for the fields
+/// `ours` names (the WQE index and QPN of another QP).
+#[test]
+#[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
+fn memory_windows_posted_by_libmlx5_match_our_builders() {
+    let prog = compile_with("mw", &["-lmlx5"]);
+    let out = run_under_simrun(&prog, &[], &[]);
+    assert!(out.contains("all right"), "{out}");
+    let written = parse_written(&out);
+    let names: Vec<&str> = written.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["bind2", "local_inv", "rebind2", "send_inv", "bind1"], "{out}");
+    for (name, w) in &written {
+        let o = ours(name, w);
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        assert_eq!(hex(&o), hex(&w.bytes), "{name}: ours, then libmlx5's");
+    }
+}
