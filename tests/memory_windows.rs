@@ -388,3 +388,126 @@ fn an_indirect_mkey_is_a_local_key_too() {
     assert_eq!(p.a.drain()[0].0.byte_len, 328);
     assert_eq!(bytes(&p.a.mr, 0, 328), sent);
 }
+
+/// One step of the property test below.
+#[derive(Debug, Clone)]
+enum Op {
+    /// B binds the window over `[off, off + len)` of its region.
+    Bind { off: usize, len: usize, write: bool, read: bool },
+    /// B invalidates the window (LOCAL_INV).
+    LocalInv,
+    /// A's SEND with invalidate names the window's key.
+    SendInv,
+    /// A WRITEs `len` bytes at window offset `at` (an address in B's region).
+    Write { at: usize, len: usize, seed: u8 },
+    /// A READs `len` bytes at `at`.
+    Read { at: usize, len: usize },
+    /// A WRITEs through the key the window had before its last bind or
+    /// invalidation (a stale key), when there is one.
+    WriteStale,
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        3 => (0usize..0x800, 1usize..0x800, any::<bool>(), any::<bool>())
+            .prop_map(|(off, len, write, read)| Op::Bind { off, len, write, read }),
+        1 => Just(Op::LocalInv),
+        1 => Just(Op::SendInv),
+        4 => (0usize..0x1000, 1usize..0x200, any::<u8>()).prop_map(|(at, len, seed)| Op::Write { at, len, seed }),
+        2 => (0usize..0x1000, 1usize..0x200).prop_map(|(at, len)| Op::Read { at, len }),
+        1 => Just(Op::WriteStale),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Binds, invalidations (local and remote) and WRITEs and READs through a type-2
+    /// window, against a model of the window (its range and rights, or unbound) and of
+    /// B's memory: each operation succeeds exactly when the model's window grants it,
+    /// and memory equals the model's after every step; the first refused one (a
+    /// REMOTE_ACCESS error, nothing written) ends the run, as it moves both QPs to ERR.
+    #[test]
+    fn windows_against_a_model(ops in proptest::collection::vec(op(), 1..24)) {
+        let mut p = pair();
+        let mr = bindable(&p);
+        let mw = p.b.pd.alloc_mw(MkeyKind::Window2).unwrap();
+        // The model: the bound range and rights, B's region, the key before the last change.
+        let mut bound: Option<(usize, usize, bool, bool)> = None;
+        let mut mem = vec![0u8; mr.len()];
+        let mut stale: Option<u32> = None;
+        let base = mr.addr() as usize;
+        for (i, op) in ops.iter().enumerate() {
+            let e = 100 + i as u64;
+            match *op {
+                Op::Bind { off, len, write, read } => {
+                    if bound.is_some() {
+                        // A bound type-2 window must be invalidated first: that refusal is
+                        // the NIC's (MW_BIND_ERR), tested elsewhere; the model skips it.
+                        continue;
+                    }
+                    let mut acc = AccessFlags::empty();
+                    if write { acc |= AccessFlags::REMOTE_WRITE; }
+                    if read { acc |= AccessFlags::REMOTE_READ; }
+                    let before = mw.rkey();
+                    bind(&mut p, &mw, &mr, off, len, acc);
+                    stale = Some(before);
+                    bound = Some((off, len, write, read));
+                }
+                Op::LocalInv => {
+                    if bound.is_none() {
+                        continue; // refused (not bound to this QP): tested elsewhere
+                    }
+                    p.b.qp.wqe_builder(e).unwrap().local_inv(S, mw.rkey()).unwrap().finish().unwrap();
+                    let c = p.b.drain();
+                    proptest::prop_assert_eq!(c[0].0.status, Status::Success);
+                    bound = None;
+                }
+                Op::SendInv => {
+                    if bound.is_none() {
+                        continue;
+                    }
+                    p.b.qp.post_recv(e, &[p.b.mr.sge(0, 64).unwrap()]).unwrap();
+                    p.a.qp.wqe_builder(e).unwrap().ctrl_send_inv(S, mw.rkey()).unwrap()
+                        .sge(p.a.mr.sge(0, 8).unwrap()).unwrap().finish().unwrap();
+                    proptest::prop_assert_eq!(one_status(&mut p), Status::Success);
+                    let c = p.b.drain();
+                    proptest::prop_assert_eq!(c[0].0.invalidated_rkey, Some(mw.rkey()));
+                    bound = None;
+                }
+                Op::Write { at, len, .. } | Op::Read { at, len } => {
+                    let (is_write, seed) = match *op { Op::Write { seed, .. } => (true, seed), _ => (false, 0) };
+                    let ok = bound.is_some_and(|(off, blen, w, r)| {
+                        at >= off && at + len <= off + blen && if is_write { w } else { r }
+                    });
+                    if is_write {
+                        fill(&p.a.mr, 0, len, seed);
+                        write(&p.a.qp, e, p.a.mr.sge(0, len as u32).unwrap(), (base + at) as u64, mw.rkey());
+                    } else {
+                        read(&p.a.qp, e, p.a.mr.sge(0x10000, len as u32).unwrap(), (base + at) as u64, mw.rkey());
+                    }
+                    let st = one_status(&mut p);
+                    if !ok {
+                        proptest::prop_assert_eq!(st.syndrome(), Some(Syndrome::RemoteAccess));
+                        proptest::prop_assert!(mr.to_vec() == mem, "a refused access wrote memory");
+                        return Ok(());
+                    }
+                    proptest::prop_assert_eq!(st, Status::Success);
+                    if is_write {
+                        mem[at..at + len].copy_from_slice(&bytes(&p.a.mr, 0, len));
+                    } else {
+                        proptest::prop_assert_eq!(bytes(&p.a.mr, 0x10000, len), mem[at..at + len].to_vec());
+                    }
+                }
+                Op::WriteStale => {
+                    let Some(old) = stale else { continue };
+                    write(&p.a.qp, e, p.a.mr.sge(0, 8).unwrap(), base as u64, old);
+                    proptest::prop_assert_eq!(one_status(&mut p).syndrome(), Some(Syndrome::RemoteAccess));
+                    proptest::prop_assert!(mr.to_vec() == mem, "a stale key wrote memory");
+                    return Ok(());
+                }
+            }
+            proptest::prop_assert!(mr.to_vec() == mem);
+        }
+    }
+}

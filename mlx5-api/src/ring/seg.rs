@@ -526,4 +526,39 @@ pub(crate) mod tests {
         set_srq_next_seg(&mut next, 5);
         assert_eq!(next, ds("00 00 00 05  00 00 00 00  00 00 00 00  00 00 00 00"));
     }
+
+    /// The UMR segments of W10 and W11 (docs/mlx5-wire-format.md §9): bytes
+    /// libmlx5 wrote into the ring for `ibv_wr_bind_mw` (type 2, QP 0x1001,
+    /// REMOTE_WRITE | REMOTE_READ, 512 bytes at 0x56238eb4a100 of lkey
+    /// 0x10001, new rkey 0x80000001) and `ibv_wr_local_inv`.
+    #[test]
+    fn umr_segments_match_what_libmlx5_wrote() {
+        let mut c = [0xffu8; 48];
+        let mask = umr::MASK_FREE
+            | umr::MASK_MKEY
+            | umr::MASK_QPN
+            | umr::MASK_LEN
+            | umr::MASK_START_ADDR
+            | umr::MASK_ACCESS;
+        let flags = umr::FLAG_INLINE | umr::FLAG_TRANSLATION_OFFSET | umr::FLAG_CHECK_FREE;
+        set_umr_control_seg(&mut c, flags, umr::klm_octowords(1), mask);
+        assert_eq!(c[..16], ds("b0 00 00 00  00 04 00 00  00 00 00 00  20 3c 60 41"));
+        assert!(c[16..].iter().all(|&b| b == 0));
+        let mut m = [0xffu8; 64];
+        let access = umr::ACCESS_REMOTE_WRITE | umr::ACCESS_REMOTE_READ;
+        set_umr_mkey_seg(&mut m, false, access, 0x1001 << 8 | 0x01, 0x5623_8eb4_a100, 0x200);
+        assert_eq!(m[..16], ds("00 00 30 00  00 10 01 01  00 00 00 00  00 00 00 00"));
+        assert_eq!(m[16..32], ds("00 00 56 23  8e b4 a1 00  00 00 00 00  00 00 02 00"));
+        assert!(m[32..].iter().all(|&b| b == 0));
+        let mut k = [0u8; 16];
+        set_umr_klm_seg(&mut k, 0x200, 0x10001, 0x5623_8eb4_a100);
+        assert_eq!(k, ds("00 00 02 00  00 01 00 01  00 00 56 23  8e b4 a1 00"));
+        // LOCAL_INV: CHECK_QPN, mask FREE | MKEY | QPN, a free context for any QP.
+        let flags = umr::FLAG_INLINE | umr::FLAG_TRANSLATION_OFFSET | umr::FLAG_CHECK_QPN;
+        set_umr_control_seg(&mut c, flags, 0, umr::MASK_FREE | umr::MASK_MKEY | umr::MASK_QPN);
+        assert_eq!(c[..16], ds("98 00 00 00  00 00 00 00  00 00 00 00  20 00 60 00"));
+        set_umr_mkey_seg(&mut m, true, 0, 0xffff_ff00, 0, 0);
+        assert_eq!(m[..16], ds("40 00 00 00  ff ff ff 00  00 00 00 00  00 00 00 00"));
+        assert_eq!((umr::klm_octowords(0), umr::klm_octowords(4), umr::klm_octowords(5)), (0, 4, 8));
+    }
 }
