@@ -422,7 +422,7 @@ impl<B: Backend> ProtectionDomain<B> {
         B::create_av(&self.inner.ctx.raw, &self.inner.raw, port, remote)
     }
 
-    /// Allocate a memory window (`ibv_alloc_mw`): [`MkeyKind::Window1`] or
+    /// Allocate a memory window (`ibv_alloc_mw`): [`MkeyKind::Window1`](crate::MkeyKind::Window1) or
     /// [`MkeyKind::Window2`](crate::MkeyKind::Window2).
     pub fn alloc_mw(&self, kind: crate::MkeyKind) -> Result<crate::mkey::MemoryWindow<B>> {
         crate::mkey::MemoryWindow::alloc(self.inner.clone(), kind)

@@ -97,7 +97,7 @@ pub enum DmaError {
         entry: u32,
     },
     /// The access resolves to more pieces of memory than one region (an indirect mkey's
-    /// range across entries): the caller gathers them ([`MrTable::check_sgl`]).
+    /// range across entries): the caller gathers them (`MrTable::check_sgl`).
     #[error("key {key:#x}: the access spans several KLM entries")]
     Spans {
         /// The key.
