@@ -82,6 +82,15 @@ impl<B: Backend> MemoryWindow<B> {
         self.rkey.get()
     }
 
+    /// For a bind built without [`MemoryWindow::bind`] (the ring core's
+    /// flat [`umr_wqe`](crate::ring::umr_wqe), the C ABI): the key now and
+    /// the next one, which the window takes now, as `bind` does.
+    pub fn next_rkey(&self) -> (u32, u32) {
+        let now = self.rkey.get();
+        self.rkey.set(next_rkey(now));
+        (now, next_rkey(now))
+    }
+
     /// Type 1 or type 2.
     pub fn kind(&self) -> MkeyKind {
         self.kind

@@ -149,6 +149,12 @@
 #define MLX5R_ERR_BAD_QUEUE -30
 
 /*
+ A UMR (memory window bind, LOCAL_INV, mkey list) the NIC would refuse,
+ or a misuse of a window or indirect mkey.
+ */
+#define MLX5R_ERR_BAD_UMR -31
+
+/*
  `mlx5r_cq_attr.compression`: no CQE compression.
  */
 #define MLX5R_CQE_COMP_NONE 0
@@ -164,6 +170,22 @@
  checksum (`MLX5DV_CQE_RES_FORMAT_CSUM`).
  */
 #define MLX5R_CQE_COMP_CSUM 2
+
+/*
+ `mlx5r_mw_alloc` type: bound to no QP (`IBV_MW_TYPE_1`).
+ */
+#define MLX5R_MW_TYPE_1 1
+
+/*
+ `mlx5r_mw_alloc` type: bound to the QP that binds it (`IBV_MW_TYPE_2`).
+ */
+#define MLX5R_MW_TYPE_2 2
+
+/*
+ `mlx5r_mr_reg` access: windows may be bound to the region
+ (`IBV_ACCESS_MW_BIND`).
+ */
+#define MLX5R_ACCESS_MW_BIND 16
 
 /*
  `mlx5r_qp_attr.qp_type`: reliable connected.
@@ -238,6 +260,37 @@
  (one WQE since the last doorbell, fits the register's half).
  */
 #define MLX5R_DB_BLUEFLAME 1
+
+/*
+ `mlx5r_umr_wr.op`: bind a type-1 window (no entry: unbind it).
+ */
+#define MLX5R_UMR_BIND_MW1 1
+
+/*
+ `mlx5r_umr_wr.op`: bind a type-2 window to this QP.
+ */
+#define MLX5R_UMR_BIND_MW2 2
+
+/*
+ `mlx5r_umr_wr.op`: invalidate the type-2 window of `key`.
+ */
+#define MLX5R_UMR_LOCAL_INV 3
+
+/*
+ `mlx5r_umr_wr.op`: point the indirect mkey `key` at the entries.
+ */
+#define MLX5R_UMR_MR_LIST 4
+
+/*
+ mlx5 send opcode of every UMR (`mlx5r_cqe.opcode` of its completion).
+ */
+#define MLX5R_OPCODE_UMR 37
+
+/*
+ `send_flags`: initiator small fence, wait for prior UMRs (FM = 1; what
+ libmlx5 gives the WQE after a UMR).
+ */
+#define MLX5R_SEND_SMALL_FENCE 16
 
 /*
  mlx5 send opcodes for `mlx5r_send_wr.opcode` (spec §2.3).
@@ -337,9 +390,19 @@ typedef struct mlx5r_context mlx5r_context;
 typedef struct mlx5r_fabric mlx5r_fabric;
 
 /*
+ An indirect mkey (`mlx5r_mkey`).
+ */
+typedef struct mlx5r_mkey mlx5r_mkey;
+
+/*
  A memory region (`mlx5r_mr`).
  */
 typedef struct mlx5r_mr mlx5r_mr;
+
+/*
+ A memory window (`mlx5r_mw`).
+ */
+typedef struct mlx5r_mw mlx5r_mw;
 
 /*
  A protection domain (`mlx5r_pd`).
@@ -1004,6 +1067,56 @@ typedef struct {
   uint64_t field_boundary;
 } mlx5r_send_wr;
 
+/*
+ One UMR work request (docs/mlx5-wire-format.md §3.7): a memory window
+ bind, a LOCAL_INV or an indirect mkey's list, for [`umr_wqe`].
+ */
+typedef struct {
+  /*
+   Returned with the completion.
+   */
+  uint64_t wr_id;
+  /*
+   [`umr_op`].
+   */
+  uint32_t op;
+  /*
+   [`send_flags`] bits (not INLINE: the list is always inline).
+   */
+  uint32_t send_flags;
+  /*
+   The key modified: the window's current rkey (a bind), the rkey
+   invalidated (LOCAL_INV), the indirect mkey (a list).
+   */
+  uint32_t key;
+  /*
+   A bind: the window's key after it (same index, next variant).
+   */
+  uint32_t new_key;
+  /*
+   A bind or a list: `ibv_access_flags` rights (local write, remote
+   write, read, atomic).
+   */
+  uint32_t access;
+  /*
+   A type-2 bind: peers address the window from 0.
+   */
+  uint32_t zero_based;
+  /*
+   A bind: one entry, the region's lkey, address and length (none: a
+   type-1 unbind); a list: its entries.
+   */
+  const mlx5r_sge *sg_list;
+  /*
+   Entries in `sg_list`.
+   */
+  uint32_t num_sge;
+  /*
+   Zero.
+   */
+  uint32_t reserved;
+} mlx5r_umr_wr;
+
 
 
 #ifdef __cplusplus
@@ -1089,6 +1202,59 @@ int32_t mlx5r_cq_check(mlx5r_cq_obj *cq);
  `ctx` is live; `out` is writable.
  */
 int32_t mlx5r_async_event_get(mlx5r_context *ctx, mlx5r_async_event *out);
+
+/*
+ Allocate a memory window of `mw_type` (`MLX5R_MW_TYPE_1` or `_2`), not
+ bound.
+
+ # Safety
+ `pd` is live; `out` is writable.
+ */
+int32_t mlx5r_mw_alloc(mlx5r_pd *pd, uint32_t mw_type, mlx5r_mw **out);
+
+/*
+ The window's rkey now, and (into `next`, unless null) the key a bind
+ gives it next: `mlx5r_umr_wr.key` and `.new_key` of that bind. With a
+ non-null `next` the window takes that key now (post the bind before
+ peers use it), as `ibv_bind_mw` moves `mw->rkey`.
+
+ # Safety
+ `mw` is live; `next` is null or writable.
+ */
+uint32_t mlx5r_mw_rkey(mlx5r_mw *mw, uint32_t *next);
+
+/*
+ Free a memory window.
+
+ # Safety
+ `mw` is null or live, and not used afterwards.
+ */
+void mlx5r_mw_free(mlx5r_mw *mw);
+
+/*
+ Create an indirect mkey for up to `max_entries` KLM entries (rounded up
+ to a multiple of 4), free until an `MLX5R_UMR_MR_LIST`.
+
+ # Safety
+ `pd` is live; `out` is writable.
+ */
+int32_t mlx5r_mkey_create(mlx5r_pd *pd, uint32_t max_entries, mlx5r_mkey **out);
+
+/*
+ The indirect mkey's key (its lkey and rkey), 0 for a null `mkey`.
+
+ # Safety
+ `mkey` is null or live.
+ */
+uint32_t mlx5r_mkey_key(const mlx5r_mkey *mkey);
+
+/*
+ Free an indirect mkey.
+
+ # Safety
+ `mkey` is null or live, and not used afterwards.
+ */
+void mlx5r_mkey_free(mlx5r_mkey *mkey);
 
 /*
  A simulated fabric with no host yet. `mode`: `MLX5R_SIM_DETERMINISTIC`
@@ -1376,6 +1542,19 @@ void mlx5r_qp_free(mlx5r_qp *qp);
  the INLINE flag is set; `wr->av` is null or valid.
  */
 int32_t mlx5r_send_wqe(const mlx5r_sq *sq, const mlx5r_send_wr *wr);
+
+/*
+ Build the UMR WQE `wr` describes (a memory window bind, LOCAL_INV or an
+ indirect mkey's list; docs/mlx5-wire-format.md §3.7) at the producer
+ counter of RC send queue `sq`, as libmlx5 writes it, and record
+ `wr->wr_id`. Not rung. Returns 0, or a negative code with nothing
+ written (`MLX5R_ERR_BAD_UMR` for a bind the NIC would refuse by its
+ arguments alone). libmlx5 gives the next WQE `MLX5R_SEND_SMALL_FENCE`.
+
+ # Safety
+ As for `mlx5r_send_wqe`; `wr->sg_list` has `wr->num_sge` entries.
+ */
+int32_t mlx5r_umr_wqe(const mlx5r_sq *sq, const mlx5r_umr_wr *wr);
 
 /*
  Ask the cache for the lines the next `mlx5r_send_wqe` on `sq` writes:

@@ -60,6 +60,9 @@ pub const MLX5R_ERR_TIMEOUT: i32 = -28;
 pub const MLX5R_ERR_DEVICE_FATAL: i32 = -29;
 /// The memory the backend gave for a queue is not a usable ring.
 pub const MLX5R_ERR_BAD_QUEUE: i32 = -30;
+/// A UMR (memory window bind, LOCAL_INV, mkey list) the NIC would refuse,
+/// or a misuse of a window or indirect mkey.
+pub const MLX5R_ERR_BAD_UMR: i32 = -31;
 
 pub(crate) fn post_code(e: PostError) -> i32 {
     match e {
@@ -75,6 +78,7 @@ pub(crate) fn post_code(e: PostError) -> i32 {
         PostError::BadAtomic => MLX5R_ERR_BAD_ATOMIC,
         PostError::MissingAv => MLX5R_ERR_MISSING_AV,
         PostError::InlineNotAllowed => MLX5R_ERR_INLINE_NOT_ALLOWED,
+        PostError::BadUmr { .. } => MLX5R_ERR_BAD_UMR,
         _ => MLX5R_ERR_INVALID,
     }
 }
@@ -97,6 +101,7 @@ pub(crate) fn error_code(e: &Error) -> i32 {
             MLX5R_ERR_QP_STATE
         }
         Error::InvalidArgument(I::Wqe(p)) => post_code(*p),
+        Error::InvalidArgument(I::Mkey(_)) => MLX5R_ERR_BAD_UMR,
         Error::InvalidArgument(_) => MLX5R_ERR_INVALID,
         Error::ForeignObject { .. } => MLX5R_ERR_MISMATCH,
         Error::CapsExceeded { .. } => MLX5R_ERR_CAPS_EXCEEDED,
@@ -151,6 +156,7 @@ pub extern "C" fn mlx5r_strerror(code: i32) -> *const c_char {
         MLX5R_ERR_TIMEOUT => b"timed out\0",
         MLX5R_ERR_DEVICE_FATAL => b"the device reported a fatal error\0",
         MLX5R_ERR_BAD_QUEUE => b"the backend's queue memory is not a usable ring\0",
+        MLX5R_ERR_BAD_UMR => b"memory window bind, LOCAL_INV or mkey list refused\0",
         _ => b"unknown error\0",
     };
     s.as_ptr() as *const c_char

@@ -23,10 +23,12 @@
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 pub mod codes;
 pub mod completion;
+pub mod mkeys;
 pub mod objects;
 pub mod ring_ops;
 
 pub use codes::*;
 pub use completion::*;
+pub use mkeys::*;
 pub use objects::*;
 pub use ring_ops::*;

@@ -51,7 +51,7 @@ impl FabricObj {
 pub struct CtxObj(pub(crate) Back<Context<Sim>, Context<Hw>>);
 /// A protection domain (`mlx5r_pd`).
 #[derive(Debug)]
-pub struct PdObj(Back<ProtectionDomain<Sim>, ProtectionDomain<Hw>>);
+pub struct PdObj(pub(crate) Back<ProtectionDomain<Sim>, ProtectionDomain<Hw>>);
 /// A memory region (`mlx5r_mr`).
 #[derive(Debug)]
 pub struct MrObj(Back<MemoryRegion<Sim>, MemoryRegion<Hw>>);

@@ -8,8 +8,8 @@
 
 use mlx5_api::ring::cqe::CqeFormat;
 use mlx5_api::ring::{
-    send_wqe, AddressVector, CqDesc, Cqe, HostMmio, IbGrh, RoceAv, RqDesc, SendWr, Sge, SqDesc, SrqDesc,
-    Syndrome,
+    send_wqe, umr_wqe, AddressVector, CqDesc, Cqe, HostMmio, IbGrh, RoceAv, RqDesc, SendWr, Sge, SqDesc,
+    SrqDesc, Syndrome, UmrWr,
 };
 
 use crate::codes::*;
@@ -112,6 +112,41 @@ pub unsafe extern "C" fn mlx5r_send_wqe(sq: *const SqDesc, wr: *const SendWr) ->
         Err(e) => post_code(e),
     }
 }
+
+/// Build the UMR WQE `wr` describes (a memory window bind, LOCAL_INV or an
+/// indirect mkey's list; docs/mlx5-wire-format.md §3.7) at the producer
+/// counter of RC send queue `sq`, as libmlx5 writes it, and record
+/// `wr->wr_id`. Not rung. Returns 0, or a negative code with nothing
+/// written (`MLX5R_ERR_BAD_UMR` for a bind the NIC would refuse by its
+/// arguments alone). libmlx5 gives the next WQE `MLX5R_SEND_SMALL_FENCE`.
+///
+/// # Safety
+/// As for `mlx5r_send_wqe`; `wr->sg_list` has `wr->num_sge` entries.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5r_umr_wqe(sq: *const SqDesc, wr: *const UmrWr) -> i32 {
+    if sq.is_null() || wr.is_null() {
+        return MLX5R_ERR_INVALID;
+    }
+    // SAFETY: caller contract.
+    match unsafe { umr_wqe(&*sq, &*wr) } {
+        Ok(()) => MLX5R_OK,
+        Err(e) => post_code(e),
+    }
+}
+
+/// `mlx5r_umr_wr.op`: bind a type-1 window (no entry: unbind it).
+pub const MLX5R_UMR_BIND_MW1: u32 = 1;
+/// `mlx5r_umr_wr.op`: bind a type-2 window to this QP.
+pub const MLX5R_UMR_BIND_MW2: u32 = 2;
+/// `mlx5r_umr_wr.op`: invalidate the type-2 window of `key`.
+pub const MLX5R_UMR_LOCAL_INV: u32 = 3;
+/// `mlx5r_umr_wr.op`: point the indirect mkey `key` at the entries.
+pub const MLX5R_UMR_MR_LIST: u32 = 4;
+/// mlx5 send opcode of every UMR (`mlx5r_cqe.opcode` of its completion).
+pub const MLX5R_OPCODE_UMR: u32 = 0x25;
+/// `send_flags`: initiator small fence, wait for prior UMRs (FM = 1; what
+/// libmlx5 gives the WQE after a UMR).
+pub const MLX5R_SEND_SMALL_FENCE: u32 = 16;
 
 /// Ask the cache for the lines the next `mlx5r_send_wqe` on `sq` writes:
 /// the next WQE's first two WQEBBs, the doorbell record, and the wr-id
@@ -468,6 +503,10 @@ const _: () = {
     assert!(MLX5R_OPCODE_SEND_INVAL == o::SEND_INVAL as u32 && MLX5R_OPCODE_RDMA_READ == o::RDMA_READ as u32);
     assert!(MLX5R_OPCODE_ATOMIC_MASKED_CS == o::ATOMIC_MASKED_CS as u32);
     assert!(MLX5R_OPCODE_ATOMIC_MASKED_FA == o::ATOMIC_MASKED_FA as u32);
+    assert!(MLX5R_OPCODE_UMR == o::UMR as u32 && MLX5R_SEND_SMALL_FENCE == f::SMALL_FENCE);
+    use mlx5_api::ring::post::umr_op as u;
+    assert!(MLX5R_UMR_BIND_MW1 == u::BIND_MW1 && MLX5R_UMR_BIND_MW2 == u::BIND_MW2);
+    assert!(MLX5R_UMR_LOCAL_INV == u::LOCAL_INV && MLX5R_UMR_MR_LIST == u::MR_LIST);
 };
 
 /// Writes `c` explained in one sentence into `buf` (`len` bytes), NUL-terminated and

@@ -105,6 +105,13 @@ fn abi_ops_c_program() {
     build_and_run("abi_ops");
 }
 
+/// Memory windows and an indirect mkey bound, used and invalidated through
+/// `mlx5r_umr_wqe` (docs/mlx5-wire-format.md §3.7).
+#[test]
+fn memory_windows_c_program() {
+    build_and_run("mw");
+}
+
 /// Watch mode executes a send queue whose doorbell record alone moved (no
 /// register store): fails if the watcher's scan stops reading records.
 #[test]

@@ -6,7 +6,7 @@
 
 use std::ptr;
 
-use mlx5_api::ring::{AddressVector, CqDesc, SendWr, Sge, SqDesc};
+use mlx5_api::ring::{AddressVector, CqDesc, SendWr, Sge, SqDesc, UmrWr};
 use mlx5r::*;
 
 struct Rig {
@@ -57,7 +57,7 @@ impl Rig {
                 assert_eq!(mlx5r_pd_alloc(r.ctx[h], &mut r.pd[h]), 0);
                 assert_eq!(mlx5r_cq_create(r.ctx[h], 256, &mut r.cq[h]), 0);
                 let p = r.mem[h].as_mut_ptr() as *mut u8;
-                assert_eq!(mlx5r_mr_reg(r.pd[h], p, MEM, 15, &mut r.mr[h]), 0);
+                assert_eq!(mlx5r_mr_reg(r.pd[h], p, MEM, 15 | MLX5R_ACCESS_MW_BIND, &mut r.mr[h]), 0);
                 assert_eq!(mlx5r_mr_keys(r.mr[h], &mut r.lkey[h], &mut r.rkey[h]), 0);
                 // Extra QPs first, so that the tested one shares a register.
                 for _ in 0..contexts_qps {
@@ -334,6 +334,31 @@ fn error_completion_is_not_nothing_yet_and_send_inv_is_a_success() {
     let mut c = mlx5r_cqe::default();
     // SAFETY: a live CQ.
     assert_eq!(unsafe { mlx5r_cqe_poll(r.cq(0), &mut c) }, MLX5R_CQE_EMPTY, "nothing yet");
+    // A SEND with invalidate frees a type-2 window bound to the responder's QP
+    // (an MR's key is never invalidated remotely): B binds one first.
+    let mut mw = ptr::null_mut();
+    // SAFETY: a live PD, a writable out.
+    assert_eq!(unsafe { mlx5r_mw_alloc(r.pd[1], MLX5R_MW_TYPE_2, &mut mw) }, 0);
+    let mut next = 0;
+    // SAFETY: a live window.
+    let now = unsafe { mlx5r_mw_rkey(mw, &mut next) };
+    let range = [sge(r.addr(1, 4096), 64, r.lkey[1])];
+    let bind = UmrWr {
+        wr_id: 0,
+        op: MLX5R_UMR_BIND_MW2,
+        send_flags: MLX5R_SEND_SIGNALED,
+        key: now,
+        new_key: next,
+        access: 2,
+        zero_based: 0,
+        sg_list: range.as_ptr(),
+        num_sge: 1,
+        reserved: 0,
+    };
+    // SAFETY: B's live send queue.
+    assert_eq!(unsafe { mlx5r_umr_wqe(mlx5r_qp_sq(r.qp[1]), &bind) }, 0);
+    r.ring(1, 0);
+    assert_eq!(r.poll(1).0, MLX5R_CQE_OK);
     let rs = [sge(r.addr(1, 0), 64, r.lkey[1])];
     // SAFETY: a live receive queue.
     assert_eq!(unsafe { mlx5r_recv_wqe(mlx5r_qp_rq(r.qp[1]), rs.as_ptr(), 1, 1) }, 0);
@@ -343,13 +368,13 @@ fn error_completion_is_not_nothing_yet_and_send_inv_is_a_success() {
         num_sge: 1,
         opcode: MLX5R_OPCODE_SEND_INVAL,
         send_flags: MLX5R_SEND_SIGNALED,
-        imm: r.rkey[1],
+        imm: next,
         ..Default::default()
     };
     assert_eq!(r.post(0, &inv), 0);
     r.ring(0, 0);
     let (rc, c) = r.poll(1);
-    assert_eq!((rc, c.opcode, c.imm), (MLX5R_CQE_OK, 4, r.rkey[1]), "RESP_SEND_INV is a success");
+    assert_eq!((rc, c.opcode, c.imm), (MLX5R_CQE_OK, 4, next), "RESP_SEND_INV is a success");
     assert_eq!(r.poll(0).0, MLX5R_CQE_OK);
     let bad = SendWr {
         wr_id: 9,

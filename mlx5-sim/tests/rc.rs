@@ -116,13 +116,22 @@ fn send_multi_sge_both_sides_and_send_imm_and_send_inv() {
     assert!(r.cqe().se());
     assert_eq!(&r1.read()[..5], b"hello");
 
+    // SEND with invalidate: of a type-2 window B bound to its QP (a UMR, §3.7).
+    let win = Buf::new(&p.b, p.pdb, 64, 1 | 0x10); // LOCAL_WRITE | MW_BIND
+    let mw = p.b.alloc_mkey(p.pdb, mlx5_sim::MkeyKind::Mw2).unwrap();
+    let rkey = mw + 1;
+    let segs = umr_bind2(p.qb.qpn(), rkey, win.keys.lkey, win.addr(), 64, 0x20);
+    p.qb.post(0x25, SIGNALED, mw.to_be_bytes(), &segs);
+    assert_eq!(p.scq_b.expect_one().wqe_opcode(), 0x25);
+    assert_eq!(p.b.mkey_state(mw), Some((rkey, true)));
     let c2 = p.qb.post_recv(&[(r1.addr(), 100, r1.keys.lkey)]);
-    p.qa.post(op::SEND_INVAL, 0, 0x5678u32.to_be_bytes(), &[Seg::Inline(b"xy")]);
+    p.qa.post(op::SEND_INVAL, 0, rkey.to_be_bytes(), &[Seg::Inline(b"xy")]);
     let r = p.rcq_b.expect_one();
     assert_eq!(r.opcode(), cqe_opcode::RESP_SEND_INV);
-    assert_eq!(r.cqe().imm_inval_pkey(), [0, 0, 0x56, 0x78]);
+    assert_eq!(r.cqe().imm_inval_pkey(), rkey.to_be_bytes());
     assert_eq!(r.cqe().wqe_counter(), c2);
     assert_eq!(p.scq_a.poll_all().len(), 1, "SEND_INV was unsignaled");
+    assert_eq!(p.b.mkey_state(mw), Some((rkey, false)), "the window is free");
 }
 
 #[test]

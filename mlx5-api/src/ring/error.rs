@@ -42,6 +42,12 @@ pub enum PostError {
         /// The QP's limit.
         max: usize,
     },
+    /// A UMR (memory window bind, LOCAL_INV, mkey list) the NIC would refuse.
+    #[error("UMR refused: {why}")]
+    BadUmr {
+        /// Why.
+        why: &'static str,
+    },
     /// The WQE would exceed the maximum WQE size (in 16-byte DS units).
     #[error("WQE of {ds} DS exceeds the maximum of {max} DS")]
     WqeTooLarge {

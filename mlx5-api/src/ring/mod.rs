@@ -18,6 +18,7 @@
 //! | [`scatter`] | scatter-to-CQE: data in a CQE copied into the WQE it completes (§5.7) |
 //! | [`mmio`], [`barrier`] | the doorbell register view ([`BfReg`]) and the MMIO / DMA barriers (§1.6, §1.7) |
 //! | [`hint`] | cache hints: `prefetch_w`, a line about to be written |
+//! | [`umr`] | [`umr::UmrLayout`]: what a memory window bind, LOCAL_INV or mkey list carries (§3.7) |
 //! | [`error`] | [`PostError`], [`DescError`] |
 
 pub mod av;
@@ -35,6 +36,7 @@ pub mod scatter;
 pub mod seg;
 pub mod sq;
 pub mod srq;
+pub mod umr;
 
 pub use av::{AddressVector, IbGrh, RoceAv};
 pub use cq::{mini_format, CqDesc, Peek};
@@ -42,7 +44,7 @@ pub use cqe::{Cqe, CqeError, CqeFormat, CqeView, Status, Syndrome};
 pub use error::{DescArg, DescError, PostError};
 pub use gid::Gid;
 pub use mmio::{BfReg, HostMmio, Mmio};
-pub use post::{send_wqe, SendWr};
+pub use post::{send_wqe, umr_wqe, SendWr, UmrWr};
 pub use rq::RqDesc;
 pub use seg::Sge;
 pub use sq::{SqDesc, SqKind};

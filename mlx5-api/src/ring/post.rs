@@ -26,6 +26,8 @@ pub mod send_flags {
     pub const SOLICITED: u32 = 1 << 2;
     /// Copy the gather list's bytes into the WQE (one inline segment).
     pub const INLINE: u32 = 1 << 3;
+    /// Initiator small fence: wait for prior UMRs (FM = 1).
+    pub const SMALL_FENCE: u32 = 1 << 4;
 }
 
 /// One send work request (the fields of `struct ibv_send_wr` the mlx5
@@ -295,6 +297,9 @@ pub unsafe fn send_wqe(sq: &SqDesc, wr: &SendWr) -> Result<(), PostError> {
     if wr.send_flags & send_flags::FENCE != 0 {
         flags |= fm_ce_se::FENCE;
     }
+    if wr.send_flags & send_flags::SMALL_FENCE != 0 {
+        flags |= fm_ce_se::SMALL_FENCE;
+    }
     let imm = match op {
         opcode::SEND_IMM | opcode::RDMA_WRITE_IMM | opcode::SEND_INVAL => wr.imm.to_be_bytes(),
         _ => [0; 4],
@@ -308,4 +313,214 @@ pub unsafe fn send_wqe(sq: &SqDesc, wr: &SendWr) -> Result<(), PostError> {
     }
     sq.commit(start, ds);
     Ok(())
+}
+
+/// [`UmrWr::op`] values.
+pub mod umr_op {
+    /// Bind a type-1 memory window (`ibv_bind_mw`); no entry unbinds it.
+    pub const BIND_MW1: u32 = 1;
+    /// Bind a type-2 memory window to this QP (`ibv_wr_bind_mw`).
+    pub const BIND_MW2: u32 = 2;
+    /// Invalidate a type-2 window bound to this QP (`ibv_wr_local_inv`).
+    pub const LOCAL_INV: u32 = 3;
+    /// Point an indirect mkey at a list of ranges (`mlx5dv_wr_mr_list`).
+    pub const MR_LIST: u32 = 4;
+}
+
+/// One UMR work request (docs/mlx5-wire-format.md §3.7): a memory window
+/// bind, a LOCAL_INV or an indirect mkey's list, for [`umr_wqe`].
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct UmrWr {
+    /// Returned with the completion.
+    pub wr_id: u64,
+    /// [`umr_op`].
+    pub op: u32,
+    /// [`send_flags`] bits (not INLINE: the list is always inline).
+    pub send_flags: u32,
+    /// The key modified: the window's current rkey (a bind), the rkey
+    /// invalidated (LOCAL_INV), the indirect mkey (a list).
+    pub key: u32,
+    /// A bind: the window's key after it (same index, next variant).
+    pub new_key: u32,
+    /// A bind or a list: `ibv_access_flags` rights (local write, remote
+    /// write, read, atomic).
+    pub access: u32,
+    /// A type-2 bind: peers address the window from 0.
+    pub zero_based: u32,
+    /// A bind: one entry, the region's lkey, address and length (none: a
+    /// type-1 unbind); a list: its entries.
+    pub sg_list: *const Sge,
+    /// Entries in `sg_list`.
+    pub num_sge: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// Build the UMR WQE `wr` describes at the producer counter of RC send
+/// queue `sq` and commit it (not rung): ctrl (opcode 0x25), UMR ctrl, mkey
+/// context and the KLM entries, as [`crate::ring::umr`] lays them out.
+/// Errors leave the ring and the counters untouched.
+///
+/// # Safety
+/// `sq` describes live memory; one thread posts at a time; `wr.sg_list`
+/// points at `wr.num_sge` readable entries.
+pub unsafe fn umr_wqe(sq: &SqDesc, wr: &UmrWr) -> Result<(), PostError> {
+    if sq.kind() != SqKind::Rc {
+        return Err(PostError::BadOpcode { opcode: opcode::UMR });
+    }
+    let sges: &[Sge] = if wr.num_sge == 0 || wr.sg_list.is_null() {
+        &[]
+    } else {
+        // SAFETY: caller contract.
+        unsafe { core::slice::from_raw_parts(wr.sg_list, wr.num_sge as usize) }
+    };
+    let mut total = 0u64;
+    for s in sges {
+        if s.len > i32::MAX as u32 {
+            return Err(PostError::SgeTooLong { len: s.len as u64 });
+        }
+        total += s.len as u64;
+    }
+    let l = match wr.op {
+        umr_op::BIND_MW1 | umr_op::BIND_MW2 => {
+            if sges.len() > 1 || (wr.op == umr_op::BIND_MW2 && sges.is_empty()) {
+                return Err(PostError::BadUmr {
+                    why: "a window bind takes one entry (none: a type-1 unbind)",
+                });
+            }
+            let (addr, len) = sges.first().map_or((0, 0), |s| (s.addr, s.len as u64));
+            crate::ring::umr::bind_mw(
+                wr.op == umr_op::BIND_MW2,
+                sq.qpn,
+                wr.new_key,
+                addr,
+                len,
+                wr.access,
+                wr.zero_based != 0,
+            )?
+        }
+        umr_op::LOCAL_INV if sges.is_empty() => crate::ring::umr::local_inv(),
+        umr_op::LOCAL_INV => return Err(PostError::BadUmr { why: "LOCAL_INV takes no entry" }),
+        umr_op::MR_LIST => crate::ring::umr::mr_list(wr.key, wr.access, sges.len() as u32, total)?,
+        _ => return Err(PostError::BadUmr { why: "unknown UMR operation" }),
+    };
+    let ds = l.ds();
+    let free = sq.free();
+    if ds > sq.max_ds.min(free * 4) {
+        return Err(over_budget(ds, sq.max_ds, free));
+    }
+    let start = sq.producer();
+    // SAFETY: the DS lie in free slots of the live ring (checked against
+    // `free`); the UMR ctrl (DS 1-3) and the mkey context (DS 4-7) each
+    // fill the rest of a WQEBB, which never straddles the ring end; each
+    // KLM entry is one DS.
+    unsafe {
+        seg::set_umr_control_seg(&mut *(sq.ds_ptr(start, 1) as *mut [u8; 48]), l.flags, l.octowords, l.mask);
+        let m = &mut *(sq.ds_ptr(start, 4) as *mut [u8; 64]);
+        seg::set_umr_mkey_seg(m, l.free, l.access, l.qpn_mkey, l.start, l.len);
+        let mut i = 8;
+        for s in sges {
+            seg::set_umr_klm_seg(&mut *sq.ds_ptr(start, i), s.len, s.lkey, s.addr);
+            i += 1;
+        }
+        while i < ds {
+            (*sq.ds_ptr(start, i)).fill(0);
+            i += 1;
+        }
+    }
+    let mut flags = 0u8;
+    if wr.send_flags & send_flags::SIGNALED != 0 {
+        flags |= fm_ce_se::CQ_UPDATE;
+    }
+    if wr.send_flags & send_flags::FENCE != 0 {
+        flags |= fm_ce_se::FENCE;
+    }
+    if wr.send_flags & send_flags::SMALL_FENCE != 0 {
+        flags |= fm_ce_se::SMALL_FENCE;
+    }
+    // SAFETY: DS 0 of the free slot at the producer counter.
+    set_ctrl_seg(
+        unsafe { &mut *sq.ds_ptr(start, 0) },
+        start,
+        opcode::UMR,
+        0,
+        sq.qpn,
+        flags,
+        ds,
+        wr.key.to_be_bytes(),
+    );
+    if !sq.wrid.is_null() {
+        // SAFETY: `wrid` has wqe_cnt entries (field contract).
+        unsafe { *sq.wrid.add(sq.slot(start) as usize) = wr.wr_id };
+    }
+    sq.commit(start, ds);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The flat post writes W10 (docs/mlx5-wire-format.md §9) byte for byte:
+    /// the type-2 bind libmlx5's `ibv_wr_bind_mw` wrote on QP 0x1001, here at
+    /// the ring's last slot so that its WQEBBs wrap; a bind the NIC would
+    /// refuse by its arguments writes nothing.
+    #[test]
+    fn umr_wqe_writes_what_libmlx5_wrote() {
+        let mut ring = [0x5au8; 8 * 64];
+        let mut dbrec = [0u32; 2];
+        let d = SqDesc::new(
+            ring.as_mut_ptr(),
+            8,
+            &mut dbrec[1],
+            core::ptr::null_mut(),
+            0x1001,
+            SqKind::Rc,
+            1,
+            0,
+            16,
+            1 << 31,
+        )
+        .unwrap();
+        let range = Sge { addr: 0x5623_8eb4_a100, len: 0x200, lkey: 0x10001 };
+        let bad = UmrWr { op: umr_op::BIND_MW2, key: 0x8000_0000, new_key: 0x8000_0001, ..wr(&range) };
+        let none = UmrWr { num_sge: 0, ..bad };
+        // SAFETY: the descriptor covers `ring` and `dbrec`; one entry.
+        assert!(matches!(unsafe { umr_wqe(&d, &none) }, Err(PostError::BadUmr { .. })));
+        assert!(ring.iter().all(|&b| b == 0x5a) && d.producer() == 0);
+        d.pi.store(7, core::sync::atomic::Ordering::Relaxed);
+        d.ci.store(7, core::sync::atomic::Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { umr_wqe(&d, &bad) }.unwrap();
+        let at = |bb: usize| &ring[(bb % 8) * 64..(bb % 8) * 64 + 64];
+        let wqe: Vec<u8> = (7..10).flat_map(|bb| at(bb).to_vec()).collect();
+        let hex: String = wqe.iter().map(|b| format!("{b:02x}")).collect();
+        let w10 = String::from("000007250010010c0000000880000000")
+            + "b00000000004000000000000203c6041"
+            + &"00".repeat(32)
+            + "00003000001001010000000000000000"
+            + "000056238eb4a1000000000000000200"
+            + &"00".repeat(32)
+            + "0000020000010001000056238eb4a100"
+            + &"00".repeat(48);
+        // The WQE index is 7 here (0 in W10): the ctrl's bytes 1-2.
+        assert_eq!(hex, w10);
+        assert_eq!(d.producer(), 10);
+    }
+
+    fn wr(s: &Sge) -> UmrWr {
+        UmrWr {
+            wr_id: 9,
+            op: 0,
+            send_flags: send_flags::SIGNALED,
+            key: 0,
+            new_key: 0,
+            access: 2 | 4,
+            zero_based: 0,
+            sg_list: s,
+            num_sge: 1,
+            reserved: 0,
+        }
+    }
 }

@@ -106,6 +106,9 @@ pub mod fm_ce_se {
     pub const SOLICITED: u8 = 0x02;
     /// FM = 4, small-and-fence (`MLX5_WQE_CTRL_FENCE`, rdma-core's `IBV_SEND_FENCE`).
     pub const FENCE: u8 = 0x80;
+    /// FM = 1, initiator small fence (`MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`):
+    /// wait for prior UMRs; libmlx5 gives it to the WQE after a UMR.
+    pub const SMALL_FENCE: u8 = 0x20;
 }
 
 /// Bytes of a DS unit (one 16-byte "octoword").

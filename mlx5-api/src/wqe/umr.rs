@@ -1,6 +1,7 @@
 //! The UMR WQEs of an RC send queue (docs/mlx5-wire-format.md §3.7): memory
 //! window bind, LOCAL_INV, and an indirect mkey's KLM list, written as
-//! rdma-core's `set_bind_wr` and `mlx5_send_wr_mr_list` write them.
+//! rdma-core's `set_bind_wr` and `mlx5_send_wr_mr_list` write them (what
+//! each carries: [`crate::ring::umr`]).
 //!
 //! Each is ctrl (opcode 0x25, `imm` = the key modified), the 48-byte UMR ctrl
 //! segment (DS 1 to 3, in the first WQEBB), the 64-byte mkey context (DS 4 to
@@ -12,27 +13,10 @@
 use super::*;
 use crate::error::{InvalidArgument, MkeyMisuse};
 use crate::mkey::{misuse, IndirectMkey, MwBind};
-use crate::ring::seg::{set_umr_control_seg, set_umr_klm_seg, set_umr_mkey_seg, umr};
+use crate::ring::seg::{set_umr_control_seg, set_umr_klm_seg, set_umr_mkey_seg};
+use crate::ring::umr::{self as layout, UmrLayout};
 use crate::types::AccessFlags;
 use crate::MkeyKind;
-
-/// The mkey context's access byte for `a`.
-fn mkey_access(a: AccessFlags) -> u8 {
-    let mut b = 0;
-    if a.contains(AccessFlags::LOCAL_WRITE) {
-        b |= umr::ACCESS_LOCAL_WRITE;
-    }
-    if a.contains(AccessFlags::REMOTE_WRITE) {
-        b |= umr::ACCESS_REMOTE_WRITE;
-    }
-    if a.contains(AccessFlags::REMOTE_READ) {
-        b |= umr::ACCESS_REMOTE_READ;
-    }
-    if a.contains(AccessFlags::REMOTE_ATOMIC) {
-        b |= umr::ACCESS_ATOMIC;
-    }
-    b
-}
 
 impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Init> {
     /// A memory window bind (`IBV_WR_BIND_MW`; a type-1 window's
@@ -61,8 +45,6 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Init> {
             return Err(misuse(MkeyMisuse::ZeroBasedType1));
         }
         if type2 && b.len == 0 {
-            // rdma-core's ibv_wr_bind_mw takes a non-empty range: a type-2
-            // window is freed by LOCAL_INV.
             return Err(misuse(MkeyMisuse::WrongKind {
                 op: "bind_mw of length 0",
                 needs: "a type-1 window (a type-2 one is freed by local_inv)",
@@ -70,29 +52,18 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Init> {
                 is: b.kind,
             }));
         }
-        let qpn = self.sq.desc.qpn;
-        let mut fl = umr::FLAG_INLINE | umr::FLAG_TRANSLATION_OFFSET;
-        let mut mask = umr::MASK_FREE | umr::MASK_MKEY;
-        if type2 {
-            mask |= umr::MASK_QPN;
-        }
-        let qp_part = if !type2 || b.len == 0 { 0xffff_ff00 } else { qpn << 8 };
-        let qpn_mkey = qp_part | (b.new_rkey & 0xff);
-        let (octowords, free) = if b.len > 0 {
-            if type2 {
-                fl |= umr::FLAG_CHECK_FREE;
-            }
-            mask |= umr::MASK_LEN | umr::MASK_START_ADDR | umr::MASK_ACCESS;
-            (umr::klm_octowords(1), false)
-        } else {
-            if type2 {
-                fl |= umr::FLAG_CHECK_QPN;
-            }
-            (0, true)
-        };
-        let start = if b.zero_based { 0 } else { b.addr };
+        let l = layout::bind_mw(
+            type2,
+            self.sq.desc.qpn,
+            b.new_rkey,
+            b.addr,
+            b.len,
+            b.access.bits(),
+            b.zero_based,
+        )
+        .map_err(|e| Error::InvalidArgument(InvalidArgument::Wqe(e)))?;
         let mut w = self.ctrl(opcode::UMR, flags, b.rkey.to_be_bytes(), Complete)?;
-        w.umr_segs(fl, octowords, mask, free, mkey_access(b.access), qpn_mkey, start, b.len)?;
+        w.umr_segs(&l)?;
         if b.len > 0 {
             w.klm_list(&[Sge { addr: b.addr, len: b.len as u32, lkey: b.mr_lkey }]);
         }
@@ -102,10 +73,8 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Init> {
     /// LOCAL_INV of `rkey` (`IBV_WR_LOCAL_INV`): the type-2 window of that
     /// key, bound to this QP, is freed; its key grants nothing any more.
     pub fn local_inv(self, flags: WqeFlags, rkey: u32) -> Result<WqeBuilder<'q, B, T, Complete>> {
-        let fl = umr::FLAG_INLINE | umr::FLAG_TRANSLATION_OFFSET | umr::FLAG_CHECK_QPN;
-        let mask = umr::MASK_FREE | umr::MASK_MKEY | umr::MASK_QPN;
         let mut w = self.ctrl(opcode::UMR, flags, rkey.to_be_bytes(), Complete)?;
-        w.umr_segs(fl, 0, mask, true, 0, 0xffff_ff00, 0, 0)?;
+        w.umr_segs(&layout::local_inv())?;
         Ok(w)
     }
 
@@ -123,14 +92,6 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Init> {
         if entries.len() > mkey.max_entries() as usize {
             return Err(misuse(MkeyMisuse::TooManyEntries { count: entries.len(), max: mkey.max_entries() }));
         }
-        if !AccessFlags::ALL.contains(access) {
-            return Err(Error::InvalidArgument(InvalidArgument::Mkey(MkeyMisuse::WrongKind {
-                op: "mr_list",
-                needs: "local write and remote rights only",
-                key: mkey.key(),
-                is: MkeyKind::Indirect { max_entries: mkey.max_entries() },
-            })));
-        }
         let mut total = 0u64;
         for e in entries {
             if e.len > i32::MAX as u32 {
@@ -139,41 +100,29 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Init> {
             total += u64::from(e.len);
         }
         let key = mkey.key();
-        let mask = umr::MASK_FREE | umr::MASK_MKEY | umr::MASK_ACCESS | umr::MASK_LEN;
-        let octowords = umr::klm_octowords(entries.len() as u32);
+        let l = layout::mr_list(key, access.bits(), entries.len() as u32, total)
+            .map_err(|e| Error::InvalidArgument(InvalidArgument::Wqe(e)))?;
         let mut w = self.ctrl(opcode::UMR, flags, key.to_be_bytes(), Complete)?;
-        let qpn_mkey = 0xffff_ff00 | (key & 0xff);
-        w.umr_segs(umr::FLAG_INLINE, octowords, mask, false, mkey_access(access), qpn_mkey, 0, total)?;
+        w.umr_segs(&l)?;
         w.klm_list(entries);
         Ok(w)
     }
 }
 
 impl<B: Backend, T, S> WqeBuilder<'_, B, T, S> {
-    /// The UMR ctrl and mkey context segments (DS 1 to 7), after checking
-    /// that the whole WQE (with `octowords` DS of KLM entries) fits.
-    #[allow(clippy::too_many_arguments)]
-    fn umr_segs(
-        &mut self,
-        flags: u8,
-        octowords: u16,
-        mask: u64,
-        free: bool,
-        access: u8,
-        qpn_mkey: u32,
-        start: u64,
-        len: u64,
-    ) -> Result<()> {
+    /// The UMR ctrl and mkey context segments (DS 1 to 7) of `l`, after
+    /// checking that the whole WQE fits.
+    fn umr_segs(&mut self, l: &UmrLayout) -> Result<()> {
         debug_assert_eq!(self.ds, 1);
-        self.reserve(8 + u32::from(octowords))?;
+        self.reserve(l.ds())?;
         let ctrl = self.ds_at(1) as *mut [u8; 48];
         let mkey = self.ds_at(4) as *mut [u8; 64];
         // SAFETY: DS 1 to 3 (the rest of the first WQEBB) and DS 4 to 7 (the
         // whole second WQEBB, which never wraps) of the WQE, in free slots
         // (`reserve`).
         unsafe {
-            set_umr_control_seg(&mut *ctrl, flags, octowords, mask);
-            set_umr_mkey_seg(&mut *mkey, free, access, qpn_mkey, start, len);
+            set_umr_control_seg(&mut *ctrl, l.flags, l.octowords, l.mask);
+            set_umr_mkey_seg(&mut *mkey, l.free, l.access, l.qpn_mkey, l.start, l.len);
         }
         self.ds = 8;
         Ok(())

@@ -714,3 +714,26 @@ pub fn dct_qp(nic: &Nic, pd: u32, rcq: u32, srqn: u32, dc_key: u64, uidx: u32) -
     assert!(r.sq_buf.is_null() && r.rq_buf.is_null() && r.dbrec.is_null());
     r.qpn
 }
+
+/// The segments after the ctrl of a UMR binding a type-2 memory window to QP `qpn`
+/// under key variant `new_rkey & 0xff`: `len` bytes of the MR of `lkey` at `addr`, with
+/// the mkey context access byte `access` (0x10 remote read, 0x20 remote write), laid
+/// out from the wire-format reference §3.7 (UMR ctrl 48 B, mkey context 64 B, one KLM
+/// entry and three zero ones): post with opcode 0x25 and `imm` = the window's key.
+pub fn umr_bind2(qpn: u32, new_rkey: u32, lkey: u32, addr: u64, len: u32, access: u8) -> Vec<Seg<'static>> {
+    let mut ctrl = [[0u8; 16]; 3];
+    ctrl[0][0] = 0x80 | 0x20 | 0x10; // inline, check free, translation offset
+    ctrl[0][4..6].copy_from_slice(&4u16.to_be_bytes()); // klm_octowords
+    let mask: u64 = 1 << 29 | 1 << 13 | 1 << 14 | 1 | 1 << 6 | 0xf << 18;
+    ctrl[0][8..16].copy_from_slice(&mask.to_be_bytes());
+    let mut mkey = [[0u8; 16]; 4];
+    mkey[0][2] = access;
+    mkey[0][4..8].copy_from_slice(&(qpn << 8 | (new_rkey & 0xff)).to_be_bytes());
+    mkey[1][0..8].copy_from_slice(&addr.to_be_bytes());
+    mkey[1][8..16].copy_from_slice(&u64::from(len).to_be_bytes());
+    let mut klm = [[0u8; 16]; 4];
+    klm[0][0..4].copy_from_slice(&len.to_be_bytes());
+    klm[0][4..8].copy_from_slice(&lkey.to_be_bytes());
+    klm[0][8..16].copy_from_slice(&addr.to_be_bytes());
+    ctrl.into_iter().chain(mkey).chain(klm).map(Seg::Raw).collect()
+}
