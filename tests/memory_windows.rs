@@ -8,8 +8,8 @@ mod common;
 use common::*;
 use mlx5::sim::Sim;
 use mlx5::{
-    AccessFlags, Error, InvalidArgument, MemoryRegion, MemoryWindow, MkeyKind, MkeyMisuse, RcQp, Sge, Status,
-    Syndrome, WcOpcode, WqeFlags,
+    AccessFlags, ConnectParams, Error, InvalidArgument, MemoryRegion, MemoryWindow, MkeyKind, MkeyMisuse,
+    QpConfig, RcQp, Sge, Status, Syndrome, WcOpcode, WqeFlags,
 };
 
 const S: WqeFlags = WqeFlags::SIGNALED;
@@ -398,12 +398,13 @@ enum Op {
     LocalInv,
     /// A's SEND with invalidate names the window's key.
     SendInv,
-    /// A WRITEs `len` bytes at window offset `at` (an address in B's region).
-    Write { at: usize, len: usize, seed: u8 },
+    /// A WRITEs `len` bytes at `at` (an offset in B's region), from its RC QP or its
+    /// DCI (to B's DCT).
+    Write { at: usize, len: usize, seed: u8, dc: bool },
     /// A READs `len` bytes at `at`.
-    Read { at: usize, len: usize },
-    /// A WRITEs through the key the window had before its last bind or
-    /// invalidation (a stale key), when there is one.
+    Read { at: usize, len: usize, dc: bool },
+    /// A WRITEs through the key the window had before its last bind (a stale key),
+    /// when there is one.
     WriteStale,
 }
 
@@ -414,25 +415,47 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
             .prop_map(|(off, len, write, read)| Op::Bind { off, len, write, read }),
         1 => Just(Op::LocalInv),
         1 => Just(Op::SendInv),
-        4 => (0usize..0x1000, 1usize..0x200, any::<u8>()).prop_map(|(at, len, seed)| Op::Write { at, len, seed }),
-        2 => (0usize..0x1000, 1usize..0x200).prop_map(|(at, len)| Op::Read { at, len }),
+        4 => (0usize..0x1000, 1usize..0x200, any::<u8>(), any::<bool>())
+            .prop_map(|(at, len, seed, dc)| Op::Write { at, len, seed, dc }),
+        2 => (0usize..0x1000, 1usize..0x200, any::<bool>()).prop_map(|(at, len, dc)| Op::Read { at, len, dc }),
         1 => Just(Op::WriteStale),
     ]
 }
 
+/// A's DCI and B's DCT (on an SRQ) beside the RC pair of `p`.
+fn dc_beside(p: &Pair) -> (mlx5::Dci<Sim, u64>, mlx5::Dct<Sim, u64>, mlx5::SharedReceiveQueue<Sim, u64>) {
+    let cfg = QpConfig { max_send_wr: 64, max_send_sge: 2, max_inline_data: 64, ..QpConfig::default() };
+    let dci = p.a.ctx.create_dci(&p.a.pd, &p.a.cq, &cfg).unwrap();
+    dci.activate(&ConnectParams::default()).unwrap();
+    let srq = p.b.ctx.create_srq(&p.b.pd, 63, 2).unwrap();
+    let dct =
+        p.b.ctx
+            .create_dct(&p.b.pd, &p.b.cq, &srq, &QpConfig { dc_key: DC_KEY, ..QpConfig::default() })
+            .unwrap();
+    dct.activate(&ConnectParams { access: AccessFlags::ALL, ..ConnectParams::default() }).unwrap();
+    (dci, dct, srq)
+}
+
+const DC_KEY: u64 = 0x0dc0_ffee;
+
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
-    /// Binds, invalidations (local and remote) and WRITEs and READs through a type-2
-    /// window, against a model of the window (its range and rights, or unbound) and of
-    /// B's memory: each operation succeeds exactly when the model's window grants it,
-    /// and memory equals the model's after every step; the first refused one (a
-    /// REMOTE_ACCESS error, nothing written) ends the run, as it moves both QPs to ERR.
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(96))]
+    /// Binds, invalidations (local and remote) and WRITEs and READs, from an RC QP and
+    /// from a DCI, through a type-1 or a type-2 window, against a model of the window
+    /// (its range and rights, or unbound; a type-2 window serves its own RC QP only, so
+    /// never a DCT) and of B's memory: each operation succeeds exactly when the model's
+    /// window grants it, and memory equals the model's after every step; the first
+    /// refused one (REMOTE_ACCESS_ERR, nothing written, its explanation naming the key)
+    /// ends the run, as it moves the requester to ERR.
     #[test]
-    fn windows_against_a_model(ops in proptest::collection::vec(op(), 1..24)) {
+    fn windows_against_a_model(type2 in proptest::bool::ANY, ops in proptest::collection::vec(op(), 1..24)) {
         let mut p = pair();
         let mr = bindable(&p);
-        let mw = p.b.pd.alloc_mw(MkeyKind::Window2).unwrap();
-        // The model: the bound range and rights, B's region, the key before the last change.
+        let (dci, dct, _srq) = dc_beside(&p);
+        let (dctn, av) = (dct.dct_number().unwrap(), mlx5::AddressVector::ib(2, 0));
+        let kind = if type2 { MkeyKind::Window2 } else { MkeyKind::Window1 };
+        let mw = p.b.pd.alloc_mw(kind).unwrap();
+        // The model: the bound range and rights, B's region, the key before the last bind.
         let mut bound: Option<(usize, usize, bool, bool)> = None;
         let mut mem = vec![0u8; mr.len()];
         let mut stale: Option<u32> = None;
@@ -441,9 +464,9 @@ proptest::proptest! {
             let e = 100 + i as u64;
             match *op {
                 Op::Bind { off, len, write, read } => {
-                    if bound.is_some() {
-                        // A bound type-2 window must be invalidated first: that refusal is
-                        // the NIC's (MW_BIND_ERR), tested elsewhere; the model skips it.
+                    if type2 && bound.is_some() {
+                        // A bound type-2 window must be invalidated first: that refusal
+                        // (MW_BIND_ERR) is tested on its own above.
                         continue;
                     }
                     let mut acc = AccessFlags::empty();
@@ -454,19 +477,14 @@ proptest::proptest! {
                     stale = Some(before);
                     bound = Some((off, len, write, read));
                 }
+                Op::LocalInv | Op::SendInv if !type2 || bound.is_none() => continue,
                 Op::LocalInv => {
-                    if bound.is_none() {
-                        continue; // refused (not bound to this QP): tested elsewhere
-                    }
                     p.b.qp.wqe_builder(e).unwrap().local_inv(S, mw.rkey()).unwrap().finish().unwrap();
                     let c = p.b.drain();
                     proptest::prop_assert_eq!(c[0].0.status, Status::Success);
                     bound = None;
                 }
                 Op::SendInv => {
-                    if bound.is_none() {
-                        continue;
-                    }
                     p.b.qp.post_recv(e, &[p.b.mr.sge(0, 64).unwrap()]).unwrap();
                     p.a.qp.wqe_builder(e).unwrap().ctrl_send_inv(S, mw.rkey()).unwrap()
                         .sge(p.a.mr.sge(0, 8).unwrap()).unwrap().finish().unwrap();
@@ -475,20 +493,31 @@ proptest::proptest! {
                     proptest::prop_assert_eq!(c[0].0.invalidated_rkey, Some(mw.rkey()));
                     bound = None;
                 }
-                Op::Write { at, len, .. } | Op::Read { at, len } => {
+                Op::Write { at, len, dc, .. } | Op::Read { at, len, dc } => {
                     let (is_write, seed) = match *op { Op::Write { seed, .. } => (true, seed), _ => (false, 0) };
-                    let ok = bound.is_some_and(|(off, blen, w, r)| {
+                    let ok = (!dc || !type2) && bound.is_some_and(|(off, blen, w, r)| {
                         at >= off && at + len <= off + blen && if is_write { w } else { r }
                     });
+                    let raddr = (base + at) as u64;
+                    let (src, dst) = (p.a.mr.sge(0, len as u32).unwrap(), p.a.mr.sge(0x10000, len as u32).unwrap());
                     if is_write {
                         fill(&p.a.mr, 0, len, seed);
-                        write(&p.a.qp, e, p.a.mr.sge(0, len as u32).unwrap(), (base + at) as u64, mw.rkey());
-                    } else {
-                        read(&p.a.qp, e, p.a.mr.sge(0x10000, len as u32).unwrap(), (base + at) as u64, mw.rkey());
                     }
-                    let st = one_status(&mut p);
+                    match (dc, is_write) {
+                        (false, true) => write(&p.a.qp, e, src, raddr, mw.rkey()),
+                        (false, false) => read(&p.a.qp, e, dst, raddr, mw.rkey()),
+                        (true, true) => dci.wqe_builder(e).unwrap().ctrl_rdma_write(S).unwrap().av(DC_KEY, dctn, &av)
+                            .unwrap().rdma(raddr, mw.rkey()).unwrap().sge(src).unwrap().finish().unwrap(),
+                        (true, false) => dci.wqe_builder(e).unwrap().ctrl_rdma_read(S).unwrap().av(DC_KEY, dctn, &av)
+                            .unwrap().rdma(raddr, mw.rkey()).unwrap().sge(dst).unwrap().finish().unwrap(),
+                    }
+                    let c = p.a.drain();
+                    proptest::prop_assert_eq!(c.len(), 1, "{:?}", c);
+                    let st = c[0].0.status;
                     if !ok {
                         proptest::prop_assert_eq!(st.syndrome(), Some(Syndrome::RemoteAccess));
+                        let why = p.a.cq.explain(&c[0].0);
+                        proptest::prop_assert!(why.contains(&format!("rkey 0x{:x}", mw.rkey())), "{}", why);
                         proptest::prop_assert!(mr.to_vec() == mem, "a refused access wrote memory");
                         return Ok(());
                     }
@@ -508,6 +537,65 @@ proptest::proptest! {
                 }
             }
             proptest::prop_assert!(mr.to_vec() == mem);
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// An indirect mkey over random pieces of B's region (in random order, some empty),
+    /// then WRITEs and READs through it at random offsets, from the RC QP or the DCI,
+    /// against a model that maps each offset to its piece: inside the mkey's length
+    /// every access lands (or reads) exactly where the model says, across pieces; past
+    /// it, REMOTE_ACCESS_ERR and nothing written.
+    #[test]
+    fn indirect_mkeys_against_a_model(
+        pieces in proptest::collection::vec((0usize..64, 0u32..300), 1..6),
+        ops in proptest::collection::vec((0usize..1600, 1usize..400, proptest::bool::ANY, proptest::bool::ANY), 1..12),
+    ) {
+        let mut p = pair();
+        let (dci, dct, _srq) = dc_beside(&p);
+        let (dctn, av) = (dct.dct_number().unwrap(), mlx5::AddressVector::ib(2, 0));
+        let mk = p.b.pd.create_indirect_mkey(pieces.len() as u32).unwrap();
+        // Piece k: `len` bytes at 1 KiB slot `slot` of B's region (slots may repeat).
+        let sges: Vec<Sge> = pieces.iter().map(|&(slot, len)| p.b.mr.sge(slot * 1024, len).unwrap()).collect();
+        p.b.qp.wqe_builder(1).unwrap().mr_list(S, &mk, AccessFlags::ALL, &sges).unwrap().finish().unwrap();
+        proptest::prop_assert_eq!(p.b.drain()[0].0.status, Status::Success);
+        // The model: byte i of the key is at this offset of B's region.
+        let map: Vec<usize> = pieces.iter().flat_map(|&(slot, len)| (0..len as usize).map(move |i| slot * 1024 + i)).collect();
+        let mut mem = p.b.mr.to_vec();
+        for (n, &(at, len, is_write, dc)) in ops.iter().enumerate() {
+            let e = 10 + n as u64;
+            let (src, dst) = (p.a.mr.sge(0, len as u32).unwrap(), p.a.mr.sge(0x10000, len as u32).unwrap());
+            if is_write {
+                fill(&p.a.mr, 0, len, n as u8);
+            }
+            match (dc, is_write) {
+                (false, true) => write(&p.a.qp, e, src, at as u64, mk.key()),
+                (false, false) => read(&p.a.qp, e, dst, at as u64, mk.key()),
+                (true, true) => dci.wqe_builder(e).unwrap().ctrl_rdma_write(S).unwrap().av(DC_KEY, dctn, &av)
+                    .unwrap().rdma(at as u64, mk.key()).unwrap().sge(src).unwrap().finish().unwrap(),
+                (true, false) => dci.wqe_builder(e).unwrap().ctrl_rdma_read(S).unwrap().av(DC_KEY, dctn, &av)
+                    .unwrap().rdma(at as u64, mk.key()).unwrap().sge(dst).unwrap().finish().unwrap(),
+            }
+            let c = p.a.drain();
+            proptest::prop_assert_eq!(c.len(), 1, "{:?}", c);
+            if at + len > map.len() {
+                proptest::prop_assert_eq!(c[0].0.status.syndrome(), Some(Syndrome::RemoteAccess));
+                proptest::prop_assert!(p.b.mr.to_vec() == mem, "a refused access wrote memory");
+                return Ok(());
+            }
+            proptest::prop_assert_eq!(c[0].0.status, Status::Success);
+            if is_write {
+                // Later bytes win where pieces overlap (the copy runs in order).
+                for (i, b) in bytes(&p.a.mr, 0, len).into_iter().enumerate() {
+                    mem[map[at + i]] = b;
+                }
+                proptest::prop_assert!(p.b.mr.to_vec() == mem);
+            } else {
+                let want: Vec<u8> = (at..at + len).map(|i| mem[map[i]]).collect();
+                proptest::prop_assert_eq!(bytes(&p.a.mr, 0x10000, len), want);
+            }
         }
     }
 }

@@ -567,7 +567,11 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
                             Region::EMPTY
                         }
                         Err(e) => {
-                            why::key(rmrs, e, "rkey", "RDMA WRITE");
+                            if let (opcode::RDMA_WRITE_IMM, Some((counter, _, _))) = (op, recv) {
+                                write_imm_refused(host, &tgt, counter, e);
+                            } else {
+                                why::key(rmrs, e, "rkey", "RDMA WRITE");
+                            }
                             return nak(syndrome::REMOTE_ACCESS_ERR);
                         }
                     },
@@ -748,6 +752,23 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
         }
         _ => fail(syndrome::LOCAL_QP_OP_ERR),
     }
+}
+
+/// An RDMA WRITE with immediate that arrived at `tgt`, receive WQE `counter` ready, was
+/// refused by its rkey check `e`: the receive completes with LOCAL_ACCESS_ERR (IBA's
+/// Local Access Error, "a protection error on a local data buffer during an RDMA Write
+/// with Immediate" [unverified on mlx5]), before the NAK moves the QP to ERR; the reason
+/// is kept for that CQE and noted for the requester's REMOTE_ACCESS_ERR.
+#[cold]
+#[inline(never)]
+fn write_imm_refused(host: &mut Host, tgt: &Target, counter: u16, e: DmaError) {
+    let s = host.mrs.explain(&e, "rkey", "RDMA WRITE with immediate");
+    host.why.keep(tgt.report_qpn, counter, format!("{s}; so the receive it consumed completed in error"));
+    why::note(|| s);
+    let cqe = err_cqe(cqe_opcode::RESP_ERR, syndrome::LOCAL_ACCESS_ERR, tgt.uidx, 0, tgt.report_qpn, counter);
+    consume_recv(host, tgt.recv);
+    let fatal = tgt.err_on_nak.then_some(tgt.qpn);
+    push_cqe(host, tgt.cqn, &cqe, fatal);
 }
 
 /// A SEND with invalidate naming `rkey` arrived at `tgt`, its receive WQE `counter`
