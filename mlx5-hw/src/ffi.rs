@@ -220,6 +220,28 @@ pub struct ibv_context {
     pub num_comp_vectors: c_int,
 }
 
+/// Index of `alloc_mw` in `struct ibv_context_ops` ([`ibv_context::ops`]):
+/// `ibv_alloc_mw` is an inline of verbs.h that calls it.
+pub const OPS_ALLOC_MW: usize = 7;
+/// Index of `dealloc_mw` there (`ibv_dealloc_mw`, an inline too).
+pub const OPS_DEALLOC_MW: usize = 9;
+
+/// `struct ibv_mw` (verbs.h): a memory window.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ibv_mw {
+    /// `ibv_mw.context`.
+    pub context: *mut ibv_context,
+    /// `ibv_mw.pd`.
+    pub pd: *mut ibv_pd,
+    /// `ibv_mw.rkey`.
+    pub rkey: u32,
+    /// `ibv_mw.handle`.
+    pub handle: u32,
+    /// `ibv_mw.type` (`enum ibv_mw_type`: 1 or 2).
+    pub r#type: c_int,
+}
+
 /// `struct ibv_device_attr`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]

@@ -299,6 +299,9 @@ pub(crate) struct CtxInner {
     cq_errors: std::cell::RefCell<Vec<u32>>,
     /// `IBV_EVENT_DEVICE_FATAL` was read.
     fatal: std::cell::Cell<bool>,
+    /// Memory windows allocated here, by index (`rkey >> 8`: a bind changes
+    /// the low byte), for `ibv_dealloc_mw`.
+    mws: std::cell::RefCell<std::collections::HashMap<u32, *mut ibv_mw>>,
 }
 
 impl std::fmt::Debug for CtxInner {
@@ -313,6 +316,17 @@ const MAX_PENDING_ASYNC: usize = 4096;
 
 impl Drop for CtxInner {
     fn drop(&mut self) {
+        // Windows are freed by their handles; any left (none, unless one
+        // was leaked) go before the context.
+        for (_, mw) in self.mws.borrow_mut().drain() {
+            // SAFETY: a live context's ops table (layout-tested); a window of
+            // it, freed once.
+            unsafe {
+                let f = (*self.ctx).ops[OPS_DEALLOC_MW];
+                let dealloc: unsafe extern "C" fn(*mut ibv_mw) -> c_int = std::mem::transmute(f);
+                dealloc(mw);
+            }
+        }
         // SAFETY: opened by ibv_open_device, closed once, after every object
         // created from it (they all hold this Rc).
         unsafe { (self.rdma.close_device)(self.ctx) };
@@ -500,6 +514,7 @@ impl CtxInner {
             async_pending: Default::default(),
             cq_errors: Default::default(),
             fatal: Default::default(),
+            mws: Default::default(),
         };
         // From here on, an error closes the context (CtxInner's drop).
         // SAFETY: all-integer C struct: zero is a valid value.
@@ -1115,12 +1130,56 @@ impl Backend for Hw {
         access: AccessFlags,
     ) -> Result<(HwMr, u32, u32)> {
         let c = &ctx.inner;
-        let flags = (access.bits() & 0xf) as c_int;
-        // SAFETY: a live PD; the memory outlives the MR (caller contract).
+        let flags = (access.bits() & 0x1f) as c_int; // with IBV_ACCESS_MW_BIND
+                                                     // SAFETY: a live PD; the memory outlives the MR (caller contract).
         let mr = non_null("ibv_reg_mr", unsafe { (c.rdma.reg_mr)(pd.pd, addr as *mut c_void, len, flags) })?;
         let mr = HwMr { ctx: c.clone(), mr };
         let (lkey, rkey) = mr.keys();
         Ok((mr, lkey, rkey))
+    }
+
+    /// Memory windows through libmlx5 (`ibv_alloc_mw`, the context's ops
+    /// table: verbs.h inlines it); indirect mkeys need a DEVX context
+    /// (`mlx5dv_create_mkey`), which this backend does not open:
+    /// `Unsupported`.
+    fn alloc_mkey(ctx: &HwContext, pd: &HwPd, kind: mlx5_api::MkeyKind) -> Result<u32> {
+        let ty = match kind {
+            mlx5_api::MkeyKind::Window1 => 1,
+            mlx5_api::MkeyKind::Window2 => 2,
+            mlx5_api::MkeyKind::Indirect { .. } => {
+                return Err(Error::Unsupported(mlx5_api::Unsupported::Mkeys));
+            }
+        };
+        let c = &ctx.inner;
+        // SAFETY: a live context; `ops` is libibverbs' `struct ibv_context_ops`
+        // (layout-tested: `alloc_mw` at OPS_ALLOC_MW).
+        let f = unsafe { (*c.ctx).ops[OPS_ALLOC_MW] };
+        if f.is_null() {
+            return Err(Error::Unsupported(mlx5_api::Unsupported::Mkeys));
+        }
+        type AllocMw = unsafe extern "C" fn(*mut ibv_pd, c_int) -> *mut ibv_mw;
+        // SAFETY: the provider's `alloc_mw`, of that signature (verbs.h).
+        let alloc: AllocMw = unsafe { std::mem::transmute::<*mut c_void, AllocMw>(f) };
+        // SAFETY: a live PD.
+        let mw = non_null("ibv_alloc_mw", unsafe { alloc(pd.pd, ty) })?;
+        // SAFETY: the window libmlx5 just returned.
+        let rkey = unsafe { (*mw).rkey };
+        c.mws.borrow_mut().insert(rkey >> 8, mw);
+        Ok(rkey)
+    }
+
+    fn dealloc_mkey(ctx: &HwContext, key: u32) -> Result<()> {
+        let c = &ctx.inner;
+        let Some(mw) = c.mws.borrow_mut().remove(&(key >> 8)) else {
+            return Err(Error::Unsupported(mlx5_api::Unsupported::Mkeys));
+        };
+        // SAFETY: a live context, its ops table (layout-tested).
+        let f = unsafe { (*c.ctx).ops[OPS_DEALLOC_MW] };
+        type DeallocMw = unsafe extern "C" fn(*mut ibv_mw) -> c_int;
+        // SAFETY: the provider's `dealloc_mw`, of that signature.
+        let dealloc: DeallocMw = unsafe { std::mem::transmute::<*mut c_void, DeallocMw>(f) };
+        // SAFETY: a window of this context, freed once (removed above).
+        Ok(check("ibv_dealloc_mw", unsafe { dealloc(mw) })?)
     }
 
     fn create_cq(

@@ -76,6 +76,15 @@ fn facts() -> Vec<Fact> {
 
     // verbs.h: prefixes (offsets only; their Rust size is not the C size).
     fields!(v, ibv_context, "struct ibv_context", device, ops, cmd_fd, async_fd, num_comp_vectors);
+    for (i, name) in [(OPS_ALLOC_MW, "alloc_mw"), (OPS_DEALLOC_MW, "dealloc_mw")] {
+        v.push(Fact {
+            label: format!("offsetof struct ibv_context.ops.{name}"),
+            c_expr: format!("offsetof(struct ibv_context, ops.{name})"),
+            rust: (offset_of!(ibv_context, ops) + i * size_of::<*mut std::ffi::c_void>()) as i128,
+        });
+    }
+    size!(v, ibv_mw, "struct ibv_mw");
+    fields!(v, ibv_mw, "struct ibv_mw", context, pd, rkey, handle, r#type);
     fields!(v, ibv_cq, "struct ibv_cq", context, channel, cq_context, handle, cqe);
     fields!(v, ibv_srq, "struct ibv_srq", context, srq_context, pd, handle);
     size!(v, ibv_async_event, "struct ibv_async_event");

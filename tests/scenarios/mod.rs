@@ -218,6 +218,48 @@ pub fn rc_remote_access_error_then_flush<B: Backend>(mut t: Bed<B>) {
     assert_eq!(qa.state(), mlx5::QpState::Err);
 }
 
+/// Memory windows (step 13): B binds a type-2 window over part of a region
+/// registered with MW_BIND; A WRITEs and READs through it; B invalidates it
+/// (LOCAL_INV), and A's next WRITE through it is a remote access error that
+/// writes nothing. The same front-end code on every backend: on hardware the
+/// window comes from libmlx5 (`ibv_alloc_mw`) and the UMR WQEs are ours.
+pub fn rc_memory_windows<B: Backend>(mut t: Bed<B>) {
+    let (qa, qb) = t.rc(false);
+    let mr = t.b.pd.alloc_mr(1 << 16, AccessFlags::ALL | AccessFlags::MW_BIND).unwrap();
+    let mw = t.b.pd.alloc_mw(mlx5::MkeyKind::Window2).unwrap();
+    let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let bind = mw.bind(&mr, 0x1000, 0x1000, access).unwrap();
+    qb.wqe_builder(1).unwrap().bind_mw(WqeFlags::SIGNALED, &bind).unwrap().finish().unwrap();
+    let c = t.b.wait(1);
+    assert_eq!((c[0].1, c[0].0.status, c[0].0.opcode), (1, Status::Success, WcOpcode::Umr));
+    let data = t.a.fill(0, 256, 9);
+    let (raddr, src) = (mr.addr() + 0x1800, t.a.mr.sge(0, 256).unwrap());
+    let w = |e| {
+        let b = qa.wqe_builder(e).unwrap().ctrl_rdma_write(WqeFlags::SIGNALED).unwrap();
+        b.rdma(raddr, mw.rkey()).unwrap().sge(src).unwrap().finish().unwrap();
+    };
+    w(2);
+    assert_eq!(t.a.wait(1)[0].0.status, Status::Success);
+    let mut got = vec![0; 256];
+    mr.read(0x1800, &mut got).unwrap();
+    assert_eq!(got, data);
+    let dst = t.a.mr.sge(0x8000, 256).unwrap();
+    let b = qa.wqe_builder(3).unwrap().ctrl_rdma_read(WqeFlags::SIGNALED).unwrap();
+    b.rdma(raddr, mw.rkey()).unwrap().sge(dst).unwrap().finish().unwrap();
+    assert_eq!(t.a.wait(1)[0].0.status, Status::Success);
+    assert_eq!(t.a.bytes(0x8000, 256), data);
+    let inv = qb.wqe_builder(4).unwrap().local_inv(WqeFlags::SIGNALED | WqeFlags::SMALL_FENCE, mw.rkey());
+    inv.unwrap().finish().unwrap();
+    let c = t.b.wait(1);
+    assert_eq!((c[0].1, c[0].0.status, c[0].0.opcode), (4, Status::Success, WcOpcode::Umr));
+    t.a.fill(0, 256, 77);
+    w(5);
+    let c = t.a.wait(1);
+    assert_eq!((c[0].1, c[0].0.status.syndrome()), (5, Some(Syndrome::RemoteAccess)));
+    mr.read(0x1800, &mut got).unwrap();
+    assert_eq!(got, data, "the invalidated window wrote nothing");
+}
+
 /// The PSN is given once (`QpConfig::psn`, reported by `local_info`); a
 /// responder told another PSN never executes the requests, and the
 /// requester's retries run out (hardware: after `retry_cnt` local ACK
@@ -567,6 +609,7 @@ macro_rules! conformance_suite {
             $(#[$attr])* #[test] fn rc_send_and_write_with_immediate() { scenarios::rc_send_and_write_with_immediate($bed) }
             $(#[$attr])* #[test] fn rc_atomics() { scenarios::rc_atomics($bed) }
             $(#[$attr])* #[test] fn rc_remote_access_error_then_flush() { scenarios::rc_remote_access_error_then_flush($bed) }
+            $(#[$attr])* #[test] fn rc_memory_windows() { scenarios::rc_memory_windows($bed) }
             $(#[$attr])* #[test] fn rc_psn_mismatch_is_retry_exceeded() { scenarios::rc_psn_mismatch_is_retry_exceeded($bed) }
             $(#[$attr])* #[test] fn ud_send_recv() { scenarios::ud_send_recv($bed) }
             $(#[$attr])* #[test] fn ud_with_the_devices_address_handle() { scenarios::ud_with_the_devices_address_handle($bed) }
