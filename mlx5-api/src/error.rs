@@ -566,11 +566,9 @@ pub enum MkeyMisuse {
     },
     /// An operation for another kind of key: `local_inv` of a type-1
     /// window, `mr_list` of a window, a window bind of an indirect mkey.
-    #[error("{op} needs {needs}, and key 0x{key:x} is a {is:?}")]
+    #[error("{needs}, and key 0x{key:x} is a {is:?}")]
     WrongKind {
-        /// The builder call.
-        op: &'static str,
-        /// What it needs.
+        /// The call and what it needs ("bind_mw needs a memory window").
         needs: &'static str,
         /// The key.
         key: u32,

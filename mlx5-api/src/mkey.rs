@@ -67,8 +67,7 @@ impl<B: Backend> MemoryWindow<B> {
     pub(crate) fn alloc(pd: Rc<PdInner<B>>, kind: MkeyKind) -> Result<Self> {
         if matches!(kind, MkeyKind::Indirect { .. }) {
             return Err(misuse(MkeyMisuse::WrongKind {
-                op: "alloc_mw",
-                needs: "a window type",
+                needs: "alloc_mw needs a window type",
                 key: 0,
                 is: kind,
             }));

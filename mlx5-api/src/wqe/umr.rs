@@ -31,8 +31,7 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Init> {
             MkeyKind::Window2 => true,
             is @ MkeyKind::Indirect { .. } => {
                 return Err(misuse(MkeyMisuse::WrongKind {
-                    op: "bind_mw",
-                    needs: "a memory window",
+                    needs: "bind_mw needs a memory window",
                     key: b.rkey,
                     is,
                 }));
@@ -46,8 +45,7 @@ impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Init> {
         }
         if type2 && b.len == 0 {
             return Err(misuse(MkeyMisuse::WrongKind {
-                op: "bind_mw of length 0",
-                needs: "a type-1 window (a type-2 one is freed by local_inv)",
+                needs: "bind_mw of length 0 needs a type-1 window (a type-2 one is freed by local_inv)",
                 key: b.rkey,
                 is: b.kind,
             }));
