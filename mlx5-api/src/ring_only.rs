@@ -209,6 +209,16 @@ impl<M: RoMode> Backend for RingOnly<M> {
         dev.next_key.set(k + 1);
         Ok(((), k, k))
     }
+    /// Keys for windows and indirect mkeys, as for MRs: the UMR WQEs that
+    /// bind them are written, never executed.
+    fn alloc_mkey(dev: &RingOnlyDevice, _: &(), _: crate::MkeyKind) -> Result<u32> {
+        let k = dev.next_key.get();
+        dev.next_key.set(k + 1);
+        Ok(k << 8)
+    }
+    fn dealloc_mkey(_: &RingOnlyDevice, _: u32) -> Result<()> {
+        Ok(())
+    }
     fn create_cq(dev: &RingOnlyDevice, attr: &CqCreate, _: Option<&()>) -> Result<(RoCq<M>, CqResources)> {
         let cnt = (attr.cqe + 1).next_power_of_two();
         let size = attr.cqe_size as usize;

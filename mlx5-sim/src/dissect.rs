@@ -203,6 +203,78 @@ fn masked_part(wqe: &[u8], kinds: &[DsKind], i: usize) -> Option<String> {
     })
 }
 
+/// The lines of a UMR WQE (docs/mlx5-wire-format.md §3.7): ctrl, UMR ctrl (DS 1-3),
+/// mkey context (DS 4-7), KLM entries.
+fn umr_lines(wqe: &[u8], n: usize, off: impl Fn(usize) -> usize) -> WqeDissection {
+    let be16 = |a: usize| u16::from_be_bytes([wqe[a], wqe[a + 1]]);
+    let be32 = |a: usize| u32::from_be_bytes([wqe[a], wqe[a + 1], wqe[a + 2], wqe[a + 3]]);
+    let be64 = |a: usize| u64::from(be32(a)) << 32 | u64::from(be32(a + 4));
+    let names = |bits: u64, table: &[(u64, &str)]| {
+        let v: Vec<&str> = table.iter().filter(|(b, _)| bits & b != 0).map(|(_, n)| *n).collect();
+        v.join("|")
+    };
+    let mut lines = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut b = [0u8; 16];
+        b.copy_from_slice(&wqe[i * DS_SIZE..(i + 1) * DS_SIZE]);
+        let a = i * DS_SIZE;
+        let text = match i {
+            0 => describe(DsKind::Ctrl, &b, &mut 0),
+            1 => {
+                let flags = u64::from(wqe[a]);
+                let mask = be64(a + 8);
+                format!(
+                    "umr ctrl: flags 0x{flags:02x} ({}), klm_octowords {}, translation_offset {}, mkey_mask 0x{mask:016x} ({})",
+                    names(flags, &[(0x80, "INLINE"), (0x20, "CHECK_FREE"), (0x10, "TRANSLATION_OFFSET"), (0x08, "CHECK_QPN")]),
+                    be16(a + 4),
+                    be16(a + 6),
+                    names(
+                        mask,
+                        &[
+                            (1 << 0, "LEN"),
+                            (1 << 6, "START_ADDR"),
+                            (1 << 13, "MKEY"),
+                            (1 << 14, "QPN"),
+                            (1 << 18, "LOCAL_WRITE"),
+                            (1 << 19, "REMOTE_READ"),
+                            (1 << 20, "REMOTE_WRITE"),
+                            (1 << 21, "ATOMIC"),
+                            (1 << 29, "FREE"),
+                        ]
+                    )
+                )
+            }
+            2 | 3 => "umr ctrl: reserved".into(),
+            4 => {
+                let q = be32(a + 4);
+                let qp =
+                    if q >> 8 == 0xff_ffff { "any QP".to_string() } else { format!("qpn 0x{:x}", q >> 8) };
+                format!(
+                    "mkey ctx: free 0x{:02x}, access 0x{:02x} ({}), qpn_mkey 0x{q:08x} ({qp}, variant 0x{:02x})",
+                    wqe[a],
+                    wqe[a + 2],
+                    names(
+                        u64::from(wqe[a + 2]),
+                        &[(0x04, "LR"), (0x08, "LW"), (0x10, "RR"), (0x20, "RW"), (0x40, "A")]
+                    ),
+                    q & 0xff
+                )
+            }
+            5 => format!("mkey ctx: start_addr 0x{:016x}, len 0x{:x}", be64(a), be64(a + 8)),
+            6 | 7 => "mkey ctx: reserved".into(),
+            _ if b == [0; 16] => "klm: padding".into(),
+            _ => format!(
+                "klm: byte_count 0x{:x}, mkey 0x{:x}, address 0x{:016x}",
+                be32(a),
+                be32(a + 4),
+                be64(a + 8)
+            ),
+        };
+        lines.push(DsLine { ring_offset: off(i), ds_index: i, bytes: b, text });
+    }
+    WqeDissection { lines }
+}
+
 /// Decodes the send WQE whose ctrl segment is at WQEBB counter `pi` of `ring`
 /// (`wqe_cnt = ring.len() / 64`, a power of two), following wrap-around (spec §1.3).
 /// Inconsistent WQEs are still dissected; DS the layout cannot explain read "unknown".
@@ -218,6 +290,9 @@ pub fn dissect_send_wqe(ring: &[u8], pi: u16, qp_type: QpType) -> Result<WqeDiss
     let mut wqe = vec![0u8; n * DS_SIZE];
     for i in 0..n {
         wqe[i * DS_SIZE..(i + 1) * DS_SIZE].copy_from_slice(&ring[off(i)..off(i) + DS_SIZE]);
+    }
+    if CtrlSeg::new_unchecked(&wqe[..DS_SIZE]).opcode() == opcode::UMR {
+        return Ok(umr_lines(&wqe, n, off));
     }
     let mut kinds = vec![DsKind::Unknown; n];
     let _ = wqe::walk(qp_type, &wqe, n, |i, k, _| {
