@@ -303,7 +303,26 @@ pub unsafe extern "C" fn mlx5sk_alloc_mw(dev: c_int, pdn: u32, kind: u32, key: *
     }
 }
 
-/// DEALLOC_MW.
+/// DEVX CREATE_MKEY of an indirect mkey of up to `max_entries` KLM entries in
+/// PD `pdn`: its key (variant 0) in `*key`.
+///
+/// # Safety
+/// `key` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mlx5sk_alloc_indirect_mkey(
+    dev: c_int,
+    pdn: u32,
+    max_entries: u32,
+    key: *mut u32,
+) -> c_int {
+    match nic(dev) {
+        // SAFETY: caller contract.
+        Ok(n) => unsafe { give(n.alloc_mkey(pdn, mlx5_sim::MkeyKind::Indirect { max_entries }), key) },
+        Err(e) => e,
+    }
+}
+
+/// DEALLOC_MW, and the destruction of a DEVX indirect mkey.
 #[no_mangle]
 pub extern "C" fn mlx5sk_dealloc_mw(dev: c_int, key: u32) -> c_int {
     nic(dev).map_or_else(|e| e, |n| unit(n.dealloc_mkey(key)))

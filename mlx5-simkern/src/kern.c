@@ -286,8 +286,15 @@ static int get_context(struct ctx *c, const struct mlx5sk_dev *d, const uint8_t 
 	 * device without it (mlx5_ib_devx_create: no log_max_uctx). */
 	if (udata_len < offsetof(struct mlx5_ib_alloc_ucontext_req_v2, comp_mask))
 		return -EINVAL;
-	if (req.flags & MLX5_IB_ALLOC_UCTX_DEVX)
-		return -EINVAL;
+	/* DEVX only when asked for (MLX5_SIM_DEVX): libmlx5 asks on every open
+	 * and falls back without it, and the emulation models one DEVX object
+	 * (an indirect mkey, sk_devx_obj). */
+	if (req.flags & MLX5_IB_ALLOC_UCTX_DEVX) {
+		const char *e = getenv("MLX5_SIM_DEVX");
+		if (!e || !*e || !strcmp(e, "0"))
+			return -EINVAL;
+		c->devx = 1;
+	}
 	if (req.total_num_bfregs > 512)
 		return -ENOMEM;
 	uint32_t tot = req.total_num_bfregs ? (req.total_num_bfregs + 1) & ~1u : 16;
@@ -443,6 +450,18 @@ int mlx5sk_mmap_target(int fd, uint64_t off, size_t len, int prot, int flags, ui
 /*
  * One write() on a command fd of device `dev`: its length, or -errno.
  */
+/* RDMA_VERBS_IOCTL for the DEVX object methods (lib.rs sends only those
+ * here): 0 or -errno. */
+int mlx5sk_ioctl(int fd, int dev, void *arg)
+{
+	struct ib_uverbs_ioctl_hdr *h = arg;
+	pthread_mutex_lock(&lock);
+	struct ctx *c = find(fd, dev, 0);
+	int ret = c && c->has_ucontext && c->devx ? sk_devx_obj(c, h) : -EOPNOTSUPP;
+	pthread_mutex_unlock(&lock);
+	return ret;
+}
+
 int mlx5sk_write(int fd, int dev, const void *buf, size_t len)
 {
 	struct ib_uverbs_cmd_hdr hdr;

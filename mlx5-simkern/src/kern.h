@@ -26,6 +26,8 @@
 #include <unistd.h>
 #include <rdma/ib_user_verbs.h>
 #include <rdma/mlx5-abi.h>
+#include <rdma/rdma_user_ioctl_cmds.h>
+#include <rdma/mlx5_user_ioctl_cmds.h>
 
 /* What the Rust side says a device is. */
 struct mlx5sk_dev {
@@ -75,6 +77,7 @@ extern int mlx5sk_reg_mr(int dev, uint32_t pdn, uint64_t addr, uint64_t len, uin
 extern int mlx5sk_dereg_mr(int dev, uint32_t key);
 extern int mlx5sk_alloc_mw(int dev, uint32_t pdn, uint32_t type, uint32_t *key);
 extern int mlx5sk_dealloc_mw(int dev, uint32_t key);
+extern int mlx5sk_alloc_indirect_mkey(int dev, uint32_t pdn, uint32_t max_entries, uint32_t *key);
 extern int mlx5sk_create_cq(int dev, uint32_t cqe_cnt, uint32_t cqe_size, uint64_t buf, uint64_t db, uint32_t comp,
 			    uint32_t channel, uint32_t *cqn);
 extern int mlx5sk_create_channel(int dev, uint32_t *id);
@@ -97,7 +100,7 @@ extern int mlx5sk_srq_limit(int dev, uint32_t srqn, uint32_t *limit);
  * index. The kernel refuses a handle of another context or of another type,
  * and one already destroyed: each context has its own table.
  */
-enum { OBJ_FREE, OBJ_PD, OBJ_MR, OBJ_CQ, OBJ_QP, OBJ_CHANNEL, OBJ_SRQ, OBJ_AH, OBJ_MW };
+enum { OBJ_FREE, OBJ_PD, OBJ_MR, OBJ_CQ, OBJ_QP, OBJ_CHANNEL, OBJ_SRQ, OBJ_AH, OBJ_MW, OBJ_DEVX_MKEY };
 struct uobj {
 	uint8_t type;
 	uint32_t num;        /* pdn, key, cqn, qpn; the channel's fd */
@@ -124,6 +127,7 @@ struct ctx {
 	int fd;        /* the command fd, -1 when the slot is free */
 	int dev;
 	int has_ucontext;
+	int devx; /* opened with MLX5_IB_ALLOC_UCTX_DEVX (only when MLX5_SIM_DEVX is set) */
 	int async_peer; /* our end of the async event socketpair */
 	int async_fd;   /* the program's end */
 	struct uobj *objs;
@@ -179,6 +183,7 @@ int sk_reg_mr(struct ctx *c, const uint8_t *in, size_t in_len, size_t room);
 int sk_dereg_mr(struct ctx *c, const uint8_t *in, size_t in_len);
 int sk_alloc_mw(struct ctx *c, const uint8_t *in, size_t in_len, size_t room);
 int sk_dealloc_mw(struct ctx *c, const uint8_t *in, size_t in_len);
+int sk_devx_obj(struct ctx *c, struct ib_uverbs_ioctl_hdr *h);
 int sk_create_comp_channel(struct ctx *c, const uint8_t *in, size_t in_len, size_t room);
 int sk_create_cq(struct ctx *c, uint64_t user_handle, uint32_t entries, uint32_t comp_vector, int32_t channel,
 		 const uint8_t *udata, size_t udata_len, uint32_t *cqe, uint32_t *cqn);

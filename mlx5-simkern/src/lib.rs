@@ -275,6 +275,7 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_
 #[cfg(not(no_kernel_headers))]
 extern "C" {
     fn mlx5sk_write(fd: c_int, dev: c_int, buf: *const c_void, len: usize) -> c_int;
+    fn mlx5sk_ioctl(fd: c_int, dev: c_int, arg: *mut c_void) -> c_int;
     fn mlx5sk_close(fd: c_int);
     fn mlx5sk_rekey(fd: c_int, to: c_int);
 }
@@ -293,6 +294,12 @@ unsafe fn mlx5sk_close(_fd: c_int) {}
 /// See the other `mlx5sk_write`.
 #[cfg(no_kernel_headers)]
 unsafe fn mlx5sk_rekey(_fd: c_int, _to: c_int) {}
+
+/// See the other `mlx5sk_write`.
+#[cfg(no_kernel_headers)]
+unsafe fn mlx5sk_ioctl(_fd: c_int, _dev: c_int, _arg: *mut c_void) -> c_int {
+    -libc::EOPNOTSUPP
+}
 
 /// `write(2)`: a command on a command fd.
 ///
@@ -517,13 +524,38 @@ fn readable(p: *mut c_void, len: usize) -> bool {
 /// As `ioctl(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, req: std::ffi::c_ulong, arg: *mut c_void) -> c_int {
-    if dev_of(fd).is_some() {
+    if let Some(dev) = dev_of(fd) {
+        if req == RDMA_VERBS_IOCTL && devx_obj(arg) {
+            // SAFETY: a DEVX object method's header and attributes, readable
+            // and writable (checked by `devx_obj`).
+            let r = unsafe { mlx5sk_ioctl(fds::primary(fd), dev as c_int, arg) };
+            if r == 0 {
+                return 0;
+            }
+            set_errno(-r);
+            return -1;
+        }
         set_errno(ioctl_errno(req, arg));
         return -1;
     }
     type Ioctl = unsafe extern "C" fn(c_int, std::ffi::c_ulong, *mut c_void) -> c_int;
     // SAFETY: forwarded.
     unsafe { real!("ioctl", Ioctl)(fd, req, arg) }
+}
+
+/// Whether `arg` is an ioctl header of a DEVX object method
+/// (`MLX5_IB_OBJECT_DEVX_OBJ`, 0x1001) whose header and attributes are
+/// mapped: the emulated kernel's `sk_devx_obj` answers those (an indirect
+/// mkey, when the context was opened with DEVX).
+fn devx_obj(arg: *mut c_void) -> bool {
+    if arg.is_null() || !readable(arg, 24) {
+        return false;
+    }
+    // SAFETY: 24 mapped bytes (checked above).
+    let hdr = unsafe { std::slice::from_raw_parts(arg.cast::<u8>(), 24) };
+    let object = u16::from_ne_bytes([hdr[2], hdr[3]]);
+    let num_attrs = usize::from(u16::from_ne_bytes([hdr[6], hdr[7]]));
+    object == 0x1001 && readable(arg, 24 + 16 * num_attrs)
 }
 
 /// The simulated RoCE device `mlx5sim<N>` that `name` names, if any.

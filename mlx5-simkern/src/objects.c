@@ -65,6 +65,9 @@ void sk_obj_destroy(struct ctx *c, uint32_t h)
 		mlx5sk_dealloc_mw(c->dev, o->num);
 		c->objs[o->pd].users--;
 		break;
+	case OBJ_DEVX_MKEY:
+		mlx5sk_dealloc_mw(c->dev, o->num);
+		break;
 	case OBJ_CQ:
 		mlx5sk_destroy_cq(c->dev, o->num);
 		break;
@@ -288,6 +291,81 @@ int sk_dealloc_mw(struct ctx *c, const uint8_t *in, size_t in_len)
 	if (!sk_obj_get(c, cmd->mw_handle, OBJ_MW))
 		return obj_lookup_err(c, cmd->mw_handle);
 	sk_obj_destroy(c, cmd->mw_handle);
+	return 0;
+}
+
+static uint32_t be32_at(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* DEVX_OBJ_CREATE / _DESTROY (mlx5dv_devx_obj_create, _destroy) of the one
+ * object the emulation models: CREATE_MKEY (PRM opcode 0x200) of an indirect
+ * mkey, KLM access mode (mlx5dv_create_mkey), in the PD its mkey context
+ * names, for translations_octword_size entries. Fields read at their PRM bit
+ * offsets (mlx5_ifc.h: create_mkey_in, mkc): the mkey context at byte 16;
+ * in it, counting bits of a big-endian DW from its least significant:
+ * free (DW0 bit 30), access_mode_4_2 (28:26), umr_en (15), access_mode_1_0
+ * (9:8), pd (DW3 23:0), translations_octword_size (DW13).
+ * The output: status 0, syndrome 0, mkey_index (DW2 23:0). Any other
+ * command: EOPNOTSUPP. */
+int sk_devx_obj(struct ctx *c, struct ib_uverbs_ioctl_hdr *h)
+{
+	struct ib_uverbs_attr *handle = NULL, *cmd_in = NULL, *cmd_out = NULL;
+	for (uint16_t i = 0; i < h->num_attrs; i++) {
+		struct ib_uverbs_attr *a = &h->attrs[i];
+		if (h->method_id == MLX5_IB_METHOD_DEVX_OBJ_CREATE) {
+			if (a->attr_id == MLX5_IB_ATTR_DEVX_OBJ_CREATE_HANDLE)
+				handle = a;
+			else if (a->attr_id == MLX5_IB_ATTR_DEVX_OBJ_CREATE_CMD_IN)
+				cmd_in = a;
+			else if (a->attr_id == MLX5_IB_ATTR_DEVX_OBJ_CREATE_CMD_OUT)
+				cmd_out = a;
+		} else if (a->attr_id == MLX5_IB_ATTR_DEVX_OBJ_DESTROY_HANDLE) {
+			handle = a;
+		}
+	}
+	if (h->method_id == MLX5_IB_METHOD_DEVX_OBJ_DESTROY) {
+		if (!handle)
+			return -EINVAL;
+		uint32_t hd = (uint32_t)handle->data;
+		if (!sk_obj_get(c, hd, OBJ_DEVX_MKEY))
+			return obj_lookup_err(c, hd);
+		sk_obj_destroy(c, hd);
+		return 0;
+	}
+	if (h->method_id != MLX5_IB_METHOD_DEVX_OBJ_CREATE)
+		return -EOPNOTSUPP;
+	if (!handle || !cmd_in || !cmd_out || cmd_in->len < 16 + 64 || cmd_out->len < 16)
+		return -EINVAL;
+	const uint8_t *in = (const uint8_t *)(uintptr_t)cmd_in->data;
+	uint8_t *out = (uint8_t *)(uintptr_t)cmd_out->data;
+	if ((be32_at(in) >> 16) != 0x200) /* MLX5_CMD_OP_CREATE_MKEY */
+		return -EOPNOTSUPP;
+	const uint8_t *mkc = in + 16;
+	uint32_t w0 = be32_at(mkc);
+	uint32_t mode = ((w0 >> 26) & 7) << 2 | ((w0 >> 8) & 3);
+	if (mode != 2 /* KLMS */ || !((w0 >> 15) & 1) /* umr_en */ || !((w0 >> 30) & 1) /* free */)
+		return -EOPNOTSUPP;
+	uint32_t pdn = be32_at(mkc + 12) & 0xffffff;
+	uint32_t entries = be32_at(mkc + 52);
+	int h_new = obj_new(c, OBJ_DEVX_MKEY);
+	if (h_new < 0)
+		return h_new;
+	uint32_t key;
+	int r = mlx5sk_alloc_indirect_mkey(c->dev, pdn, entries, &key);
+	if (r) {
+		c->objs[h_new].type = OBJ_FREE;
+		return r;
+	}
+	c->objs[h_new].num = key;
+	memset(out, 0, cmd_out->len);
+	uint32_t idx = key >> 8;
+	out[9] = (uint8_t)(idx >> 16);
+	out[10] = (uint8_t)(idx >> 8);
+	out[11] = (uint8_t)idx;
+	handle->data = (uint32_t)h_new;
+	cmd_out->flags |= UVERBS_ATTR_F_VALID_OUTPUT;
 	return 0;
 }
 
