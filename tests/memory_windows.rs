@@ -599,3 +599,46 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn an_interleaved_mkey_repeats_its_entries_at_their_strides() {
+    use mlx5::wqe::Interleaved;
+    let mut p = pair();
+    let mk = p.b.pd.create_indirect_mkey(2).unwrap();
+    let base = p.b.mr.addr();
+    let lk = p.b.mr.lkey();
+    // 16 bytes every 64 from 0x1000, then 8 bytes every 16 from 0x8000; 4 repetitions.
+    let ents = [
+        Interleaved { addr: base + 0x1000, bytes_count: 16, bytes_skip: 48, lkey: lk },
+        Interleaved { addr: base + 0x8000, bytes_count: 8, bytes_skip: 8, lkey: lk },
+    ];
+    p.b.qp
+        .wqe_builder(9)
+        .unwrap()
+        .mr_interleaved(S, &mk, AccessFlags::ALL, 4, &ents)
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert_eq!(p.b.drain()[0].0.status, Status::Success);
+    fill(&p.a.mr, 0, 96, 11);
+    write(&p.a.qp, 1, p.a.mr.sge(0, 96).unwrap(), 0, mk.key());
+    assert_eq!(one_status(&mut p), Status::Success);
+    let src = bytes(&p.a.mr, 0, 96);
+    for r in 0..4 {
+        assert_eq!(bytes(&p.b.mr, 0x1000 + 64 * r, 16), src[24 * r..24 * r + 16], "repetition {r}, entry 0");
+        assert_eq!(
+            bytes(&p.b.mr, 0x8000 + 16 * r, 8),
+            src[24 * r + 16..24 * r + 24],
+            "repetition {r}, entry 1"
+        );
+        // What the strides skip is untouched.
+        assert_eq!(bytes(&p.b.mr, 0x1000 + 64 * r + 16, 48), vec![0; 48]);
+    }
+    // A READ from byte 20 (repetition 0, entry 1) to byte 50 (repetition 2, entry 0).
+    read(&p.a.qp, 2, p.a.mr.sge(0x8000, 30).unwrap(), 20, mk.key());
+    assert_eq!(one_status(&mut p), Status::Success);
+    assert_eq!(bytes(&p.a.mr, 0x8000, 30), src[20..50].to_vec());
+    // Its length is 96 bytes.
+    write(&p.a.qp, 3, p.a.mr.sge(0, 2).unwrap(), 95, mk.key());
+    assert!(remote_access_error(&mut p).contains("indirect mkey"));
+}

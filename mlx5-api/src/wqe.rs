@@ -35,6 +35,7 @@ use crate::types::WqeFlags;
 use crate::wq::SendQueue;
 
 mod umr;
+pub use umr::Interleaved;
 
 pub use crate::ring::seg::opcode;
 

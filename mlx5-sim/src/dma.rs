@@ -423,38 +423,28 @@ impl MrTable {
         if b.access & need != need {
             return Err(DmaError::AccessDenied { key, need: need & !b.access });
         }
-        let (mut off, mut left) = (addr - b.start, len);
-        for k in &b.klms {
-            if left == 0 {
-                break;
-            }
-            let kl = u64::from(k.len);
-            if off >= kl {
-                off -= kl;
-                continue;
-            }
-            let piece = left.min(kl - off);
-            let Some(mr) = self.mrs.get(&k.key) else {
-                return Err(DmaError::EntryGone { key, entry: k.key });
+        let (mut refused, mut stopped) = (None, false);
+        let left = b.layout.pieces(addr - b.start, len, |k, a, piece| {
+            let Some(mr) = self.mrs.get(&k) else {
+                refused = Some(DmaError::EntryGone { key, entry: k });
+                return false;
             };
             if mr.pdn != pdn {
-                return Err(DmaError::PdMismatch { key: k.key, mr_pdn: mr.pdn, pdn });
+                refused = Some(DmaError::PdMismatch { key: k, mr_pdn: mr.pdn, pdn });
+                return false;
             }
-            let a = k.addr.checked_add(off);
-            let fits = a
-                .and_then(|a| a.checked_add(piece))
-                .is_some_and(|end| a.is_some_and(|a| a >= mr.addr) && end <= mr.addr + mr.len);
-            let a = a.unwrap_or(u64::MAX);
+            let fits = a.checked_add(piece).is_some_and(|end| a >= mr.addr && end <= mr.addr + mr.len);
             if !fits {
-                return Err(DmaError::OutOfBounds { key: k.key, addr: a, len: piece });
+                refused = Some(DmaError::OutOfBounds { key: k, addr: a, len: piece });
+                return false;
             }
-            if !f(Region { addr: a, len: piece }) {
-                return Ok(());
-            }
-            off = 0;
-            left -= piece;
+            stopped = !f(Region { addr: a, len: piece });
+            !stopped
+        });
+        if let Some(e) = refused {
+            return Err(e);
         }
-        if left > 0 {
+        if left > 0 && !stopped {
             // The entries cover less than the key's length.
             return Err(DmaError::OutOfBounds { key, addr, len });
         }

@@ -60,8 +60,83 @@ pub(crate) struct Klm {
     pub addr: u64,
 }
 
-/// A valid (bound) key's translation: `[start, start + len)` maps onto the KLM entries
-/// in order.
+/// A repeated block (`mlx5dv_wr_mr_interleaved`): `count` repetitions of the entries'
+/// bytes in order, repetition `r` of entry `e` at `e.addr + r * stride`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Repeat {
+    /// Each entry and its stride (its bytes and the bytes it skips).
+    pub ents: Vec<(Klm, u64)>,
+    pub count: u32,
+}
+
+/// How a bound key's bytes map onto memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// A KLM list: the entries' bytes in order.
+    List(Vec<Klm>),
+    /// A repeated block of entries.
+    Repeat(Repeat),
+}
+
+impl Layout {
+    /// Bytes the layout covers.
+    pub(crate) fn total(&self) -> u64 {
+        match self {
+            Layout::List(k) => k.iter().map(|k| u64::from(k.len)).sum(),
+            Layout::Repeat(r) => {
+                r.ents.iter().map(|(k, _)| u64::from(k.len)).sum::<u64>() * u64::from(r.count)
+            }
+        }
+    }
+
+    /// Hands `f` the pieces of memory the layout maps `[off, off + len)` to, in order,
+    /// as (MR key, address, bytes), until `f` returns false or the range is covered;
+    /// the bytes of the range it does not cover.
+    pub(crate) fn pieces(&self, mut off: u64, len: u64, mut f: impl FnMut(u32, u64, u64) -> bool) -> u64 {
+        let mut left = len;
+        let mut one = |k: &Klm, addr: u64, off: &mut u64, left: &mut u64| -> bool {
+            let kl = u64::from(k.len);
+            if *off >= kl {
+                *off -= kl;
+                return true;
+            }
+            let piece = (*left).min(kl - *off);
+            let go = f(k.key, addr.wrapping_add(*off), piece);
+            *off = 0;
+            *left -= piece;
+            go && *left > 0
+        };
+        match self {
+            Layout::List(ks) => {
+                for k in ks {
+                    if left == 0 || !one(k, k.addr, &mut off, &mut left) {
+                        break;
+                    }
+                }
+            }
+            Layout::Repeat(r) => {
+                let block: u64 = r.ents.iter().map(|(k, _)| u64::from(k.len)).sum();
+                if block == 0 {
+                    return left;
+                }
+                let mut rep = off / block;
+                off %= block;
+                'outer: while left > 0 && rep < u64::from(r.count) {
+                    for (k, stride) in &r.ents {
+                        let addr = k.addr.wrapping_add(rep.wrapping_mul(*stride));
+                        if !one(k, addr, &mut off, &mut left) {
+                            break 'outer;
+                        }
+                    }
+                    rep += 1;
+                }
+            }
+        }
+        left
+    }
+}
+
+/// A valid (bound) key's translation: `[start, start + len)` maps onto its layout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Bound {
     pub start: u64,
@@ -70,7 +145,7 @@ pub(crate) struct Bound {
     pub access: u32,
     /// A type-2 window's QP.
     pub qpn: Option<u32>,
-    pub klms: Vec<Klm>,
+    pub layout: Layout,
 }
 
 /// How a key came to be free.

@@ -17,7 +17,7 @@
 //! MW_BIND_ERR and moves the QP to ERR; a malformed one with LOCAL_QP_OP_ERR, as other
 //! malformed WQEs do [unverified: which syndrome mlx5 gives each refusal].
 
-use crate::mkey::{Bound, Freed, Klm, MkeyKind};
+use crate::mkey::{Bound, Freed, Klm, Layout, MkeyKind, Repeat};
 use crate::responder::{fail, Outcome};
 use crate::wire::{get_u16, get_u32, get_u64, syndrome, CtrlRepr, DS_SIZE};
 use crate::{access, why};
@@ -69,9 +69,15 @@ pub(crate) struct Umr {
     pub qpn_mkey: u32,
     pub start: u64,
     pub len: u64,
-    /// The non-empty KLM entries (entries of 0 bytes pad the list to 64 bytes).
-    pub klms: Vec<Klm>,
+    /// The inline translation: a KLM list (its non-empty entries: entries of 0 bytes
+    /// pad the list to 64 bytes) or a repeated block.
+    pub layout: Layout,
 }
+
+/// The `op` of a repeated block's first DS (`mlx5_wqe_umr_repeat_block_seg`), where a
+/// KLM entry has its mkey: what tells the two apart [model choice: the model's MR keys
+/// are never 0x400].
+const REPEAT_BLOCK_OP: u32 = 0x400;
 
 /// Decodes UMR WQE `wqe` (ctrl `ctrl`); why not, when malformed.
 pub(crate) fn parse(ctrl: &CtrlRepr, wqe: &[u8]) -> Result<Umr, &'static str> {
@@ -89,13 +95,35 @@ pub(crate) fn parse(ctrl: &CtrlRepr, wqe: &[u8]) -> Result<Umr, &'static str> {
     if 8 + octowords > ds {
         return Err("the UMR's klm_octowords reach past its DS count");
     }
-    let mut klms = Vec::new();
-    for e in wqe[128..128 + octowords * DS_SIZE].chunks_exact(16) {
-        let k = Klm { len: get_u32(e, 0..4), key: get_u32(e, 4..8), addr: get_u64(e, 8..16) };
-        if k.len != 0 {
-            klms.push(k);
+    let data = &wqe[128..128 + octowords * DS_SIZE];
+    let layout = if octowords > 0 && get_u32(data, 4..8) == REPEAT_BLOCK_OP {
+        // byte_count @0, op @4, repeat_count @8, num_ent @14; then entries of stride @0,
+        // byte_count @2 (both BE16), memkey @4, va @8.
+        let n = usize::from(get_u16(data, 14..16));
+        if n == 0 || 1 + n > octowords {
+            return Err("the UMR's repeated block has no entry, or more than its klm_octowords hold");
         }
-    }
+        let ents: Vec<(Klm, u64)> = data[16..16 * (1 + n)]
+            .chunks_exact(16)
+            .map(|e| {
+                let k =
+                    Klm { len: u32::from(get_u16(e, 2..4)), key: get_u32(e, 4..8), addr: get_u64(e, 8..16) };
+                (k, u64::from(get_u16(e, 0..2)))
+            })
+            .collect();
+        let sum: u64 = ents.iter().map(|(k, _)| u64::from(k.len)).sum();
+        if u64::from(get_u32(data, 0..4)) != sum {
+            return Err("the UMR's repeated block's byte_count is not the sum of its entries'");
+        }
+        Layout::Repeat(Repeat { ents, count: get_u32(data, 8..12) })
+    } else {
+        let klms = data
+            .chunks_exact(16)
+            .map(|e| Klm { len: get_u32(e, 0..4), key: get_u32(e, 4..8), addr: get_u64(e, 8..16) })
+            .filter(|k| k.len != 0)
+            .collect();
+        Layout::List(klms)
+    };
     Ok(Umr {
         key: u32::from_be_bytes(ctrl.imm),
         flags,
@@ -105,7 +133,7 @@ pub(crate) fn parse(ctrl: &CtrlRepr, wqe: &[u8]) -> Result<Umr, &'static str> {
         qpn_mkey: get_u32(m, 4..8),
         start: get_u64(m, 16..24),
         len: get_u64(m, 24..32),
-        klms,
+        layout,
     })
 }
 
@@ -181,11 +209,18 @@ pub(crate) fn execute(host: &mut crate::host::Host, qpn: u32, pdn: u32, u: &Umr)
             format!("type-2 window 0x{key:x} is still bound: it must be invalidated before it is bound again")
         });
     }
-    let total: u64 = u.klms.iter().map(|k| u64::from(k.len)).sum();
+    let total = u.layout.total();
     match kind {
         MkeyKind::Mw1 | MkeyKind::Mw2 => {
-            let [k] = u.klms[..] else {
-                let n = u.klms.len();
+            let Layout::List(klms) = &u.layout else {
+                return refuse(|| {
+                    format!(
+                        "the bind of window 0x{key:x} carries a repeated block; a window covers one MR range"
+                    )
+                });
+            };
+            let [k] = klms[..] else {
+                let n = klms.len();
                 return refuse(|| {
                     format!("the bind of window 0x{key:x} has {n} KLM entries; a window covers one MR range")
                 });
@@ -237,7 +272,10 @@ pub(crate) fn execute(host: &mut crate::host::Host, qpn: u32, pdn: u32, u: &Umr)
             }
         }
         MkeyKind::Indirect { max_entries } => {
-            let n = u.klms.len() as u32;
+            let n = match &u.layout {
+                Layout::List(k) => k.len(),
+                Layout::Repeat(r) => r.ents.len(),
+            } as u32;
             if n > max_entries {
                 return refuse(|| {
                     format!("the UMR gives indirect mkey 0x{key:x} {n} KLM entries; it was created for {max_entries}")
@@ -257,7 +295,7 @@ pub(crate) fn execute(host: &mut crate::host::Host, qpn: u32, pdn: u32, u: &Umr)
     }
     let start = if u.mask & mask::START_ADDR != 0 { u.start } else { 0 };
     let len = if u.mask & mask::LEN != 0 { u.len } else { total };
-    mk.bound = Some(Bound { start, len, access: acc, qpn: qp_bound, klms: u.klms.clone() });
+    mk.bound = Some(Bound { start, len, access: acc, qpn: qp_bound, layout: u.layout.clone() });
     Outcome::Done { byte_cnt: 0 }
 }
 

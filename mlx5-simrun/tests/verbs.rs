@@ -386,16 +386,18 @@ fn ours(name: &str, w: &Written) -> Vec<u8> {
     v
 }
 
-/// An indirect mkey created by libmlx5 (`mlx5dv_create_mkey`: DEVX
-/// CREATE_MKEY, which the emulated kernel takes when `MLX5_SIM_DEVX` is set)
-/// and given three pieces of memory by its `mlx5dv_wr_mr_list`: the
-/// simulator resolves a WRITE and a READ through it across the pieces (the
-/// program checks), and our builder's `mr_list` writes the same UMR but for
-/// the WQE index, the QPN and the mkey's number (ctrl `imm`).
+/// Indirect mkeys created by libmlx5 (`mlx5dv_create_mkey`: DEVX
+/// CREATE_MKEY, which the emulated kernel takes when `MLX5_SIM_DEVX` is set),
+/// one given three pieces of memory by `mlx5dv_wr_mr_list`, one an
+/// interleaved layout by `mlx5dv_wr_mr_interleaved`: the simulator resolves
+/// WRITEs and a READ through them (the program checks every byte), and our
+/// builder's `mr_list` and `mr_interleaved` write the same UMRs but for the
+/// WQE index, the QPN and the mkey's number (ctrl `imm`).
 #[test]
 #[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
 fn indirect_mkeys_listed_by_libmlx5_match_our_builder() {
     use mlx5_api::sim::two_hosts;
+    use mlx5_api::wqe::Interleaved;
     use mlx5_api::{AccessFlags, ConnectParams, QpConfig, Sge, WqeFlags};
     use mlx5_sim::ExecMode;
     let prog = compile_with("mr_list", &["-lmlx5"]);
@@ -403,57 +405,69 @@ fn indirect_mkeys_listed_by_libmlx5_match_our_builder() {
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(o.status.success() && out.contains("all right"), "{out}{}", String::from_utf8_lossy(&o.stderr));
     let theirs = parse_written(&out);
-    let w = &theirs.iter().find(|(n, _)| n == "mr_list").expect("the mr_list WQE").1;
-    let entries: Vec<Sge> = out
-        .lines()
-        .filter_map(|l| l.strip_prefix("entry "))
-        .map(|l| {
-            let v: Vec<u64> = l.split_whitespace().map(|x| x.parse().unwrap()).collect();
-            Sge::new(v[2], v[0] as u32, v[1] as u32)
-        })
-        .collect();
-    let access: u32 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("args mr_list "))
-        .and_then(|l| l.split_whitespace().find_map(|kv| kv.strip_prefix("access=")))
-        .expect("access")
-        .parse()
-        .unwrap();
-    let key: u32 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("args mr_list key="))
-        .and_then(|l| l.split_whitespace().next())
-        .expect("key")
-        .parse()
-        .unwrap();
-    // Ours: the same list on a QP of the simulator.
+    let nums = |prefix: &str| -> Vec<Vec<u64>> {
+        out.lines()
+            .filter_map(|l| l.strip_prefix(prefix))
+            .map(|l| l.split_whitespace().map(|x| x.parse().unwrap()).collect())
+            .collect()
+    };
+    let arg = |name: &str, key: &str| -> u64 {
+        let line = out.lines().find_map(|l| l.strip_prefix(&format!("args {name} "))).expect("args line");
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .expect(key)
+            .parse()
+            .unwrap()
+    };
     let (_fabric, da, db) = two_hosts(ExecMode::Deterministic);
     let (ca, cb) = (da.open().unwrap(), db.open().unwrap());
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let cqa = ca.create_cq(64, |_, _: u64| {}).unwrap();
     let cqb = cb.create_cq(64, |_, _: u64| {}).unwrap();
     let cfg = QpConfig { max_send_wr: 16, max_send_sge: 1, max_inline_data: 64, ..QpConfig::default() };
-    let qa = ca.create_rc_qp(&pa, &cqa, &cqa, &cfg).unwrap();
-    let qb = cb.create_rc_qp(&pb, &cqb, &cqb, &cfg).unwrap();
-    let (ia, ib) = (qa.local_info().unwrap(), qb.local_info().unwrap());
-    qa.activate(&ConnectParams { remote: Some(ib), ..Default::default() }).unwrap();
-    qb.activate(&ConnectParams { remote: Some(ia), ..Default::default() }).unwrap();
-    let mk = pa.create_indirect_mkey(entries.len() as u32).unwrap();
-    let access = AccessFlags::from_bits(access).unwrap();
-    qa.wqe_builder(0)
-        .unwrap()
-        .mr_list(WqeFlags::SIGNALED, &mk, access, &entries)
-        .unwrap()
-        .finish_batch()
-        .unwrap();
-    let ring = qa.sq_ring_bytes();
-    let mut v = ring[..usize::from(ring[7] & 0x3f) * 16].to_vec();
-    v[1..3].copy_from_slice(&w.idx.to_be_bytes());
-    v[4..7].copy_from_slice(&w.qpn.to_be_bytes()[1..]);
-    assert_eq!(u32::from_be_bytes(v[12..16].try_into().unwrap()), mk.key());
-    v[12..16].copy_from_slice(&key.to_be_bytes());
-    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-    assert_eq!(hex(&v), hex(&w.bytes), "ours, then libmlx5's");
+    for name in ["mr_list", "mr_interleaved"] {
+        let w = &theirs.iter().find(|(n, _)| n == name).expect("the WQE").1;
+        // Ours: the same UMR on a fresh QP of the simulator.
+        let qa = ca.create_rc_qp(&pa, &cqa, &cqa, &cfg).unwrap();
+        let qb = cb.create_rc_qp(&pb, &cqb, &cqb, &cfg).unwrap();
+        let (ia, ib) = (qa.local_info().unwrap(), qb.local_info().unwrap());
+        qa.activate(&ConnectParams { remote: Some(ib), ..Default::default() }).unwrap();
+        qb.activate(&ConnectParams { remote: Some(ia), ..Default::default() }).unwrap();
+        let access = AccessFlags::from_bits(arg(name, "access") as u32).unwrap();
+        let b = qa.wqe_builder(0).unwrap();
+        let mk;
+        if name == "mr_list" {
+            let entries: Vec<Sge> =
+                nums("entry ").iter().map(|v| Sge::new(v[2], v[0] as u32, v[1] as u32)).collect();
+            mk = pa.create_indirect_mkey(entries.len() as u32).unwrap();
+            b.mr_list(WqeFlags::SIGNALED, &mk, access, &entries).unwrap().finish_batch().unwrap();
+        } else {
+            let ents: Vec<Interleaved> = nums("ilv ")
+                .iter()
+                .map(|v| Interleaved {
+                    addr: v[0],
+                    bytes_count: v[1] as u32,
+                    bytes_skip: v[2] as u32,
+                    lkey: v[3] as u32,
+                })
+                .collect();
+            mk = pa.create_indirect_mkey(ents.len() as u32).unwrap();
+            // libmlx5 gives a WQE after a UMR an initiator small fence.
+            let f = WqeFlags::SIGNALED | WqeFlags::SMALL_FENCE;
+            b.mr_interleaved(f, &mk, access, arg(name, "repeat") as u32, &ents)
+                .unwrap()
+                .finish_batch()
+                .unwrap();
+        }
+        let ring = qa.sq_ring_bytes();
+        let mut v = ring[..usize::from(ring[7] & 0x3f) * 16].to_vec();
+        v[1..3].copy_from_slice(&w.idx.to_be_bytes());
+        v[4..7].copy_from_slice(&w.qpn.to_be_bytes()[1..]);
+        assert_eq!(u32::from_be_bytes(v[12..16].try_into().unwrap()), mk.key());
+        v[12..16].copy_from_slice(&(arg(name, "key") as u32).to_be_bytes());
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        assert_eq!(hex(&v), hex(&w.bytes), "{name}: ours, then libmlx5's");
+    }
 }
 
 /// Memory windows posted by libmlx5 (`ibv_wr_bind_mw`, `ibv_wr_local_inv`,

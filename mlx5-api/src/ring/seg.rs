@@ -84,6 +84,9 @@ pub mod umr {
     /// Mkey context `access_flags`: local write.
     pub const ACCESS_LOCAL_WRITE: u8 = 1 << 3;
 
+    /// The `op` of a repeated block (`mlx5_wqe_umr_repeat_block_seg`).
+    pub const REPEAT_BLOCK_OP: u32 = 0x400;
+
     /// `klm_octowords` for `n` KLM entries: the list padded to 4 entries
     /// (64 bytes), in 16-byte units (rdma-core's `get_klm_octo`).
     pub const fn klm_octowords(n: u32) -> u16 {
@@ -320,6 +323,29 @@ pub fn set_umr_klm_seg(seg: &mut [u8; 16], byte_count: u32, mkey: u32, address: 
     seg[0..4].copy_from_slice(&byte_count.to_be_bytes());
     seg[4..8].copy_from_slice(&mkey.to_be_bytes());
     seg[8..16].copy_from_slice(&address.to_be_bytes());
+}
+
+/// The first DS of a repeated block (§3.7, `mlx5_wqe_umr_repeat_block_seg`;
+/// rdma-core's `umr_strided_seg_create`): the block's bytes (its entries'
+/// together), `op` 0x400, the repetitions, the entry count; big-endian.
+#[inline(always)]
+pub fn set_umr_repeat_block_seg(seg: &mut [u8; 16], byte_count: u32, repeat_count: u32, num_ent: u16) {
+    seg[0..4].copy_from_slice(&byte_count.to_be_bytes());
+    seg[4..8].copy_from_slice(&umr::REPEAT_BLOCK_OP.to_be_bytes());
+    seg[8..12].copy_from_slice(&repeat_count.to_be_bytes());
+    seg[12..14].fill(0);
+    seg[14..16].copy_from_slice(&num_ent.to_be_bytes());
+}
+
+/// One entry of a repeated block, 16 bytes (`mlx5_wqe_umr_repeat_ent_seg`):
+/// the stride (its bytes and the bytes skipped after them), its bytes, the
+/// memory key and the address of its first repetition; big-endian.
+#[inline(always)]
+pub fn set_umr_repeat_ent_seg(seg: &mut [u8; 16], stride: u16, byte_count: u16, memkey: u32, va: u64) {
+    seg[0..2].copy_from_slice(&stride.to_be_bytes());
+    seg[2..4].copy_from_slice(&byte_count.to_be_bytes());
+    seg[4..8].copy_from_slice(&memkey.to_be_bytes());
+    seg[8..16].copy_from_slice(&va.to_be_bytes());
 }
 
 /// Inline segment header (spec §3.3): the byte count with bit 31 set. The

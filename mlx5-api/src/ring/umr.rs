@@ -153,6 +153,21 @@ pub fn mr_list(key: u32, ibv_access: u32, entries: u32, total: u64) -> Result<Um
     })
 }
 
+/// An indirect mkey's repeated block of `entries` entries, `block` bytes
+/// each repetition, `repeat_count` times (`mlx5dv_wr_mr_interleaved`): as
+/// [`mr_list`], the block's DS (one) before the entries.
+pub fn mr_interleaved(
+    key: u32,
+    ibv_access: u32,
+    entries: u32,
+    block: u64,
+    repeat_count: u32,
+) -> Result<UmrLayout, PostError> {
+    let mut l = mr_list(key, ibv_access, entries + 1, block * u64::from(repeat_count))?;
+    l.len = block * u64::from(repeat_count);
+    Ok(l)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -137,3 +137,75 @@ impl<B: Backend, T, S> WqeBuilder<'_, B, T, S> {
         }
     }
 }
+
+/// One entry of an interleaved (repeated) layout
+/// ([`WqeBuilder::mr_interleaved`]; `struct mlx5dv_mr_interleaved`): each
+/// repetition takes `bytes_count` bytes at `addr`, then the next repetition
+/// starts `bytes_count + bytes_skip` bytes further.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Interleaved {
+    /// The first repetition's address.
+    pub addr: u64,
+    /// Bytes per repetition.
+    pub bytes_count: u32,
+    /// Bytes skipped after each repetition.
+    pub bytes_skip: u32,
+    /// The region's lkey.
+    pub lkey: u32,
+}
+
+impl<'q, B: Backend, T> WqeBuilder<'q, B, T, Init> {
+    /// Points indirect mkey `mkey` at `repeat_count` repetitions of
+    /// `entries` (`mlx5dv_wr_mr_interleaved`): byte `i` of the key is in
+    /// repetition `i / block` (block: the entries' `bytes_count` together),
+    /// entry by entry, each repetition `bytes_count + bytes_skip` further
+    /// than the one before. Zero-based, `access`, as an lkey and an rkey. An
+    /// entry's `bytes_count` and stride are 16-bit fields: larger ones are
+    /// refused (`EntryTooLong`).
+    pub fn mr_interleaved(
+        self,
+        flags: WqeFlags,
+        mkey: &IndirectMkey<B>,
+        access: AccessFlags,
+        repeat_count: u32,
+        entries: &[Interleaved],
+    ) -> Result<WqeBuilder<'q, B, T, Complete>> {
+        if entries.len() > mkey.max_entries() as usize || entries.is_empty() {
+            return Err(misuse(MkeyMisuse::TooManyEntries { count: entries.len(), max: mkey.max_entries() }));
+        }
+        let mut block = 0u64;
+        for e in entries {
+            if e.bytes_count.saturating_add(e.bytes_skip) > u32::from(u16::MAX) {
+                return Err(misuse(MkeyMisuse::EntryTooLong {
+                    len: e.bytes_count.saturating_add(e.bytes_skip),
+                }));
+            }
+            block += u64::from(e.bytes_count);
+        }
+        let key = mkey.key();
+        let l = layout::mr_interleaved(key, access.bits(), entries.len() as u32, block, repeat_count)
+            .map_err(|e| Error::InvalidArgument(InvalidArgument::Wqe(e)))?;
+        let mut w = self.ctrl(opcode::UMR, flags, key.to_be_bytes(), Complete)?;
+        w.umr_segs(&l)?;
+        crate::ring::seg::set_umr_repeat_block_seg(
+            w.next_ds(),
+            block as u32,
+            repeat_count,
+            entries.len() as u16,
+        );
+        for e in entries {
+            let stride = (e.bytes_count + e.bytes_skip) as u16;
+            crate::ring::seg::set_umr_repeat_ent_seg(
+                w.next_ds(),
+                stride,
+                e.bytes_count as u16,
+                e.lkey,
+                e.addr,
+            );
+        }
+        for _ in entries.len() + 1..(entries.len() + 1).div_ceil(4) * 4 {
+            w.next_ds().fill(0);
+        }
+        Ok(w)
+    }
+}

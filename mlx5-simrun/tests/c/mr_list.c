@@ -5,11 +5,18 @@
  * gives it three pieces of B's memory (mlx5dv_wr_mr_list); A WRITEs 300 bytes
  * through it from its offset 0 and READs 60 of them back across two pieces.
  *
- * The UMR WQE libmlx5 wrote is printed as it lies in the ring, with what it
- * was built from, for tests/verbs.rs to compare with our builder's bytes:
+ * Then a second mkey gets an interleaved layout (mlx5dv_wr_mr_interleaved:
+ * 16 bytes every 64, then 8 every 16, 4 times) and A's 96-byte WRITE through
+ * it lands at those strides.
+ *
+ * The UMR WQEs libmlx5 wrote are printed as they lie in the ring, with what
+ * they were built from, for tests/verbs.rs to compare with our builder:
  *   wqe mr_list qpn=N idx=I HEX
  *   args mr_list key=K access=A n=N
  *   entry LEN LKEY ADDR        (one line per entry)
+ *   wqe mr_interleaved qpn=N idx=I HEX
+ *   args mr_interleaved key=K access=A repeat=R
+ *   ilv ADDR COUNT SKIP LKEY   (one line per entry)
  * Exit 0 ("all right") when every check holds.
  */
 #include "verbs_util.h"
@@ -132,6 +139,46 @@ int main(void)
 	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 3, "read: %s", ibv_wc_status_str(wc.status));
 	CHECK(!memcmp(abuf + 0x1000, abuf + 90, 60), "the READ across pieces");
 	CHECK(!mlx5dv_destroy_mkey(mk), "mlx5dv_destroy_mkey");
+
+	/* An interleaved mkey: 16 bytes every 64 from 0x1000, then 8 every 16 from
+	 * 0x2800, 4 repetitions (96 bytes). The UMR is B's second WQE: the first
+	 * took WQEBBs 0 to 2. */
+	struct mlx5dv_mkey *mk2 = mlx5dv_create_mkey(&mi);
+	CHECK(mk2, "mlx5dv_create_mkey: %s", strerror(errno));
+	memset(bbuf, 0, BUF);
+	struct mlx5dv_mr_interleaved il[2] = {
+		{ (uintptr_t)bbuf + 0x1000, 16, 48, bmr->lkey },
+		{ (uintptr_t)bbuf + 0x2800, 8, 8, bmr->lkey },
+	};
+	ibv_wr_start(bx);
+	bx->wr_id = 4;
+	bx->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+	mlx5dv_wr_mr_interleaved(bdv, mk2, all, 4, 2, il);
+	CHECK(!ibv_wr_complete(bx), "mr_interleaved: %s", strerror(errno));
+	wc = wait_one();
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 4, "mr_interleaved: %s", ibv_wc_status_str(wc.status));
+	unsigned at = ((ds + 3) / 4) * 64;
+	ds = ring[at + 7] & 0x3f;
+	printf("wqe mr_interleaved qpn=%u idx=%u ", b->qp_num, at / 64);
+	for (unsigned i = 0; i < ds * 16; i++)
+		printf("%02x", ring[(at + i) % (dvb.sq.wqe_cnt * 64)]);
+	printf("\nargs mr_interleaved key=%u access=%u repeat=4\n", mk2->lkey, all);
+	for (int i = 0; i < 2; i++)
+		printf("ilv %lu %u %u %u\n", (unsigned long)il[i].addr, il[i].bytes_count, il[i].bytes_skip, il[i].lkey);
+	ibv_wr_start(ax);
+	ax->wr_id = 5;
+	ax->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(ax, mk2->rkey, 0);
+	ibv_wr_set_sge(ax, amr->lkey, (uintptr_t)abuf, 96);
+	CHECK(!ibv_wr_complete(ax), "write");
+	wc = wait_one();
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 5, "write: %s", ibv_wc_status_str(wc.status));
+	for (int r = 0; r < 4; r++) {
+		CHECK(!memcmp(bbuf + 0x1000 + 64 * r, abuf + 24 * r, 16), "repetition %d, entry 0", r);
+		CHECK(!memcmp(bbuf + 0x2800 + 16 * r, abuf + 24 * r + 16, 8), "repetition %d, entry 1", r);
+		CHECK(bbuf[0x1000 + 64 * r + 16] == 0, "a skipped byte was written");
+	}
+	CHECK(!mlx5dv_destroy_mkey(mk2), "mlx5dv_destroy_mkey");
 	printf("all right\n");
 	return 0;
 }
