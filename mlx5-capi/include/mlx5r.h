@@ -282,6 +282,12 @@
 #define MLX5R_UMR_MR_LIST 4
 
 /*
+ `mlx5r_umr_wr.op`: point the indirect mkey `key` at `repeat_count`
+ repetitions of the entries, each `skips[i]` bytes apart after its bytes.
+ */
+#define MLX5R_UMR_MR_INTERLEAVED 5
+
+/*
  mlx5 send opcode of every UMR (`mlx5r_cqe.opcode` of its completion).
  */
 #define MLX5R_OPCODE_UMR 37
@@ -1112,9 +1118,14 @@ typedef struct {
    */
   uint32_t num_sge;
   /*
-   Zero.
+   An interleaved layout: its repetitions.
    */
-  uint32_t reserved;
+  uint32_t repeat_count;
+  /*
+   An interleaved layout: the bytes each entry skips after its bytes
+   (`num_sge` of them); null otherwise.
+   */
+  const uint32_t *skips;
 } mlx5r_umr_wr;
 
 

@@ -142,6 +142,9 @@ pub const MLX5R_UMR_BIND_MW2: u32 = 2;
 pub const MLX5R_UMR_LOCAL_INV: u32 = 3;
 /// `mlx5r_umr_wr.op`: point the indirect mkey `key` at the entries.
 pub const MLX5R_UMR_MR_LIST: u32 = 4;
+/// `mlx5r_umr_wr.op`: point the indirect mkey `key` at `repeat_count`
+/// repetitions of the entries, each `skips[i]` bytes apart after its bytes.
+pub const MLX5R_UMR_MR_INTERLEAVED: u32 = 5;
 /// mlx5 send opcode of every UMR (`mlx5r_cqe.opcode` of its completion).
 pub const MLX5R_OPCODE_UMR: u32 = 0x25;
 /// `send_flags`: initiator small fence, wait for prior UMRs (FM = 1; what
@@ -507,6 +510,7 @@ const _: () = {
     use mlx5_api::ring::post::umr_op as u;
     assert!(MLX5R_UMR_BIND_MW1 == u::BIND_MW1 && MLX5R_UMR_BIND_MW2 == u::BIND_MW2);
     assert!(MLX5R_UMR_LOCAL_INV == u::LOCAL_INV && MLX5R_UMR_MR_LIST == u::MR_LIST);
+    assert!(MLX5R_UMR_MR_INTERLEAVED == u::MR_INTERLEAVED);
 };
 
 /// Writes `c` explained in one sentence into `buf` (`len` bytes), NUL-terminated and

@@ -353,7 +353,8 @@ fn error_completion_is_not_nothing_yet_and_send_inv_is_a_success() {
         zero_based: 0,
         sg_list: range.as_ptr(),
         num_sge: 1,
-        reserved: 0,
+        repeat_count: 0,
+        skips: ptr::null(),
     };
     // SAFETY: B's live send queue.
     assert_eq!(unsafe { mlx5r_umr_wqe(mlx5r_qp_sq(r.qp[1]), &bind) }, 0);

@@ -325,6 +325,10 @@ pub mod umr_op {
     pub const LOCAL_INV: u32 = 3;
     /// Point an indirect mkey at a list of ranges (`mlx5dv_wr_mr_list`).
     pub const MR_LIST: u32 = 4;
+    /// Point an indirect mkey at `repeat_count` repetitions of its entries,
+    /// each entry `skips[i]` bytes apart after its bytes
+    /// (`mlx5dv_wr_mr_interleaved`).
+    pub const MR_INTERLEAVED: u32 = 5;
 }
 
 /// One UMR work request (docs/mlx5-wire-format.md §3.7): a memory window
@@ -353,8 +357,11 @@ pub struct UmrWr {
     pub sg_list: *const Sge,
     /// Entries in `sg_list`.
     pub num_sge: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// An interleaved layout: its repetitions.
+    pub repeat_count: u32,
+    /// An interleaved layout: the bytes each entry skips after its bytes
+    /// (`num_sge` of them); null otherwise.
+    pub skips: *const u32,
 }
 
 /// Build the UMR WQE `wr` describes at the producer counter of RC send
@@ -403,6 +410,19 @@ pub unsafe fn umr_wqe(sq: &SqDesc, wr: &UmrWr) -> Result<(), PostError> {
         umr_op::LOCAL_INV if sges.is_empty() => crate::ring::umr::local_inv(),
         umr_op::LOCAL_INV => return Err(PostError::BadUmr { why: "LOCAL_INV takes no entry" }),
         umr_op::MR_LIST => crate::ring::umr::mr_list(wr.key, wr.access, sges.len() as u32, total)?,
+        umr_op::MR_INTERLEAVED => {
+            if sges.is_empty() || wr.skips.is_null() {
+                return Err(PostError::BadUmr { why: "an interleaved layout takes entries and their skips" });
+            }
+            // SAFETY: caller contract: `num_sge` skips.
+            let skips = unsafe { core::slice::from_raw_parts(wr.skips, sges.len()) };
+            if sges.iter().zip(skips).any(|(s, k)| s.len.saturating_add(*k) > u16::MAX as u32) {
+                return Err(PostError::BadUmr {
+                    why: "an interleaved entry's bytes and skip exceed 16 bits",
+                });
+            }
+            crate::ring::umr::mr_interleaved(wr.key, wr.access, sges.len() as u32, total, wr.repeat_count)?
+        }
         _ => return Err(PostError::BadUmr { why: "unknown UMR operation" }),
     };
     let ds = l.ds();
@@ -420,9 +440,21 @@ pub unsafe fn umr_wqe(sq: &SqDesc, wr: &UmrWr) -> Result<(), PostError> {
         let m = &mut *(sq.ds_ptr(start, 4) as *mut [u8; 64]);
         seg::set_umr_mkey_seg(m, l.free, l.access, l.qpn_mkey, l.start, l.len);
         let mut i = 8;
-        for s in sges {
-            seg::set_umr_klm_seg(&mut *sq.ds_ptr(start, i), s.len, s.lkey, s.addr);
+        if wr.op == umr_op::MR_INTERLEAVED {
+            let skips = core::slice::from_raw_parts(wr.skips, sges.len());
+            let block = &mut *sq.ds_ptr(start, i);
+            seg::set_umr_repeat_block_seg(block, total as u32, wr.repeat_count, sges.len() as u16);
             i += 1;
+            for (s, k) in sges.iter().zip(skips) {
+                let stride = (s.len + k) as u16;
+                seg::set_umr_repeat_ent_seg(&mut *sq.ds_ptr(start, i), stride, s.len as u16, s.lkey, s.addr);
+                i += 1;
+            }
+        } else {
+            for s in sges {
+                seg::set_umr_klm_seg(&mut *sq.ds_ptr(start, i), s.len, s.lkey, s.addr);
+                i += 1;
+            }
         }
         while i < ds {
             (*sq.ds_ptr(start, i)).fill(0);
@@ -520,7 +552,8 @@ mod tests {
             zero_based: 0,
             sg_list: s,
             num_sge: 1,
-            reserved: 0,
+            repeat_count: 0,
+            skips: core::ptr::null(),
         }
     }
 }

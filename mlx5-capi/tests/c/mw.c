@@ -57,6 +57,30 @@ int main(void) {
     ok_cqe(cqa, 0x08);
     CHECK(memcmp(rb + 0x3000, la, 100) == 0 && memcmp(rb + 0x1000, la + 100, 28) == 0);
 
+    /* 1b. An interleaved mkey: 16 bytes every 64 from rb[0x4000], then 8 every 16
+     * from rb[0x5000], 3 repetitions; A's 72-byte WRITE lands at those strides. */
+    mlx5r_mkey *mi;
+    OK(mlx5r_mkey_create(t.pb, 2, &mi));
+    mlx5r_sge ents[2] = {{(uint64_t)(uintptr_t)(rb + 0x4000), 16, lkb}, {(uint64_t)(uintptr_t)(rb + 0x5000), 8, lkb}};
+    uint32_t skips[2] = {48, 8};
+    u = (mlx5r_umr_wr){.wr_id = 6, .op = MLX5R_UMR_MR_INTERLEAVED, .send_flags = MLX5R_SEND_SIGNALED,
+                       .key = mlx5r_mkey_key(mi), .access = 15, .sg_list = ents, .num_sge = 2,
+                       .repeat_count = 3, .skips = skips};
+    OK(mlx5r_umr_wqe(sqb, &u));
+    mlx5r_db_ring(sqb, 0);
+    ok_cqe(cqb, MLX5R_OPCODE_UMR);
+    mlx5r_sge s72 = {(uint64_t)(uintptr_t)la, 72, lka};
+    w = (mlx5r_send_wr){.wr_id = 7, .sg_list = &s72, .num_sge = 1, .opcode = MLX5R_OPCODE_RDMA_WRITE,
+                        .send_flags = MLX5R_SEND_SIGNALED, .remote_addr = 0, .rkey = mlx5r_mkey_key(mi)};
+    OK(mlx5r_send_wqe(sqa, &w));
+    mlx5r_db_ring(sqa, 0);
+    ok_cqe(cqa, 0x08);
+    for (int r = 0; r < 3; r++) {
+        CHECK(memcmp(rb + 0x4000 + 64 * r, la + 24 * r, 16) == 0);
+        CHECK(memcmp(rb + 0x5000 + 16 * r, la + 24 * r + 16, 8) == 0);
+        CHECK(rb[0x4000 + 64 * r + 16] == 0);
+    }
+
     /* 2. A type-2 window over rb[0x100, +0x100) with REMOTE_WRITE. */
     mlx5r_mw *mw;
     OK(mlx5r_mw_alloc(t.pb, MLX5R_MW_TYPE_2, &mw));
@@ -97,6 +121,7 @@ int main(void) {
     mlx5r_qp_free(qb);
     mlx5r_mw_free(mw);
     mlx5r_mkey_free(mk);
+    mlx5r_mkey_free(mi);
     mlx5r_mr_free(ma);
     mlx5r_mr_free(mb);
     mlx5r_cq_free(qa_cq);
