@@ -2,10 +2,10 @@
 //! produces is provoked here, and the sentence `CompletionQueue::explain` gives names
 //! the work request, the syndrome and the object of the failed check (the key, the MR
 //! and its range, the QP and the right it lacks), as the check saw it. MW_BIND_ERR is
-//! provoked here and in `tests/memory_windows.rs`. The syndromes of spec §5.4 the
-//! simulator never writes (BAD_RESP_ERR: its responders answer as asked;
-//! REMOTE_ABORTED_ERR: on-demand paging is not modelled) have their words checked in
-//! `mlx5-api/src/ring/explain.rs` alone.
+//! provoked here and in `tests/memory_windows.rs`; BAD_RESP_ERR by a faulty responder on
+//! the UDP wire (`tests/wire_bad_response.rs`). The one syndrome of spec §5.4 the
+//! simulator never writes (REMOTE_ABORTED_ERR: on-demand paging's page faults, not
+//! modelled) has its words checked in `mlx5-api/src/ring/explain.rs` alone.
 mod common;
 use common::*;
 use mlx5::sim::ExecMode;

@@ -48,6 +48,17 @@ enum Kind {
     Atomic,
 }
 
+impl Kind {
+    /// The request, in words.
+    fn noun(self) -> &'static str {
+        match self {
+            Kind::Ack => "a SEND or RDMA WRITE",
+            Kind::Read => "an RDMA READ",
+            Kind::Atomic => "an atomic",
+        }
+    }
+}
+
 /// How a message on the wire ended.
 #[derive(Debug)]
 pub(crate) enum Answer {
@@ -58,6 +69,9 @@ pub(crate) enum Answer {
     /// An error NAK: the requester's syndrome.
     Nak(u8),
     RetryExceeded,
+    /// A response that does not answer the request (IBA's "bad response": an opcode
+    /// of another kind, a READ response of another length): BAD_RESP_ERR, why.
+    BadResponse(String),
 }
 
 /// Most packets a message has on the wire beyond those acknowledged (its window): a
@@ -250,6 +264,10 @@ fn conclude(st: &mut FabricState, h: usize, qpn: u32, rq: &Request<'_, '_>, a: A
             advance_sq_psn(&mut st.hosts[h], qpn, rq.pkts);
             done
         }
+        Answer::Read(data) if data.len() as u64 != rq.len => {
+            let (got, asked) = (data.len(), rq.len);
+            bad_response(format!("the responder answered an RDMA READ of {asked} bytes with {got} bytes"))
+        }
         Answer::Read(data) => {
             advance_sq_psn(&mut st.hosts[h], qpn, rq.pkts);
             let n = data.len().min(rq.len as usize);
@@ -281,10 +299,20 @@ fn conclude(st: &mut FabricState, h: usize, qpn: u32, rq: &Request<'_, '_>, a: A
                 None => fail(syndrome::LOCAL_QP_OP_ERR),
             }
         }
+        Answer::BadResponse(why) => bad_response(why),
         Answer::Rnr => Outcome::Rnr,
         Answer::Nak(synd) => fail(synd),
         Answer::RetryExceeded => fail(syndrome::TRANSPORT_RETRY_EXC_ERR),
     }
+}
+
+/// A response that does not answer its request: BAD_RESP_ERR, `why` noted for the error
+/// CQE's explanation. Nothing was written to the requester's memory.
+#[cold]
+#[inline(never)]
+fn bad_response(why: String) -> Outcome {
+    crate::why::note(|| why);
+    fail(syndrome::BAD_RESP_ERR)
 }
 
 /// Sends packets `[from, to)` of request `rq` (first PSN `me.sq_psn`); `again`: sent
@@ -422,6 +450,22 @@ pub(crate) fn on_response(st: &mut FabricState, h: usize, _end: &WireEnd, p: &Pa
         op::ATOMIC_ACKNOWLEDGE if o.kind == Kind::Atomic && d == 0 => {
             let Some(v) = p.atomic_ack else { return };
             o.answer = Some(Answer::Atomic(v));
+        }
+        // An answer of another kind at a PSN of the message in flight: a bad response.
+        op::ATOMIC_ACKNOWLEDGE if o.kind != Kind::Atomic && (0..=last).contains(&d) => {
+            o.answer = Some(Answer::BadResponse(format!(
+                "the responder answered {} with an ATOMIC ACKNOWLEDGE",
+                o.kind.noun()
+            )));
+        }
+        opc if o.kind != Kind::Read
+            && (op::READ_RESPONSE_FIRST..=op::READ_RESPONSE_ONLY).contains(&opc)
+            && (0..=last).contains(&d) =>
+        {
+            o.answer = Some(Answer::BadResponse(format!(
+                "the responder answered {} with a READ RESPONSE",
+                o.kind.noun()
+            )));
         }
         opc if o.kind == Kind::Read && (op::READ_RESPONSE_FIRST..=op::READ_RESPONSE_ONLY).contains(&opc) => {
             if d == o.done as i32 {

@@ -1,0 +1,124 @@
+//! A responder that answers wrongly, on the UDP wire (step 13: BAD_RESP_ERR provoked and
+//! explained). This test program's main process is the requester: device `mlx5_0` on the
+//! wire, an RC QP connected to a QPN that a child copy of this program registered for
+//! its own socket. The child plays the faulty responder: it answers the RDMA READ of 64
+//! bytes with a READ RESPONSE ONLY of 7 bytes (well-formed, ICRC sealed). The requester
+//! must complete the READ with BAD_RESP_ERR, write nothing, and say why. A main of its
+//! own: the two sides are processes (the registry sends a QPN's packets to the process
+//! that owns it).
+
+use std::io::{BufRead, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mlx5::sim::registry::{Endpoint, Kind, Registry};
+use mlx5::sim::{wire_noise, ExecMode, Fabric, FabricConfig, HostConfig};
+use mlx5::{AccessFlags, ConnectParams, RemoteQpInfo, Sge, Syndrome, WqeFlags};
+
+const READ_REQUEST: u8 = 0x0c;
+const ROCE_PORT: u16 = 4791;
+
+/// The faulty responder: a socket on the device's loopback address `127.k.0.1`, a QPN
+/// registered for it; reads `requester_qpn gid_hex` from stdin, answers the first READ
+/// request with 7 bytes, then waits for stdin to close.
+fn responder(dir: &Path) {
+    let reg = Registry::open(&Registry::path_in(dir, "mlx5_0")).expect("open the registry");
+    let (sock, at) = (1..=255u8)
+        .find_map(|k| {
+            let at = SocketAddrV4::new(Ipv4Addr::new(127, k, 0, 1), ROCE_PORT);
+            UdpSocket::bind(at).ok().map(|s| (s, at))
+        })
+        .expect("a loopback address of device 1");
+    let qpn = reg.alloc(Kind::Qp, Endpoint { addr: at.ip().octets(), port: ROCE_PORT }).expect("a QPN");
+    println!("{qpn}");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    let stdin = std::io::stdin();
+    stdin.lock().read_line(&mut line).unwrap();
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let rqpn: u32 = f[0].parse().unwrap();
+    let gid: [u8; 16] = std::array::from_fn(|i| u8::from_str_radix(&f[1][2 * i..2 * i + 2], 16).unwrap());
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 2048];
+    loop {
+        let (n, from) = sock.recv_from(&mut buf).expect("the READ request within 10 s");
+        if let Some((READ_REQUEST, _, psn)) = wire_noise::bth(&buf[..n]) {
+            let dg = wire_noise::read_response_only(gid, gid, ROCE_PORT, rqpn, psn, &[0xab; 7]);
+            sock.send_to(&dg, from).unwrap();
+            break;
+        }
+    }
+    let mut rest = String::new();
+    let _ = stdin.lock().read_line(&mut rest);
+    let _ = reg.free(Kind::Qp, qpn);
+    std::process::exit(0);
+}
+
+fn a_short_read_response_is_a_bad_response() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("mlx5-wire-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fabric = Fabric::new(FabricConfig { mode: ExecMode::Threaded, ..FabricConfig::default() });
+    let nic = fabric.add_host(HostConfig::infiniband("mlx5_0", 1));
+    let registry = Registry::open(&Registry::path_in(&dir, "mlx5_0")).expect("open the registry");
+    nic.open_wire(Arc::new(registry)).expect("join the UDP wire");
+    let dev = mlx5::sim::devices(&fabric).remove(0);
+    let ctx = dev.open().unwrap();
+    let port = ctx.query_port(1).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64, |_, _: u64| {}).unwrap();
+    let qp = ctx.create_rc_qp(&pd, &cq, &cq, &mlx5::QpConfig::default()).unwrap();
+    let mr = pd.alloc_mr(4096, AccessFlags::ALL).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .env("MLX5_WIRE_BAD_RESPONDER", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run the responder");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let fake: u32 = line.trim().parse().expect("the responder's QPN");
+    let me = qp.local_info().unwrap();
+    let gid: String = port.gid.0.iter().map(|b| format!("{b:02x}")).collect();
+    writeln!(child.stdin.as_mut().unwrap(), "{} {gid}", me.qpn).unwrap();
+    // The same device in both processes: the responder is at our own LID.
+    let peer = RemoteQpInfo { qpn: fake, psn: 0, ..me.clone() };
+    qp.activate(&ConnectParams { remote: Some(peer), access: AccessFlags::ALL, ..ConnectParams::default() })
+        .unwrap();
+    mr.write(0, &[0x5a; 64]).unwrap();
+    let b = qp.wqe_builder(7).unwrap().ctrl_rdma_read(WqeFlags::SIGNALED).unwrap();
+    b.rdma(0x1000, 0x1234).unwrap().sge(Sge::new(mr.addr(), 64, mr.lkey())).unwrap().finish().unwrap();
+    let t0 = Instant::now();
+    let c = loop {
+        let mut got = None;
+        cq.poll_with(1, |c, _| got = Some(c));
+        if let Some(c) = got {
+            break c;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no completion in 10 s");
+        std::thread::sleep(Duration::from_micros(100));
+    };
+    drop(child.stdin.take());
+    let done = child.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(c.status.syndrome(), Some(Syndrome::BadResponse), "{}", cq.explain(&c));
+    let why = cq.explain(&c);
+    assert!(why.contains("syndrome 0x10 BAD_RESP_ERR"), "{why}");
+    assert!(why.contains("answered an RDMA READ of 64 bytes with 7 bytes"), "{why}");
+    let mut back = [0u8; 64];
+    mr.read(0, &mut back).unwrap();
+    assert_eq!(back, [0x5a; 64], "the bad response wrote nothing");
+    assert!(done.success(), "the responder failed: {done:?}");
+}
+
+fn main() {
+    if let Some(dir) = std::env::var_os("MLX5_WIRE_BAD_RESPONDER") {
+        responder(Path::new(&dir));
+        return;
+    }
+    a_short_read_response_is_a_bad_response();
+    println!("test a_short_read_response_is_a_bad_response ... ok");
+    println!("\ntest result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out");
+}
