@@ -189,6 +189,37 @@ impl Noise {
     }
 }
 
+/// A READ RESPONSE ONLY packet's datagram from the host with GID `src` (its socket's
+/// port `sport`) to QP `dqpn` of the host with GID `dst`, PSN `psn`, with an ACK AETH and
+/// `payload`, sealed with its ICRC: what a responder sends, for tests that play a
+/// responder that answers wrongly (a response of the wrong length or kind).
+pub fn read_response_only(
+    src: [u8; 16],
+    dst: [u8; 16],
+    sport: u16,
+    dqpn: u32,
+    psn: u32,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut p = Packet::new(0, 0, op::READ_RESPONSE_ONLY, 0, dqpn, psn & 0xff_ffff);
+    p.aeth = Some((super::packet::aeth::ACK, 0));
+    p.payload = payload;
+    let mut dg = Vec::new();
+    roce::encode(&p, &src, &dst, sport, &mut dg);
+    dg
+}
+
+/// The opcode, destination QPN and PSN of a datagram's BTH (its first 12 bytes), when
+/// it has one and an ICRC after it.
+pub fn bth(dg: &[u8]) -> Option<(u8, u32, u32)> {
+    if dg.len() < 16 {
+        return None;
+    }
+    let qpn = u32::from_be_bytes([0, dg[5], dg[6], dg[7]]);
+    let psn = u32::from_be_bytes([0, dg[9], dg[10], dg[11]]);
+    Some((dg[0], qpn, psn))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::roce::tests::gid4;
@@ -224,35 +255,4 @@ mod tests {
         // Some resized and mutated packets are still well formed.
         assert!(accepted[&NoiseKind::Mutated] > 100 && accepted[&NoiseKind::Resized] > 100, "{accepted:?}");
     }
-}
-
-/// A READ RESPONSE ONLY packet's datagram from the host with GID `src` (its socket's
-/// port `sport`) to QP `dqpn` of the host with GID `dst`, PSN `psn`, with an ACK AETH and
-/// `payload`, sealed with its ICRC: what a responder sends, for tests that play a
-/// responder that answers wrongly (a response of the wrong length or kind).
-pub fn read_response_only(
-    src: [u8; 16],
-    dst: [u8; 16],
-    sport: u16,
-    dqpn: u32,
-    psn: u32,
-    payload: &[u8],
-) -> Vec<u8> {
-    let mut p = Packet::new(0, 0, op::READ_RESPONSE_ONLY, 0, dqpn, psn & 0xff_ffff);
-    p.aeth = Some((super::packet::aeth::ACK, 0));
-    p.payload = payload;
-    let mut dg = Vec::new();
-    roce::encode(&p, &src, &dst, sport, &mut dg);
-    dg
-}
-
-/// The opcode, destination QPN and PSN of a datagram's BTH (its first 12 bytes), when
-/// it has one and an ICRC after it.
-pub fn bth(dg: &[u8]) -> Option<(u8, u32, u32)> {
-    if dg.len() < 16 {
-        return None;
-    }
-    let qpn = u32::from_be_bytes([0, dg[5], dg[6], dg[7]]);
-    let psn = u32::from_be_bytes([0, dg[9], dg[10], dg[11]]);
-    Some((dg[0], qpn, psn))
 }
