@@ -218,3 +218,49 @@ impl Mkey {
         (any_key & !0xff) | u32::from(self.variant)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(len: u32, key: u32, addr: u64) -> Klm {
+        Klm { len, key, addr }
+    }
+
+    fn all(l: &Layout, off: u64, len: u64) -> (Vec<(u32, u64, u64)>, u64) {
+        let mut v = Vec::new();
+        let left = l.pieces(off, len, |key, addr, n| {
+            v.push((key, addr, n));
+            true
+        });
+        (v, left)
+    }
+
+    #[test]
+    fn a_list_maps_offsets_entry_by_entry() {
+        let l = Layout::List(vec![k(100, 1, 0x3000), k(28, 1, 0x1000), k(200, 2, 0x2000)]);
+        assert_eq!(l.total(), 328);
+        assert_eq!(all(&l, 90, 60), (vec![(1, 0x3000 + 90, 10), (1, 0x1000, 28), (2, 0x2000, 22)], 0));
+        assert_eq!(all(&l, 300, 40), (vec![(2, 0x2000 + 172, 28)], 12), "past the end: 12 bytes uncovered");
+        // A walk the callback stops.
+        let mut n = 0;
+        l.pieces(0, 328, |_, _, _| {
+            n += 1;
+            false
+        });
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn a_repeated_block_maps_offsets_repetition_by_repetition() {
+        // 16 bytes every 64 from 0x1000, then 8 every 16 from 0x8000; 4 repetitions.
+        let l =
+            Layout::Repeat(Repeat { ents: vec![(k(16, 7, 0x1000), 64), (k(8, 7, 0x8000), 16)], count: 4 });
+        assert_eq!(l.total(), 96);
+        assert_eq!(
+            all(&l, 20, 30),
+            (vec![(7, 0x8004, 4), (7, 0x1040, 16), (7, 0x8010, 8), (7, 0x1080, 2)], 0)
+        );
+        assert_eq!(all(&l, 90, 10), (vec![(7, 0x8030 + 2, 6)], 4));
+    }
+}

@@ -342,3 +342,57 @@ pub(crate) fn invalidate(mrs: &mut crate::dma::MrTable, rkey: u32, qpn: u32) {
         mk.freed = Freed::Remote(qpn);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::CtrlSeg;
+
+    fn bytes(hex: &str) -> Vec<u8> {
+        let h: String = hex.split_whitespace().collect();
+        (0..h.len() / 2).map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap()).collect()
+    }
+
+    /// W10 of docs/mlx5-wire-format.md §9: the type-2 bind libmlx5's `ibv_wr_bind_mw`
+    /// wrote on QP 0x1001 (REMOTE_WRITE | REMOTE_READ, 512 bytes of lkey 0x10001).
+    #[test]
+    fn libmlx5s_type_2_bind_decodes() {
+        let w = bytes(
+            "00000025 0010010c 00000008 80000000  b0000000 00040000 00000000 203c6041
+             00000000 00000000 00000000 00000000  00000000 00000000 00000000 00000000
+             00003000 00100101 00000000 00000000  000056238eb4a100 0000000000000200
+             00000000 00000000 00000000 00000000  00000000 00000000 00000000 00000000
+             00000200 00010001 000056238eb4a100   00000000 00000000 00000000 00000000
+             00000000 00000000 00000000 00000000  00000000 00000000 00000000 00000000",
+        );
+        let ctrl = CtrlRepr::parse(&CtrlSeg::new_unchecked(&w[..16]));
+        let u = parse(&ctrl, &w).unwrap();
+        assert_eq!((u.key, u.flags, u.mask, u.free), (0x8000_0000, 0xb0, 0x203c_6041, false));
+        assert_eq!((u.access, u.qpn_mkey, u.start, u.len), (0x30, 0x0010_0101, 0x5623_8eb4_a100, 0x200));
+        assert_eq!(u.layout, Layout::List(vec![Klm { len: 0x200, key: 0x10001, addr: 0x5623_8eb4_a100 }]));
+        assert_eq!(access_of(u.access, u.mask), access::REMOTE_READ | access::REMOTE_WRITE);
+    }
+
+    /// W15: libmlx5's interleaved layout (16 bytes every 64, 8 every 16, 4 times).
+    #[test]
+    fn libmlx5s_interleaved_layout_decodes() {
+        let mut w = bytes(
+            "00000325 0010010c 00000028 80000100  80000000 00040000 00000000 203c2001
+             00000000 00000000 00000000 00000000  00000000 00000000 00000000 00000000
+             00003800 ffffff00 00000000 00000000  00000000 00000000 00000000 00000060
+             00000000 00000000 00000000 00000000  00000000 00000000 00000000 00000000
+             00000018 00000400 00000004 00000002  00400010 00010001 000055fa54b4a000
+             00100008 00010001 000055fa54b4b800   00000000 00000000 00000000 00000000",
+        );
+        let ctrl = CtrlRepr::parse(&CtrlSeg::new_unchecked(&w[..16]));
+        let u = parse(&ctrl, &w).unwrap();
+        let Layout::Repeat(r) = &u.layout else { panic!("{:?}", u.layout) };
+        assert_eq!(r.count, 4);
+        assert_eq!(r.ents[0], (Klm { len: 16, key: 0x10001, addr: 0x55fa_54b4_a000 }, 64));
+        assert_eq!(r.ents[1], (Klm { len: 8, key: 0x10001, addr: 0x55fa_54b4_b800 }, 16));
+        assert_eq!((u.len, u.layout.total()), (0x60, 96));
+        // A block whose byte_count is not its entries' is malformed.
+        w[131] = 0x19;
+        assert!(parse(&ctrl, &w).is_err());
+    }
+}
