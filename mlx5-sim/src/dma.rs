@@ -303,7 +303,7 @@ impl MrTable {
         remote: Option<u32>,
     ) -> Result<Region, DmaError> {
         let Some(mr) = self.mrs.get(&key) else {
-            return self.check_mkey(key, addr, len, need, pdn, remote);
+            return self.check_mkey(Ask { key, addr, len, need, pdn, remote });
         };
         if mr.pdn != pdn {
             return Err(DmaError::PdMismatch { key, mr_pdn: mr.pdn, pdn });
@@ -321,22 +321,27 @@ impl MrTable {
     }
 }
 
+/// One access to check against a window or indirect mkey: `[addr, addr+len)` of `key`,
+/// needing `need` (`access::*`), in PD `pdn`; `remote`: the QP a remote request arrived
+/// at (`None` for an lkey).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ask {
+    pub key: u32,
+    pub addr: u64,
+    pub len: u64,
+    pub need: u32,
+    pub pdn: u32,
+    pub remote: Option<u32>,
+}
+
 impl MrTable {
     /// A key no MR has: a window or indirect mkey, when the access resolves to one
     /// region; `Spans` when it resolves to several ([`MrTable::check_sgl`]).
     #[cold]
     #[inline(never)]
-    fn check_mkey(
-        &self,
-        key: u32,
-        addr: u64,
-        len: u64,
-        need: u32,
-        pdn: u32,
-        remote: Option<u32>,
-    ) -> Result<Region, DmaError> {
-        let (mut first, mut n) = (Region { addr, len: 0 }, 0);
-        self.walk(key, addr, len, need, pdn, remote, |r| {
+    fn check_mkey(&self, a: Ask) -> Result<Region, DmaError> {
+        let (mut first, mut n) = (Region { addr: a.addr, len: 0 }, 0);
+        self.walk(a, |r| {
             if n == 0 {
                 first = r;
             }
@@ -344,56 +349,37 @@ impl MrTable {
             true
         })?;
         if n > 1 {
-            return Err(DmaError::Spans { key });
+            return Err(DmaError::Spans { key: a.key });
         }
         Ok(first)
     }
 
-    /// The regions `[addr, addr+len)` of `key` resolves to, appended to `out` (checked as
-    /// [`MrTable::check`], or [`MrTable::check_remote`] with `remote`, does): an indirect
-    /// mkey's range across several KLM entries. `Spans` when `out` cannot hold them.
+    /// The regions access `a` resolves to, appended to `out` (checked as
+    /// [`MrTable::check`], or [`MrTable::check_remote`] with `a.remote`, does): an
+    /// indirect mkey's range across several KLM entries. `Spans` when `out` cannot hold
+    /// them.
     #[cold]
     #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn check_sgl(
-        &self,
-        key: u32,
-        addr: u64,
-        len: u64,
-        need: u32,
-        pdn: u32,
-        remote: Option<u32>,
-        out: &mut Sgl,
-    ) -> Result<(), DmaError> {
-        if self.mrs.contains_key(&key) {
-            let r = self.check(key, addr, len, need, pdn)?;
-            return if out.push(r) { Ok(()) } else { Err(DmaError::Spans { key }) };
+    pub(crate) fn check_sgl(&self, a: Ask, out: &mut Sgl) -> Result<(), DmaError> {
+        if self.mrs.contains_key(&a.key) {
+            let r = self.check(a.key, a.addr, a.len, a.need, a.pdn)?;
+            return if out.push(r) { Ok(()) } else { Err(DmaError::Spans { key: a.key }) };
         }
         let mut full = false;
-        self.walk(key, addr, len, need, pdn, remote, |r| {
+        self.walk(a, |r| {
             full = !out.push(r);
             !full
         })?;
         if full {
-            return Err(DmaError::Spans { key });
+            return Err(DmaError::Spans { key: a.key });
         }
         Ok(())
     }
 
-    /// Resolves `[addr, addr+len)` of window or indirect mkey `key` entry by entry,
-    /// handing each piece to `f` (which may stop the walk by returning false). `remote`:
-    /// the QP a remote request arrived at; `None` for a local access (an lkey).
-    #[allow(clippy::too_many_arguments)]
-    fn walk(
-        &self,
-        key: u32,
-        addr: u64,
-        len: u64,
-        need: u32,
-        pdn: u32,
-        remote: Option<u32>,
-        mut f: impl FnMut(Region) -> bool,
-    ) -> Result<(), DmaError> {
+    /// Resolves access `a` through its window or indirect mkey piece by piece, handing
+    /// each piece to `f` (which may stop the walk by returning false).
+    fn walk(&self, a: Ask, mut f: impl FnMut(Region) -> bool) -> Result<(), DmaError> {
+        let Ask { key, addr, len, need, pdn, remote } = a;
         let Some(mk) = self.mkeys.by_index(key).filter(|_| key >> 8 >= crate::mkey::INDEX_BASE) else {
             return Err(DmaError::UnknownKey { key });
         };

@@ -4,7 +4,7 @@
 //! packet wire.
 
 use crate::access;
-use crate::dma::{MrTable, Sgl, Src, SrcList};
+use crate::dma::{Ask, MrTable, Sgl, Src, SrcList};
 use crate::wire::opcode;
 use crate::wqe::{self, Piece, SendWqe};
 
@@ -44,7 +44,8 @@ pub(crate) fn local_side<'w>(
                     Ok(_) => local_err = true,
                     Err(crate::dma::DmaError::Spans { .. }) => {
                         // An indirect mkey's range across its KLM entries.
-                        local_err = !spanned_local(mrs, lkey, addr, len, need, pdn, gather, srcs, sink);
+                        let a = Ask { key: lkey, addr, len: u64::from(len), need, pdn, remote: None };
+                        local_err = !spanned_local(mrs, a, gather, srcs, sink);
                     }
                     Err(e) => {
                         local_err = true;
@@ -63,20 +64,9 @@ pub(crate) fn local_side<'w>(
 /// (its reason noted) or when the lists are full.
 #[cold]
 #[inline(never)]
-#[allow(clippy::too_many_arguments)]
-fn spanned_local(
-    mrs: &MrTable,
-    lkey: u32,
-    addr: u64,
-    len: u32,
-    need: u32,
-    pdn: u32,
-    gather: bool,
-    srcs: &mut SrcList<'_>,
-    sink: &mut Sgl,
-) -> bool {
+fn spanned_local(mrs: &MrTable, a: Ask, gather: bool, srcs: &mut SrcList<'_>, sink: &mut Sgl) -> bool {
     let mut pieces = Sgl::new();
-    if let Err(e) = mrs.check_sgl(lkey, addr, u64::from(len), need, pdn, None, &mut pieces) {
+    if let Err(e) = mrs.check_sgl(a, &mut pieces) {
         let op = if gather { "reading the gather list" } else { "writing the result" };
         crate::why::key(mrs, e, "lkey", op);
         return false;

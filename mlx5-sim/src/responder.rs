@@ -3,7 +3,7 @@
 //! receive CQE, and the NAK a failed check causes. [`Outcome`] is what the requester learns.
 
 use crate::completer::*;
-use crate::dma::{self, DmaError, MrTable, Region, Sgl, Src, MAX_SGL};
+use crate::dma::{self, Ask, DmaError, MrTable, Region, Sgl, Src, MAX_SGL};
 use crate::host::*;
 use crate::qp::{Qp, MAX_RQ_STRIDE};
 use crate::wire::{cqe_opcode, opcode, syndrome, Cqe64, CqeRepr, RecvDataSeg, DS_SIZE};
@@ -133,7 +133,15 @@ pub(crate) fn recv_sgl(mrs: &MrTable, entries: &[u8], pdn: u32) -> Option<Sgl> {
         match mrs.check(seg.lkey(), seg.addr(), l, access::LOCAL_WRITE, pdn) {
             Ok(reg) if sgl.push(reg) => {}
             Err(DmaError::Spans { .. }) => {
-                mrs.check_sgl(seg.lkey(), seg.addr(), l, access::LOCAL_WRITE, pdn, None, &mut sgl).ok()?;
+                let a = Ask {
+                    key: seg.lkey(),
+                    addr: seg.addr(),
+                    len: l,
+                    need: access::LOCAL_WRITE,
+                    pdn,
+                    remote: None,
+                };
+                mrs.check_sgl(a, &mut sgl).ok()?;
             }
             _ => return None,
         }
@@ -146,23 +154,20 @@ pub(crate) fn recv_sgl(mrs: &MrTable, entries: &[u8], pdn: u32) -> Option<Sgl> {
 /// ([`crate::dma::MrTable::check_sgl`]); else `e`.
 #[cold]
 #[inline(never)]
-#[allow(clippy::too_many_arguments)]
-fn spanned(
-    mrs: &MrTable,
-    e: DmaError,
-    rkey: u32,
-    raddr: u64,
-    len: u64,
-    need: u32,
-    pdn: u32,
-    qpn: u32,
-) -> Result<Box<Sgl>, DmaError> {
+fn spanned(mrs: &MrTable, e: DmaError, a: Ask) -> Result<Box<Sgl>, DmaError> {
     if !matches!(e, DmaError::Spans { .. }) {
         return Err(e);
     }
     let mut sgl = Box::new(Sgl::new());
-    mrs.check_sgl(rkey, raddr, len, need, pdn, Some(qpn), &mut sgl)?;
+    mrs.check_sgl(a, &mut sgl)?;
     Ok(sgl)
+}
+
+impl Ask {
+    /// Request `rq`'s rkey access of `len` bytes needing `need` at responder `tgt`.
+    fn remote(rq: &Request<'_, '_>, len: u64, need: u32, tgt: &Target) -> Ask {
+        Ask { key: rq.rkey, addr: rq.raddr, len, need, pdn: tgt.pdn, remote: Some(tgt.qpn) }
+    }
 }
 
 /// The responder of an RC or DC operation: an RC QP or a DCT.
@@ -298,7 +303,8 @@ pub(crate) fn respond_rdma(
             },
             Err(e) => {
                 let op = if write { "RDMA WRITE" } else { "RDMA READ" };
-                match spanned(&host.mrs, e, rq.rkey, rq.raddr, rq.len, need, pdn, dest_qpn) {
+                let a = Ask { key: rq.rkey, addr: rq.raddr, len: rq.len, need, pdn, remote: Some(dest_qpn) };
+                match spanned(&host.mrs, e, a) {
                     Ok(many) if write => {
                         dma::stream(rq.srcs, many.regions());
                     }
@@ -561,7 +567,7 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
                 let need = access::REMOTE_WRITE;
                 match rmrs.check_remote(rq.rkey, rq.raddr, len, need, tgt.pdn, tgt.qpn) {
                     Ok(d) => d,
-                    Err(e) => match spanned(rmrs, e, rq.rkey, rq.raddr, len, need, tgt.pdn, tgt.qpn) {
+                    Err(e) => match spanned(rmrs, e, Ask::remote(rq, len, need, &tgt)) {
                         Ok(m) => {
                             many = Some(m);
                             Region::EMPTY
@@ -657,7 +663,7 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
                     Ok(s) => {
                         dma::stream(&[Src::Mem(s)], sink.regions());
                     }
-                    Err(e) => match spanned(rmrs, e, rq.rkey, rq.raddr, len, need, tgt.pdn, tgt.qpn) {
+                    Err(e) => match spanned(rmrs, e, Ask::remote(rq, len, need, &tgt)) {
                         Ok(m) if len <= req_scatter => {
                             let mut data = Box::new([0u8; 64]);
                             dma::gather(&m.sources(), &mut data[..len as usize]);
