@@ -3,9 +3,8 @@
 //! the work request, the syndrome and the object of the failed check (the key, the MR
 //! and its range, the QP and the right it lacks), as the check saw it. MW_BIND_ERR is
 //! provoked here and in `tests/memory_windows.rs`; BAD_RESP_ERR by a faulty responder on
-//! the UDP wire (`tests/wire_bad_response.rs`). The one syndrome of spec §5.4 the
-//! simulator never writes (REMOTE_ABORTED_ERR: on-demand paging's page faults, not
-//! modelled) has its words checked in `mlx5-api/src/ring/explain.rs` alone.
+//! the UDP wire (`tests/wire_bad_response.rs`); REMOTE_ABORTED_ERR by an on-demand-paging
+//! page fault on an SRQ receive buffer. Every syndrome of spec §5.4 is provoked.
 mod common;
 use common::*;
 use mlx5::sim::ExecMode;
@@ -382,4 +381,55 @@ fn mw_bind_error_names_the_window_and_what_its_bind_lacked() {
             "invalidated before it is bound again",
         ],
     );
+}
+
+#[test]
+fn remote_aborted_is_an_odp_page_fault_on_an_srq_receive_then_the_send_lands() {
+    use mlx5::QpConfig;
+    let (_f, mut h) = cluster(2, Addressing::Ib, ExecMode::Deterministic);
+    let cfg = QpConfig { max_send_wr: 16, max_recv_wr: 16, max_inline_data: 64, ..QpConfig::default() };
+    let a = h[0].ctx.create_rc_qp(&h[0].pd, &h[0].cq, &h[0].cq, &cfg).unwrap();
+    let b = h[1].ctx.create_rc_qp_with_srq(&h[1].pd, &h[1].cq, &h[1].cq, &h[1].srq, &cfg).unwrap();
+    let p = ConnectParams { rnr_retry: 7, ..ConnectParams::default() };
+    a.activate(&ConnectParams { remote: Some(b.local_info().unwrap()), ..p.clone() }).unwrap();
+    b.activate(&ConnectParams { remote: Some(a.local_info().unwrap()), ..p }).unwrap();
+    // Two receive buffers on one page of an on-demand-paging MR that the NIC has not
+    // touched yet.
+    let odp = h[1].pd.alloc_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::ON_DEMAND).unwrap();
+    for e in [1, 2] {
+        h[1].srq.post_recv(e, &[odp.sge(0x1000 + 0x100 * (e as usize - 1), 256).unwrap()]).unwrap();
+    }
+    a.wqe_builder(9)
+        .unwrap()
+        .ctrl_send(WqeFlags::SIGNALED)
+        .unwrap()
+        .inline(b"paged in")
+        .unwrap()
+        .finish()
+        .unwrap();
+    // The requester's SEND succeeds, after an RNR NAK and its retry.
+    let s = h[0].poll_ticks(1, 1000);
+    assert_eq!((s[0].1, s[0].0.status.is_ok()), (9, true), "{s:?}");
+    let r = h[1].drain();
+    // First the abort of receive 1, explained; then the retried SEND in receive 2.
+    let (c, e) = r[0];
+    let vendor = match c.status {
+        mlx5::Status::Error(x) => x.vendor_err,
+        _ => 0,
+    };
+    assert_eq!((e, syndrome(&c), vendor), (1, Syndrome::RemoteAborted, 0x93), "{r:?}");
+    says(
+        &h[1].cq.explain(&c),
+        &[
+            "syndrome 0x22 REMOTE_ABORTED_ERR",
+            "vendor syndrome 0x93",
+            &format!("page 0x{:x} of lkey 0x{:x}", (odp.addr() + 0x1000) & !0xfff, odp.lkey()),
+            "post it again",
+        ],
+    );
+    assert_eq!((r[1].1, r[1].0.status.is_ok(), r[1].0.byte_len), (2, true, 8), "{r:?}");
+    let mut got = [0u8; 8];
+    odp.read(0x1100, &mut got).unwrap();
+    assert_eq!(&got, b"paged in");
+    assert_eq!(b.state(), mlx5::QpState::Rts, "an ODP abort is not a QP error");
 }

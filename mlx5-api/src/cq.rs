@@ -112,6 +112,14 @@ impl WcOpcode {
     }
 }
 
+/// An on-demand-paging page fault that aborted a receive
+/// (`MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR` with vendor syndrome 0x93: rdma-core's
+/// `is_odp_pfault_err`).
+#[cold]
+fn is_odp_abort(c: &Completion) -> bool {
+    matches!(c.status, Status::Error(e) if e.syndrome == crate::ring::Syndrome::RemoteAborted && e.vendor_err == 0x93)
+}
+
 /// A decoded completion, handed to the callback with the user's entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Completion {
@@ -795,8 +803,10 @@ impl<B: Backend, T> CqShared<B, T> {
             }
             if !ok {
                 // A receive error moves an RC QP to ERR; a UD QP or a
-                // DCT keeps receiving (see the simulator's README).
-                if wq.kind == QpKind::Rc {
+                // DCT keeps receiving (see the simulator's README). An
+                // on-demand-paging abort of an SRQ receive does not: the
+                // NIC only hands the WQE back.
+                if wq.kind == QpKind::Rc && !is_odp_abort(&c) {
                     wq.enter_error(false);
                 }
             } else if scattered.is_none() || op_own & 0x0c == 0x08 {

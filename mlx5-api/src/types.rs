@@ -21,6 +21,11 @@ bitflags::bitflags! {
         const REMOTE_ATOMIC = 8;
         /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND`).
         const MW_BIND = 0x10;
+        /// On-demand paging (`IBV_ACCESS_ON_DEMAND`): the NIC faults pages in on
+        /// first use. A fault on an SRQ receive buffer hands the receive back as an
+        /// error completion (REMOTE_ABORTED, vendor syndrome 0x93) to post again;
+        /// the SEND is retried and lands in the next receive.
+        const ON_DEMAND = 0x40;
     }
 }
 

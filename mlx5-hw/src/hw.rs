@@ -1130,7 +1130,7 @@ impl Backend for Hw {
         access: AccessFlags,
     ) -> Result<(HwMr, u32, u32)> {
         let c = &ctx.inner;
-        let flags = (access.bits() & 0x1f) as c_int; // with IBV_ACCESS_MW_BIND
+        let flags = (access.bits() & 0x5f) as c_int; // with MW_BIND and ON_DEMAND
                                                      // SAFETY: a live PD; the memory outlives the MR (caller contract).
         let mr = non_null("ibv_reg_mr", unsafe { (c.rdma.reg_mr)(pd.pd, addr as *mut c_void, len, flags) })?;
         let mr = HwMr { ctx: c.clone(), mr };

@@ -21,6 +21,9 @@ pub(crate) fn vendor_syndrome(s: u8) -> u8 {
         syndrome::REMOTE_OP_ERR => 0x89,
         syndrome::TRANSPORT_RETRY_EXC_ERR => 0x81,
         syndrome::RNR_RETRY_EXC_ERR => 0x82,
+        // The one abort the model makes: an on-demand-paging page fault
+        // (`MLX5_CQE_VENDOR_SYNDROME_ODP_PFAULT`).
+        syndrome::REMOTE_ABORTED_ERR => 0x93,
         _ => 0x00,
     }
 }

@@ -145,6 +145,9 @@ pub(crate) struct MrTable {
     /// Memory windows and indirect mkeys ([`crate::mkey`]): looked up when no MR has the
     /// key.
     pub(crate) mkeys: crate::mkey::Mkeys,
+    /// On-demand-paging MRs (`access::ON_DEMAND`): the 4 KiB pages the NIC has touched
+    /// ([`MrTable::odp_fault`]), by key.
+    odp: std::collections::HashMap<u32, std::collections::HashSet<u64>>,
 }
 
 impl Default for MrTable {
@@ -156,7 +159,11 @@ impl Default for MrTable {
 impl MrTable {
     /// An empty table for keys counted from `base`.
     pub(crate) fn new(base: u32) -> Self {
-        MrTable { mrs: crate::idmap::DirectMap::new(base), mkeys: crate::mkey::Mkeys::default() }
+        MrTable {
+            mrs: crate::idmap::DirectMap::new(base),
+            mkeys: crate::mkey::Mkeys::default(),
+            odp: Default::default(),
+        }
     }
 
     /// The key a new MR gets: the first at or after `from` that the table can hold
@@ -166,11 +173,36 @@ impl MrTable {
     }
 
     pub(crate) fn insert(&mut self, key: u32, mr: Mr) {
+        if mr.access & access::ON_DEMAND != 0 {
+            self.odp.insert(key, Default::default());
+        } else {
+            self.odp.remove(&key);
+        }
         self.mrs.insert(key, mr);
     }
 
     pub(crate) fn remove(&mut self, key: u32) -> Option<Mr> {
+        self.odp.remove(&key);
         self.mrs.remove(&key)
+    }
+
+    /// Whether any MR is an on-demand-paging one.
+    #[inline]
+    pub(crate) fn has_odp(&self) -> bool {
+        !self.odp.is_empty()
+    }
+
+    /// The NIC touches `[addr, addr+len)` of the MR of `key`: when it is an
+    /// on-demand-paging MR with a page of that range not yet in the NIC's page table, a
+    /// page fault, which brings every page of the range in. The first such page, if
+    /// there was a fault.
+    #[cold]
+    pub(crate) fn odp_fault(&mut self, key: u32, addr: u64, len: u64) -> Option<u64> {
+        let pages = self.odp.get_mut(&key)?;
+        let (first, last) = (addr / 4096, (addr + len.max(1) - 1) / 4096);
+        let missing = (first..=last).find(|p| !pages.contains(p))?;
+        pages.extend(first..=last);
+        Some(missing * 4096)
     }
 
     /// MRs registered.

@@ -918,7 +918,7 @@ impl Nic {
         if len == 0 || addr.checked_add(len).is_none() || addr == 0 {
             return bad("MR range must be non-empty, non-null and not wrap");
         }
-        if access & !0x1f != 0 || !dma::valid_mr_access(access) {
+        if access & !0x5f != 0 || !dma::valid_mr_access(access) {
             return bad("MR access: unknown bits, or remote write/atomic without local write");
         }
         let local = host.mrs.next_key(host.next_key);
@@ -960,7 +960,7 @@ impl Nic {
             Some(SimError::NoSuchPd(mr.pdn))
         } else if mr.len == 0 || mr.addr.checked_add(mr.len).is_none() || mr.addr == 0 {
             Some(SimError::InvalidArgument { what: "MR range must be non-empty, non-null and not wrap" })
-        } else if mr.access & !0x1f != 0 || !dma::valid_mr_access(mr.access) {
+        } else if mr.access & !0x5f != 0 || !dma::valid_mr_access(mr.access) {
             Some(SimError::InvalidArgument {
                 what: "MR access: unknown bits, or remote write/atomic without local write",
             })

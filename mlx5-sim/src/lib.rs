@@ -279,6 +279,9 @@ pub mod access {
     pub const REMOTE_ATOMIC: u32 = 8;
     /// Memory windows may be bound to the MR (`IBV_ACCESS_MW_BIND`).
     pub const MW_BIND: u32 = 0x10;
+    /// On-demand paging (`IBV_ACCESS_ON_DEMAND`): the MR's pages are not in the NIC's
+    /// page table until it first touches them ([`crate::dma::MrTable::odp_fault`]).
+    pub const ON_DEMAND: u32 = 0x40;
 
     /// The names of the bits of `bits` ("REMOTE_WRITE and REMOTE_READ").
     pub fn names(bits: u32) -> String {
@@ -288,6 +291,7 @@ pub mod access {
             (REMOTE_READ, "REMOTE_READ"),
             (REMOTE_ATOMIC, "REMOTE_ATOMIC"),
             (MW_BIND, "MW_BIND"),
+            (ON_DEMAND, "ON_DEMAND"),
         ];
         let v: Vec<&str> = all.iter().filter(|(b, _)| bits & b != 0).map(|(_, n)| *n).collect();
         if v.is_empty() {

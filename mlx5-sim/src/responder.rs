@@ -607,6 +607,13 @@ fn carry_out(host: &mut Host, endian: AtomicEndianness, tgt: Target, rq: &Reques
                 }
                 Some(_) => None,
             };
+            if resp_err.is_none() && matches!(tgt.recv, RecvQ::Srq(_)) && host.mrs.has_odp() {
+                // A page fault on the receive buffer aborts the SRQ WQE (the NIC hands
+                // it back) and the SEND is retried after an RNR NAK.
+                if odp_aborted(host, &tgt, counter, &rbuf[from..to]) {
+                    return Outcome::Rnr;
+                }
+            }
             if resp_err.is_none() && op == opcode::SEND_INVAL {
                 resp_err = invalidation_refused(host, &tgt, u32::from_be_bytes(rq.imm), counter);
             }
@@ -775,6 +782,51 @@ fn write_imm_refused(host: &mut Host, tgt: &Target, counter: u16, e: DmaError) {
     consume_recv(host, tgt.recv);
     let fatal = tgt.err_on_nak.then_some(tgt.qpn);
     push_cqe(host, tgt.cqn, &cqe, fatal);
+}
+
+/// A SEND arrived at `tgt`, whose receive comes from an SRQ, its WQE `counter` with
+/// scatter entries `entries`: when an entry lies on an on-demand-paging page the NIC has
+/// not touched yet, the page faults in and the WQE is aborted: REMOTE_ABORTED_ERR with
+/// vendor syndrome 0x93 (`MLX5_CQE_VENDOR_SYNDROME_ODP_PFAULT`), the WQE consumed, the QP
+/// left as it is. libmlx5 posts such a WQE again itself (`mlx5_complete_odp_fault`); the
+/// requester is sent an RNR NAK, and its retry finds the page in [model of mlx5's ODP on
+/// SRQs: the page fault is resolved before the retry]. True when aborted.
+#[cold]
+#[inline(never)]
+fn odp_aborted(host: &mut Host, tgt: &Target, counter: u16, entries: &[u8]) -> bool {
+    let mut fault = None;
+    for e in entries.chunks_exact(DS_SIZE) {
+        let seg = RecvDataSeg::new_unchecked(e);
+        if seg.is_terminator() {
+            break;
+        }
+        let l = u64::from(seg.byte_count() & 0x7fff_ffff);
+        if l == 0 {
+            continue;
+        }
+        if let Some(page) = host.mrs.odp_fault(seg.lkey(), seg.addr(), l) {
+            fault.get_or_insert((seg.lkey(), page));
+        }
+    }
+    let Some((lkey, page)) = fault else { return false };
+    let srqn = match tgt.recv {
+        RecvQ::Srq(n) => n,
+        RecvQ::Rq(_) => 0,
+    };
+    host.why.keep(
+        tgt.report_qpn,
+        counter,
+        format!(
+            "an on-demand-paging page fault: receive WQE {counter} of SRQ 0x{srqn:x} names page 0x{page:x} of lkey \
+             0x{lkey:x}, not yet in the NIC's page table; the page is brought in, the SEND retried after an RNR NAK, \
+             and the WQE is handed back (post it again, as libmlx5 does)"
+        ),
+    );
+    let cqe =
+        err_cqe(cqe_opcode::RESP_ERR, syndrome::REMOTE_ABORTED_ERR, tgt.uidx, 0, tgt.report_qpn, counter);
+    consume_recv(host, tgt.recv);
+    push_cqe(host, tgt.cqn, &cqe, None);
+    true
 }
 
 /// A SEND with invalidate naming `rkey` arrived at `tgt`, its receive WQE `counter`
