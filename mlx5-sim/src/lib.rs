@@ -280,7 +280,8 @@ pub mod access {
     /// Memory windows may be bound to the MR (`IBV_ACCESS_MW_BIND`).
     pub const MW_BIND: u32 = 0x10;
     /// On-demand paging (`IBV_ACCESS_ON_DEMAND`): the MR's pages are not in the NIC's
-    /// page table until it first touches them ([`crate::dma::MrTable::odp_fault`]).
+    /// page table until an SRQ receive first uses them, which faults them in
+    /// (`MrTable::odp_fault`; docs/mlx5-wire-format.md §3.7).
     pub const ON_DEMAND: u32 = 0x40;
 
     /// The names of the bits of `bits` ("REMOTE_WRITE and REMOTE_READ").
