@@ -280,7 +280,7 @@ fn binds_the_nic_would_refuse_are_typed_errors() {
     ));
     assert_eq!(mw1.bind_zero_based(&bindable_ro, 0, 64, r).unwrap_err(), m(MkeyMisuse::ZeroBasedType1));
     assert_eq!(mw.rkey(), key, "a refused bind leaves the key");
-    assert!(p.b.pd.alloc_mw(MkeyKind::Indirect { max_entries: 4 }).is_err());
+    assert!(p.b.pd.alloc_mw(MkeyKind::Indirect { max_entries: 4, remote_invalidate: false }).is_err());
     let mk = p.b.pd.create_indirect_mkey(2).unwrap();
     assert_eq!(mk.max_entries(), 4);
     let sges = vec![p.b.mr.sge(0, 8).unwrap(); 5];
@@ -641,4 +641,60 @@ fn an_interleaved_mkey_repeats_its_entries_at_their_strides() {
     // Its length is 96 bytes.
     write(&p.a.qp, 3, p.a.mr.sge(0, 2).unwrap(), 95, mk.key());
     assert!(remote_access_error(&mut p).contains("indirect mkey"));
+}
+
+/// B's indirect mkey over its region's first 64 bytes, listed.
+fn listed(p: &mut Pair, remote_invalidate: bool) -> mlx5::IndirectMkey<Sim> {
+    let mk = if remote_invalidate {
+        p.b.pd.create_indirect_mkey_remote_invalidate(1).unwrap()
+    } else {
+        p.b.pd.create_indirect_mkey(1).unwrap()
+    };
+    let sge = [p.b.mr.sge(0x100, 64).unwrap()];
+    p.b.qp.wqe_builder(30).unwrap().mr_list(S, &mk, AccessFlags::ALL, &sge).unwrap().finish().unwrap();
+    assert_eq!(p.b.drain()[0].0.status, Status::Success);
+    mk
+}
+
+#[test]
+fn an_mkey_created_for_remote_invalidation_is_freed_by_a_send_with_invalidate() {
+    let mut p = pair();
+    let mk = listed(&mut p, true);
+    p.b.qp.post_recv(50, &[p.b.mr.sge(0x8000, 64).unwrap()]).unwrap();
+    let b = p.a.qp.wqe_builder(1).unwrap().ctrl_send_inv(S, mk.key()).unwrap();
+    b.sge(p.a.mr.sge(0, 8).unwrap()).unwrap().finish().unwrap();
+    assert_eq!(one_status(&mut p), Status::Success);
+    assert_eq!(p.b.drain()[0].0.invalidated_rkey, Some(mk.key()));
+    write(&p.a.qp, 2, p.a.mr.sge(0, 8).unwrap(), 0, mk.key());
+    let why = remote_access_error(&mut p);
+    assert!(why.contains("indirect mkey") && why.contains("SEND with invalidate"), "{why}");
+    // One not created for it: an invalid request, nothing invalidated.
+    let mut p = pair();
+    let mk = listed(&mut p, false);
+    p.b.qp.post_recv(50, &[p.b.mr.sge(0x8000, 64).unwrap()]).unwrap();
+    let b = p.a.qp.wqe_builder(1).unwrap().ctrl_send_inv(S, mk.key()).unwrap();
+    b.sge(p.a.mr.sge(0, 8).unwrap()).unwrap().finish().unwrap();
+    let c = p.a.drain();
+    assert_eq!(c[0].0.status.syndrome(), Some(Syndrome::RemoteInvalidRequest), "{c:?}");
+    assert!(p.a.cq.explain(&c[0].0).contains("created for remote invalidation"));
+}
+
+#[test]
+fn local_inv_frees_an_indirect_mkey_and_not_a_type_1_window() {
+    let mut p = pair();
+    let mk = listed(&mut p, false);
+    p.b.qp.wqe_builder(31).unwrap().local_inv(S, mk.key()).unwrap().finish().unwrap();
+    assert_eq!(p.b.drain()[0].0.status, Status::Success);
+    write(&p.a.qp, 1, p.a.mr.sge(0, 8).unwrap(), 0, mk.key());
+    let why = remote_access_error(&mut p);
+    assert!(why.contains("not bound") && why.contains("UMR"), "{why}");
+    // A type-1 window is unbound by a bind of length 0: LOCAL_INV is refused.
+    let mut p = pair();
+    let mr = bindable(&p);
+    let mw = p.b.pd.alloc_mw(MkeyKind::Window1).unwrap();
+    bind(&mut p, &mw, &mr, 0, 64, AccessFlags::REMOTE_READ);
+    p.b.qp.wqe_builder(32).unwrap().local_inv(S, mw.rkey()).unwrap().finish().unwrap();
+    let c = p.b.drain();
+    assert_eq!(c[0].0.status.syndrome(), Some(Syndrome::MwBind), "{c:?}");
+    assert!(p.b.cq.explain(&c[0].0).contains("bind of length 0"));
 }

@@ -431,7 +431,16 @@ impl<B: Backend> ProtectionDomain<B> {
     /// Create an indirect mkey for up to `max_entries` KLM entries (rounded
     /// up to a multiple of 4, as rdma-core does), free until an `mr_list`.
     pub fn create_indirect_mkey(&self, max_entries: u32) -> Result<crate::mkey::IndirectMkey<B>> {
-        crate::mkey::IndirectMkey::create(self.inner.clone(), max_entries)
+        crate::mkey::IndirectMkey::create(self.inner.clone(), max_entries, false)
+    }
+
+    /// [`ProtectionDomain::create_indirect_mkey`] that a peer's SEND with
+    /// invalidate may free (`MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE`).
+    pub fn create_indirect_mkey_remote_invalidate(
+        &self,
+        max_entries: u32,
+    ) -> Result<crate::mkey::IndirectMkey<B>> {
+        crate::mkey::IndirectMkey::create(self.inner.clone(), max_entries, true)
     }
 
     /// Allocate `len` zeroed, page-aligned bytes and register them.

@@ -196,10 +196,10 @@ impl<B: Backend> std::fmt::Debug for IndirectMkey<B> {
 }
 
 impl<B: Backend> IndirectMkey<B> {
-    pub(crate) fn create(pd: Rc<PdInner<B>>, max_entries: u32) -> Result<Self> {
+    pub(crate) fn create(pd: Rc<PdInner<B>>, max_entries: u32, remote_invalidate: bool) -> Result<Self> {
         // rdma-core rounds the list up to four entries (`num_desc`).
         let max_entries = max_entries.max(1).div_ceil(4) * 4;
-        let key = B::alloc_mkey(&pd.ctx.raw, &pd.raw, MkeyKind::Indirect { max_entries })?;
+        let key = B::alloc_mkey(&pd.ctx.raw, &pd.raw, MkeyKind::Indirect { max_entries, remote_invalidate })?;
         Ok(IndirectMkey { key, max_entries, pd })
     }
 

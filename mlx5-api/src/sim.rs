@@ -295,7 +295,9 @@ impl Backend for Sim {
         let k = match kind {
             crate::MkeyKind::Window1 => model::MkeyKind::Mw1,
             crate::MkeyKind::Window2 => model::MkeyKind::Mw2,
-            crate::MkeyKind::Indirect { max_entries } => model::MkeyKind::Indirect { max_entries },
+            crate::MkeyKind::Indirect { max_entries, remote_invalidate } => {
+                model::MkeyKind::Indirect { max_entries, remote_invalidate }
+            }
         };
         ctx.nic.alloc_mkey(pd.pdn, k).map_err(sim_err("alloc_mkey"))
     }

@@ -52,6 +52,9 @@ pub enum MkeyKind {
     Indirect {
         /// Most entries one `mr_list` may give it.
         max_entries: u32,
+        /// A peer's SEND with invalidate may free it
+        /// (`MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE`).
+        remote_invalidate: bool,
     },
 }
 

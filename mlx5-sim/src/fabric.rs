@@ -992,7 +992,7 @@ impl Nic {
         if !host.pds.contains(&pdn) {
             return Err(SimError::NoSuchPd(pdn));
         }
-        if let MkeyKind::Indirect { max_entries } = kind {
+        if let MkeyKind::Indirect { max_entries, .. } = kind {
             if !(1..=65536).contains(&max_entries) {
                 return bad("an indirect mkey holds 1 to 65536 KLM entries");
             }

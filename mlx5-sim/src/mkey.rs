@@ -33,6 +33,9 @@ pub enum MkeyKind {
     Indirect {
         /// Most KLM entries a UMR may give it.
         max_entries: u32,
+        /// A peer's SEND with invalidate may free it (`en_rinval`,
+        /// `MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE`).
+        remote_invalidate: bool,
     },
 }
 

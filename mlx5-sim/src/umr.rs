@@ -164,14 +164,22 @@ pub(crate) fn execute(host: &mut crate::host::Host, qpn: u32, pdn: u32, u: &Umr)
     let qpn_field = u.qpn_mkey >> 8;
     if u.free {
         // Invalidation: LOCAL_INV (type 2, CHECK_QPN), a type-1 bind of length 0.
+        if u.flags & flag::CHECK_QPN != 0 && kind == MkeyKind::Mw1 {
+            return refuse(|| {
+                format!(
+                    "LOCAL_INV of type-1 window 0x{key:x}: a type-1 window is unbound by a bind of length 0"
+                )
+            });
+        }
         if u.flags & flag::CHECK_QPN != 0 {
-            let bound = mk.bound.as_ref().and_then(|b| b.qpn);
-            if bound != Some(qpn) {
-                return refuse(|| match bound {
-                    Some(b) => format!(
-                        "LOCAL_INV of {noun} 0x{key:x} on QP 0x{qpn:x}: the window is bound to QP 0x{b:x}"
-                    ),
-                    None => format!("LOCAL_INV of {noun} 0x{key:x} on QP 0x{qpn:x}: the window is not bound"),
+            // A type-2 window must be bound to this QP; an mkey (bound to any QP) bound.
+            let bound = mk.bound.as_ref().map(|b| b.qpn);
+            if bound.is_none() || bound.is_some_and(|b| b.is_some_and(|b| b != qpn)) {
+                return refuse(|| match bound.flatten() {
+                    Some(b) => {
+                        format!("LOCAL_INV of {noun} 0x{key:x} on QP 0x{qpn:x}: it is bound to QP 0x{b:x}")
+                    }
+                    None => format!("LOCAL_INV of {noun} 0x{key:x} on QP 0x{qpn:x}: it is not bound"),
                 });
             }
         }
@@ -271,7 +279,7 @@ pub(crate) fn execute(host: &mut crate::host::Host, qpn: u32, pdn: u32, u: &Umr)
                 });
             }
         }
-        MkeyKind::Indirect { max_entries } => {
+        MkeyKind::Indirect { max_entries, .. } => {
             let n = match &u.layout {
                 Layout::List(k) => k.len(),
                 Layout::Repeat(r) => r.ents.len(),
@@ -315,22 +323,25 @@ pub(crate) fn remote_invalidate(
         ));
     };
     let noun = mk.kind.noun();
-    if mk.kind != MkeyKind::Mw2 {
-        return Err(format!("the SEND with invalidate names the {noun} 0x{rkey:x}: only a type-2 window is invalidated remotely"));
+    let by_mkey = matches!(mk.kind, MkeyKind::Indirect { remote_invalidate: true, .. });
+    if mk.kind != MkeyKind::Mw2 && !by_mkey {
+        return Err(format!(
+            "the SEND with invalidate names the {noun} 0x{rkey:x}: only a type-2 window, or an mkey created for \
+             remote invalidation, is invalidated remotely"
+        ));
     }
     if mk.variant != rkey as u8 {
         return Err(format!(
-            "the SEND with invalidate names rkey 0x{rkey:x}, a stale key of window 0x{:x}",
+            "the SEND with invalidate names rkey 0x{rkey:x}, a stale key of {noun} 0x{:x}",
             mk.key(rkey)
         ));
     }
     match mk.bound.as_ref().map(|b| b.qpn) {
-        None => Err(format!("the SEND with invalidate names window 0x{rkey:x}, which is not bound")),
-        Some(b) if b != Some(qpn) => Err(format!(
-            "the SEND with invalidate names window 0x{rkey:x}, bound to QP 0x{:x}; it arrived at QP 0x{qpn:x}",
-            b.unwrap_or(0)
+        None => Err(format!("the SEND with invalidate names {noun} 0x{rkey:x}, which is not bound")),
+        Some(Some(b)) if b != qpn => Err(format!(
+            "the SEND with invalidate names window 0x{rkey:x}, bound to QP 0x{b:x}; it arrived at QP 0x{qpn:x}"
         )),
-        Some(_) if mk.pdn != pdn => Err(format!("window 0x{rkey:x} is in another PD than QP 0x{qpn:x}")),
+        Some(_) if mk.pdn != pdn => Err(format!("the {noun} 0x{rkey:x} is in another PD than QP 0x{qpn:x}")),
         Some(_) => Ok(()),
     }
 }

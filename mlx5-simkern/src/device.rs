@@ -304,7 +304,8 @@ pub unsafe extern "C" fn mlx5sk_alloc_mw(dev: c_int, pdn: u32, kind: u32, key: *
 }
 
 /// DEVX CREATE_MKEY of an indirect mkey of up to `max_entries` KLM entries in
-/// PD `pdn`: its key (variant 0) in `*key`.
+/// PD `pdn` (`remote_invalidate`: its `en_rinval` bit): its key (variant 0) in
+/// `*key`.
 ///
 /// # Safety
 /// `key` is writable.
@@ -313,11 +314,13 @@ pub unsafe extern "C" fn mlx5sk_alloc_indirect_mkey(
     dev: c_int,
     pdn: u32,
     max_entries: u32,
+    remote_invalidate: c_int,
     key: *mut u32,
 ) -> c_int {
+    let kind = mlx5_sim::MkeyKind::Indirect { max_entries, remote_invalidate: remote_invalidate != 0 };
     match nic(dev) {
         // SAFETY: caller contract.
-        Ok(n) => unsafe { give(n.alloc_mkey(pdn, mlx5_sim::MkeyKind::Indirect { max_entries }), key) },
+        Ok(n) => unsafe { give(n.alloc_mkey(pdn, kind), key) },
         Err(e) => e,
     }
 }

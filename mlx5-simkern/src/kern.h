@@ -77,7 +77,8 @@ extern int mlx5sk_reg_mr(int dev, uint32_t pdn, uint64_t addr, uint64_t len, uin
 extern int mlx5sk_dereg_mr(int dev, uint32_t key);
 extern int mlx5sk_alloc_mw(int dev, uint32_t pdn, uint32_t type, uint32_t *key);
 extern int mlx5sk_dealloc_mw(int dev, uint32_t key);
-extern int mlx5sk_alloc_indirect_mkey(int dev, uint32_t pdn, uint32_t max_entries, uint32_t *key);
+extern int mlx5sk_alloc_indirect_mkey(int dev, uint32_t pdn, uint32_t max_entries, int remote_invalidate,
+				      uint32_t *key);
 extern int mlx5sk_create_cq(int dev, uint32_t cqe_cnt, uint32_t cqe_size, uint64_t buf, uint64_t db, uint32_t comp,
 			    uint32_t channel, uint32_t *cqn);
 extern int mlx5sk_create_channel(int dev, uint32_t *id);

@@ -348,12 +348,13 @@ int sk_devx_obj(struct ctx *c, struct ib_uverbs_ioctl_hdr *h)
 	if (mode != 2 /* KLMS */ || !((w0 >> 15) & 1) /* umr_en */ || !((w0 >> 30) & 1) /* free */)
 		return -EOPNOTSUPP;
 	uint32_t pdn = be32_at(mkc + 12) & 0xffffff;
+	int en_rinval = (be32_at(mkc + 12) >> 24) & 1; /* DW3 bit 24 */
 	uint32_t entries = be32_at(mkc + 52);
 	int h_new = obj_new(c, OBJ_DEVX_MKEY);
 	if (h_new < 0)
 		return h_new;
 	uint32_t key;
-	int r = mlx5sk_alloc_indirect_mkey(c->dev, pdn, entries, &key);
+	int r = mlx5sk_alloc_indirect_mkey(c->dev, pdn, entries, en_rinval, &key);
 	if (r) {
 		c->objs[h_new].type = OBJ_FREE;
 		return r;

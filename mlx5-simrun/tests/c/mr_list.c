@@ -5,9 +5,10 @@
  * gives it three pieces of B's memory (mlx5dv_wr_mr_list); A WRITEs 300 bytes
  * through it from its offset 0 and READs 60 of them back across two pieces.
  *
- * Then a second mkey gets an interleaved layout (mlx5dv_wr_mr_interleaved:
- * 16 bytes every 64, then 8 every 16, 4 times) and A's 96-byte WRITE through
- * it lands at those strides.
+ * Then a second mkey, created for remote invalidation, gets an interleaved
+ * layout (mlx5dv_wr_mr_interleaved: 16 bytes every 64, then 8 every 16, 4
+ * times) and A's 96-byte WRITE through it lands at those strides; A's SEND
+ * with invalidate of it frees it, and A's next WRITE through it is refused.
  *
  * The UMR WQEs libmlx5 wrote are printed as they lie in the ring, with what
  * they were built from, for tests/verbs.rs to compare with our builder:
@@ -67,7 +68,7 @@ int main(void)
 		.qp_type = IBV_QPT_RC,
 		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 		.pd = pd,
-		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ,
+		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND_WITH_INV,
 	};
 	struct ibv_qp *a = ibv_create_qp_ex(ctx, &qa);
 	CHECK(a, "create A: %s", strerror(errno));
@@ -143,7 +144,12 @@ int main(void)
 	/* An interleaved mkey: 16 bytes every 64 from 0x1000, then 8 every 16 from
 	 * 0x2800, 4 repetitions (96 bytes). The UMR is B's second WQE: the first
 	 * took WQEBBs 0 to 2. */
-	struct mlx5dv_mkey *mk2 = mlx5dv_create_mkey(&mi);
+	struct mlx5dv_mkey_init_attr mi2 = {
+		.pd = pd,
+		.create_flags = MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT | MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE,
+		.max_entries = 3
+	};
+	struct mlx5dv_mkey *mk2 = mlx5dv_create_mkey(&mi2);
 	CHECK(mk2, "mlx5dv_create_mkey: %s", strerror(errno));
 	memset(bbuf, 0, BUF);
 	struct mlx5dv_mr_interleaved il[2] = {
@@ -178,6 +184,33 @@ int main(void)
 		CHECK(!memcmp(bbuf + 0x2800 + 16 * r, abuf + 24 * r + 16, 8), "repetition %d, entry 1", r);
 		CHECK(bbuf[0x1000 + 64 * r + 16] == 0, "a skipped byte was written");
 	}
+	/* A's SEND with invalidate of the interleaved mkey (created for remote
+	 * invalidation) frees it; A's next WRITE through it is refused. */
+	struct ibv_sge rs = { (uintptr_t)bbuf + 0x3800, 64, bmr->lkey };
+	struct ibv_recv_wr rw = { .wr_id = 40, .sg_list = &rs, .num_sge = 1 }, *bad;
+	CHECK(!ibv_post_recv(b, &rw, &bad), "post_recv");
+	ibv_wr_start(ax);
+	ax->wr_id = 6;
+	ax->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send_inv(ax, mk2->rkey);
+	ibv_wr_set_sge(ax, amr->lkey, (uintptr_t)abuf, 8);
+	CHECK(!ibv_wr_complete(ax), "send_inv");
+	struct ibv_wc w1 = wait_one(), w2 = wait_one();
+	struct ibv_wc *rcv = w1.wr_id == 40 ? &w1 : &w2;
+	CHECK(w1.status == IBV_WC_SUCCESS && w2.status == IBV_WC_SUCCESS, "send_inv: %s %s",
+	      ibv_wc_status_str(w1.status), ibv_wc_status_str(w2.status));
+	CHECK((rcv->wc_flags & IBV_WC_WITH_INV) && rcv->invalidated_rkey == mk2->rkey, "invalidated rkey %#x",
+	      rcv->invalidated_rkey);
+	memset(bbuf + 0x1000, 0, 16);
+	ibv_wr_start(ax);
+	ax->wr_id = 7;
+	ax->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(ax, mk2->rkey, 0);
+	ibv_wr_set_sge(ax, amr->lkey, (uintptr_t)abuf, 16);
+	CHECK(!ibv_wr_complete(ax), "write");
+	wc = wait_one();
+	CHECK(wc.wr_id == 7 && wc.status == IBV_WC_REM_ACCESS_ERR, "after invalidation: %s", ibv_wc_status_str(wc.status));
+	CHECK(bbuf[0x1000] == 0, "the invalidated mkey was written");
 	CHECK(!mlx5dv_destroy_mkey(mk2), "mlx5dv_destroy_mkey");
 	printf("all right\n");
 	return 0;
