@@ -296,10 +296,16 @@ fn execute(st: &mut FabricState, h: usize, end: &WireEnd, me: &Me, p: &Parsed<'_
     // check fails (its NAK comes from `respond`) allocates nothing, whatever its RETH
     // claims.
     let host = &st.hosts[h];
+    // (The rkey's remote check: a memory window or an indirect mkey too, one across
+    // several entries included.)
     let readable = read_like
         && host.qps.get(&me.qpn).is_some_and(|q| {
             let need = if wop == opcode::RDMA_READ { access::REMOTE_READ } else { access::REMOTE_ATOMIC };
-            len == 0 || host.mrs.check(rkey, raddr, len, need, q.pdn).is_ok()
+            len == 0
+                || matches!(
+                    host.mrs.check_remote(rkey, raddr, len, need, q.pdn, me.qpn),
+                    Ok(_) | Err(crate::dma::DmaError::Spans { .. })
+                )
         });
     let mut result = if readable { vec![0u8; len as usize] } else { Vec::new() };
     let mut sink = Sgl::new();
