@@ -338,6 +338,9 @@ int sk_devx_obj(struct ctx *c, struct ib_uverbs_ioctl_hdr *h)
 		return -EOPNOTSUPP;
 	if (!handle || !cmd_in || !cmd_out || cmd_in->len < 16 + 64 || cmd_out->len < 16)
 		return -EINVAL;
+	/* The kernel copies them in and out: a range that is not mapped is EFAULT. */
+	if (!sk_mapped(cmd_in->data, cmd_in->len) || !sk_mapped(cmd_out->data, cmd_out->len))
+		return -EFAULT;
 	const uint8_t *in = (const uint8_t *)(uintptr_t)cmd_in->data;
 	uint8_t *out = (uint8_t *)(uintptr_t)cmd_out->data;
 	if ((be32_at(in) >> 16) != 0x200) /* MLX5_CMD_OP_CREATE_MKEY */
