@@ -8,15 +8,17 @@
 //! own: the two sides are processes (the registry sends a QPN's packets to the process
 //! that owns it).
 
+mod wire_common;
+use wire_common::{join_wire, next};
+
 use std::io::{BufRead, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mlx5::sim::registry::{Endpoint, Kind, Registry};
-use mlx5::sim::{wire_noise, ExecMode, Fabric, FabricConfig, HostConfig};
+use mlx5::sim::wire_noise;
 use mlx5::{AccessFlags, ConnectParams, RemoteQpInfo, Sge, Syndrome, WqeFlags};
 
 const READ_REQUEST: u8 = 0x0c;
@@ -71,29 +73,10 @@ fn responder(dir: &Path) {
     std::process::exit(0);
 }
 
-/// The one completion of `cq` (10 s at most).
-fn one(cq: &mlx5::CompletionQueue<mlx5::sim::Sim, u64>) -> mlx5::Completion {
-    let t0 = Instant::now();
-    loop {
-        let mut got = None;
-        cq.poll_with(1, |c, _| got = Some(c));
-        if let Some(c) = got {
-            return c;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(10), "no completion in 10 s");
-        std::thread::sleep(Duration::from_micros(100));
-    }
-}
-
 fn bad_responses_end_their_requests() {
     let dir: PathBuf = std::env::temp_dir().join(format!("mlx5-wire-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let fabric = Fabric::new(FabricConfig { mode: ExecMode::Threaded, ..FabricConfig::default() });
-    let nic = fabric.add_host(HostConfig::infiniband("mlx5_0", 1));
-    let registry = Registry::open(&Registry::path_in(&dir, "mlx5_0")).expect("open the registry");
-    nic.open_wire(Arc::new(registry)).expect("join the UDP wire");
-    let dev = mlx5::sim::devices(&fabric).remove(0);
-    let ctx = dev.open().unwrap();
+    let (_fabric, ctx) = join_wire(&dir);
     let port = ctx.query_port(1).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let (cq1, cq2) = (ctx.create_cq(64, |_, _: u64| {}).unwrap(), ctx.create_cq(64, |_, _: u64| {}).unwrap());
@@ -125,7 +108,7 @@ fn bad_responses_end_their_requests() {
     mr.write(0, &[0x5a; 64]).unwrap();
     let b = qp1.wqe_builder(7).unwrap().ctrl_rdma_read(WqeFlags::SIGNALED).unwrap();
     b.rdma(0x1000, 0x1234).unwrap().sge(Sge::new(mr.addr(), 64, mr.lkey())).unwrap().finish().unwrap();
-    let read = one(&cq1);
+    let read = next(&cq1).0;
     let b = qp2.wqe_builder(8).unwrap().ctrl_rdma_write(WqeFlags::SIGNALED).unwrap();
     b.rdma(0x1000, 0x1234)
         .unwrap()
@@ -133,7 +116,7 @@ fn bad_responses_end_their_requests() {
         .unwrap()
         .finish()
         .unwrap();
-    let write = one(&cq2);
+    let write = next(&cq2).0;
     drop(child.stdin.take());
     let done = child.wait().unwrap();
     let _ = std::fs::remove_dir_all(&dir);

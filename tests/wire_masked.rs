@@ -7,30 +7,21 @@
 //! READ, is what the operations' definitions give. A main of its own: the sides are
 //! processes.
 
+mod wire_common;
+use wire_common::{join_wire, next};
+
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use mlx5::sim::registry::Registry;
-use mlx5::sim::{ExecMode, Fabric, FabricConfig, HostConfig, Sim};
+use mlx5::sim::Sim;
 use mlx5::wqe::{MaskedCs, MaskedFa, MaskedWord};
 use mlx5::{AccessFlags, CompletionQueue, ConnectParams, RcQp, RemoteQpInfo, Sge, Status, WqeFlags};
 
 /// Waits for one completion (10 s at most) and checks it succeeded.
 fn one(cq: &CompletionQueue<Sim, u64>, what: &str) {
-    let t0 = Instant::now();
-    loop {
-        let mut got = None;
-        cq.poll_with(1, |c, e| got = Some((c, e)));
-        if let Some((c, e)) = got {
-            assert_eq!(c.status, Status::Success, "{what} (entry {e}): {}", cq.explain(&c));
-            return;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(10), "{what}: no completion in 10 s");
-        std::thread::sleep(Duration::from_micros(50));
-    }
+    let (c, e) = next(cq);
+    assert_eq!(c.status, Status::Success, "{what} (entry {e}): {}", cq.explain(&c));
 }
 
 fn fa<W: MaskedWord>(qp: &RcQp<Sim, u64>, e: u64, a: MaskedFa<W>, raddr: u64, rkey: u32, res: Sge) {
@@ -42,12 +33,7 @@ fn fa<W: MaskedWord>(qp: &RcQp<Sim, u64>, e: u64, a: MaskedFa<W>, raddr: u64, rk
 /// rkey`, reads the peer's, connects. The server then waits for its stdin to close; the
 /// client runs the operations and prints "ok".
 fn side(role: &str, dir: &Path) {
-    let fabric = Fabric::new(FabricConfig { mode: ExecMode::Threaded, ..FabricConfig::default() });
-    let nic = fabric.add_host(HostConfig::infiniband("mlx5_0", 1));
-    let registry = Registry::open(&Registry::path_in(dir, "mlx5_0")).expect("open the registry");
-    nic.open_wire(Arc::new(registry)).expect("join the UDP wire");
-    let dev = mlx5::sim::devices(&fabric).remove(0);
-    let ctx = dev.open().unwrap();
+    let (_fabric, ctx) = join_wire(dir);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64, |_, _: u64| {}).unwrap();
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &mlx5::QpConfig::default()).unwrap();

@@ -7,42 +7,19 @@
 //! refused: REMOTE_ACCESS_ERR, the server's memory unchanged. A main of its own: the
 //! sides are processes.
 
+mod wire_common;
+use wire_common::{join_wire, next};
+
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use mlx5::sim::registry::Registry;
-use mlx5::sim::{ExecMode, Fabric, FabricConfig, HostConfig, Sim};
-use mlx5::{
-    AccessFlags, Completion, CompletionQueue, ConnectParams, MkeyKind, RemoteQpInfo, Sge, Status, Syndrome,
-    WcOpcode, WqeFlags,
-};
+use mlx5::{AccessFlags, ConnectParams, MkeyKind, RemoteQpInfo, Sge, Status, Syndrome, WcOpcode, WqeFlags};
 
 const S: WqeFlags = WqeFlags::SIGNALED;
 
-/// The next completion (10 s at most).
-fn next(cq: &CompletionQueue<Sim, u64>) -> (Completion, u64) {
-    let t0 = Instant::now();
-    loop {
-        let mut got = None;
-        cq.poll_with(1, |c, e| got = Some((c, e)));
-        if let Some(g) = got {
-            return g;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(10), "no completion in 10 s");
-        std::thread::sleep(Duration::from_micros(50));
-    }
-}
-
 fn side(role: &str, dir: &Path) {
-    let fabric = Fabric::new(FabricConfig { mode: ExecMode::Threaded, ..FabricConfig::default() });
-    let nic = fabric.add_host(HostConfig::infiniband("mlx5_0", 1));
-    let registry = Registry::open(&Registry::path_in(dir, "mlx5_0")).expect("open the registry");
-    nic.open_wire(Arc::new(registry)).expect("join the UDP wire");
-    let dev = mlx5::sim::devices(&fabric).remove(0);
-    let ctx = dev.open().unwrap();
+    let (_fabric, ctx) = join_wire(dir);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64, |_, _: u64| {}).unwrap();
     let qp = ctx.create_rc_qp(&pd, &cq, &cq, &mlx5::QpConfig::default()).unwrap();

@@ -314,18 +314,30 @@ impl std::fmt::Debug for CtxInner {
 /// dropped (CQ errors are also remembered in `cq_errors`).
 const MAX_PENDING_ASYNC: usize = 4096;
 
+impl CtxInner {
+    /// `ibv_dealloc_mw(mw)`: an inline of verbs.h, through the context's ops
+    /// table (layout-tested: `dealloc_mw` at `OPS_DEALLOC_MW`).
+    ///
+    /// # Safety
+    /// `mw` is a live window of this context, not used afterwards.
+    unsafe fn dealloc_mw(&self, mw: *mut ibv_mw) -> c_int {
+        type DeallocMw = unsafe extern "C" fn(*mut ibv_mw) -> c_int;
+        // SAFETY: a live context; its `dealloc_mw` has that signature (verbs.h).
+        unsafe {
+            let f = (*self.ctx).ops[OPS_DEALLOC_MW];
+            std::mem::transmute::<*mut c_void, DeallocMw>(f)(mw)
+        }
+    }
+}
+
 impl Drop for CtxInner {
     fn drop(&mut self) {
         // Windows are freed by their handles; any left (none, unless one
         // was leaked) go before the context.
-        for (_, mw) in self.mws.borrow_mut().drain() {
-            // SAFETY: a live context's ops table (layout-tested); a window of
-            // it, freed once.
-            unsafe {
-                let f = (*self.ctx).ops[OPS_DEALLOC_MW];
-                let dealloc: unsafe extern "C" fn(*mut ibv_mw) -> c_int = std::mem::transmute(f);
-                dealloc(mw);
-            }
+        let left: Vec<_> = self.mws.borrow_mut().drain().map(|(_, mw)| mw).collect();
+        for mw in left {
+            // SAFETY: a window of this live context, freed once (drained).
+            unsafe { self.dealloc_mw(mw) };
         }
         // SAFETY: opened by ibv_open_device, closed once, after every object
         // created from it (they all hold this Rc).
@@ -1173,13 +1185,8 @@ impl Backend for Hw {
         let Some(mw) = c.mws.borrow_mut().remove(&(key >> 8)) else {
             return Err(Error::Unsupported(mlx5_api::Unsupported::Mkeys));
         };
-        // SAFETY: a live context, its ops table (layout-tested).
-        let f = unsafe { (*c.ctx).ops[OPS_DEALLOC_MW] };
-        type DeallocMw = unsafe extern "C" fn(*mut ibv_mw) -> c_int;
-        // SAFETY: the provider's `dealloc_mw`, of that signature.
-        let dealloc: DeallocMw = unsafe { std::mem::transmute::<*mut c_void, DeallocMw>(f) };
         // SAFETY: a window of this context, freed once (removed above).
-        Ok(check("ibv_dealloc_mw", unsafe { dealloc(mw) })?)
+        Ok(check("ibv_dealloc_mw", unsafe { c.dealloc_mw(mw) })?)
     }
 
     fn create_cq(

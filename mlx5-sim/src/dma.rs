@@ -412,7 +412,7 @@ impl MrTable {
     /// each piece to `f` (which may stop the walk by returning false).
     fn walk(&self, a: Ask, mut f: impl FnMut(Region) -> bool) -> Result<(), DmaError> {
         let Ask { key, addr, len, need, pdn, remote } = a;
-        let Some(mk) = self.mkeys.by_index(key).filter(|_| key >> 8 >= crate::mkey::INDEX_BASE) else {
+        let Some(mk) = self.mkeys.by_index(key) else {
             return Err(DmaError::UnknownKey { key });
         };
         if mk.kind.is_window() && remote.is_none() {

@@ -197,7 +197,9 @@ impl Mkeys {
         Some(i << 8)
     }
 
-    /// The key's entry (by its index; the variant is not compared).
+    /// The key's entry (by its index; the variant is not compared). A key whose index
+    /// is below [`INDEX_BASE`] (an MR's, say) finds none: the table holds only
+    /// indices it handed out, and a lookup compares the whole index.
     pub(crate) fn by_index(&self, key: u32) -> Option<&Mkey> {
         self.map.get(&(key >> 8))
     }

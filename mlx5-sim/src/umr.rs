@@ -149,7 +149,7 @@ fn refuse(f: impl FnOnce() -> String) -> Outcome {
 pub(crate) fn execute(host: &mut crate::host::Host, qpn: u32, pdn: u32, u: &Umr) -> Outcome {
     let key = u.key;
     let mrs = &host.mrs;
-    let Some(mk) = mrs.mkeys.by_index(key).filter(|_| key >> 8 >= crate::mkey::INDEX_BASE) else {
+    let Some(mk) = mrs.mkeys.by_index(key) else {
         return refuse(|| {
             format!("the UMR names key 0x{key:x}, which is neither a memory window nor an indirect mkey of this device")
         });
@@ -317,7 +317,7 @@ pub(crate) fn remote_invalidate(
     pdn: u32,
     qpn: u32,
 ) -> Result<(), String> {
-    let Some(mk) = mrs.mkeys.by_index(rkey).filter(|_| rkey >> 8 >= crate::mkey::INDEX_BASE) else {
+    let Some(mk) = mrs.mkeys.by_index(rkey) else {
         return Err(format!(
             "the SEND with invalidate names rkey 0x{rkey:x}, which is not a memory window (an MR is never invalidated remotely)"
         ));

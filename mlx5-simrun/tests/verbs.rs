@@ -322,16 +322,21 @@ fn parse_written(out: &str) -> Vec<(String, Written)> {
     v
 }
 
-/// The same WQE as `w`, written by our builder on a QP of the simulator
-/// (fresh, so at ring slot 0): its bytes.
-fn ours(name: &str, w: &Written) -> Vec<u8> {
-    use mlx5_api::sim::two_hosts;
-    use mlx5_api::{AccessFlags, ConnectParams, MkeyKind, MwBind, QpConfig, Sge, WqeFlags};
-    use mlx5_sim::ExecMode;
-    let (_fabric, da, db) = two_hosts(ExecMode::Deterministic);
-    let cfg = QpConfig { max_send_wr: 16, max_send_sge: 1, max_inline_data: 0, ..QpConfig::default() };
-    let ca = da.open().unwrap();
-    let cb = db.open().unwrap();
+/// A connected RC QP of the simulator, fresh (the first WQE our builder writes
+/// lands at ring slot 0), its PD, and what keeps them alive (dropped after them).
+struct SimQp {
+    qp: mlx5_api::RcQp<mlx5_api::sim::Sim, u64>,
+    pd: mlx5_api::ProtectionDomain<mlx5_api::sim::Sim>,
+    _peer: mlx5_api::RcQp<mlx5_api::sim::Sim, u64>,
+    _cqs: [mlx5_api::CompletionQueue<mlx5_api::sim::Sim, u64>; 2],
+    _fabric: mlx5_sim::Fabric,
+}
+
+fn sim_qp(max_inline_data: u32) -> SimQp {
+    use mlx5_api::{ConnectParams, QpConfig};
+    let (fabric, da, db) = mlx5_api::sim::two_hosts(mlx5_sim::ExecMode::Deterministic);
+    let cfg = QpConfig { max_send_wr: 16, max_send_sge: 1, max_inline_data, ..QpConfig::default() };
+    let (ca, cb) = (da.open().unwrap(), db.open().unwrap());
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let cqa = ca.create_cq(64, |_, _: u64| {}).unwrap();
     let cqb = cb.create_cq(64, |_, _: u64| {}).unwrap();
@@ -340,12 +345,42 @@ fn ours(name: &str, w: &Written) -> Vec<u8> {
     let (ia, ib) = (qa.local_info().unwrap(), qb.local_info().unwrap());
     qa.activate(&ConnectParams { remote: Some(ib), ..Default::default() }).unwrap();
     qb.activate(&ConnectParams { remote: Some(ia), ..Default::default() }).unwrap();
+    SimQp { qp: qa, pd: pa, _peer: qb, _cqs: [cqa, cqb], _fabric: fabric }
+}
+
+/// The WQE our builder wrote at ring slot 0 of `q`, with what differs by
+/// construction set to libmlx5's values (`w`): the WQE index (ctrl bytes 1-2:
+/// their QP had posted before), the QPN (ctrl bytes 4-6), in a type-2 bind's
+/// mkey context the QPN the window binds to (bytes 68-70, the posting QP's),
+/// and, for an mkey list, `key` = (ours, theirs): the mkey's number (ctrl
+/// `imm`). Its hex, then libmlx5's.
+fn ours_as_theirs(q: &SimQp, w: &Written, key: Option<(u32, u32)>) -> (String, String) {
+    let ring = q.qp.sq_ring_bytes();
+    let mut v = ring[..usize::from(ring[7] & 0x3f) * 16].to_vec();
+    v[1..3].copy_from_slice(&w.idx.to_be_bytes());
+    v[4..7].copy_from_slice(&w.qpn.to_be_bytes()[1..]);
+    if v.len() >= 72 && u32::from_be_bytes(v[68..72].try_into().unwrap()) >> 8 == q.qp.qpn() {
+        v[68..71].copy_from_slice(&w.qpn.to_be_bytes()[1..]);
+    }
+    if let Some((ours, theirs)) = key {
+        assert_eq!(u32::from_be_bytes(v[12..16].try_into().unwrap()), ours);
+        v[12..16].copy_from_slice(&theirs.to_be_bytes());
+    }
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    (hex(&v), hex(&w.bytes))
+}
+
+/// The same WQE as `w`, written by our builder on a QP of the simulator
+/// ([`ours_as_theirs`]).
+fn ours(name: &str, w: &Written) -> (String, String) {
+    use mlx5_api::{AccessFlags, MkeyKind, MwBind, Sge, WqeFlags};
+    let q = sim_qp(0);
     // libmlx5 gives the WQE after a UMR an initiator small fence (fm_cache):
     // the local_inv follows bind2, rebind2 the local_inv, bind1 rebind2.
     let after_umr = matches!(name, "local_inv" | "rebind2" | "bind1");
     let flags = if after_umr { WqeFlags::SIGNALED | WqeFlags::SMALL_FENCE } else { WqeFlags::SIGNALED };
     let access = AccessFlags::from_bits(w.access).unwrap();
-    let b = qa.wqe_builder(0).unwrap();
+    let b = q.qp.wqe_builder(0).unwrap();
     match name {
         "local_inv" => b.local_inv(flags, w.rkey).unwrap().finish_batch().unwrap(),
         "send_inv" => b
@@ -370,20 +405,7 @@ fn ours(name: &str, w: &Written) -> Vec<u8> {
             b.bind_mw(flags, &bind).unwrap().finish_batch().unwrap()
         }
     }
-    let ring = qa.sq_ring_bytes();
-    let ds = usize::from(ring[7] & 0x3f);
-    let mut v = ring[..ds * 16].to_vec();
-    // What differs by construction, set to libmlx5's values: the WQE index
-    // (ctrl bytes 1-2: their QP had posted before), the QPN (ctrl bytes 4-6)
-    // and, in a type-2 bind's mkey context, the QPN the window binds to
-    // (bytes 68-70, the posting QP's).
-    let our_qpn = qa.qpn();
-    v[1..3].copy_from_slice(&w.idx.to_be_bytes());
-    v[4..7].copy_from_slice(&w.qpn.to_be_bytes()[1..]);
-    if v.len() >= 72 && u32::from_be_bytes(v[68..72].try_into().unwrap()) >> 8 == our_qpn {
-        v[68..71].copy_from_slice(&w.qpn.to_be_bytes()[1..]);
-    }
-    v
+    ours_as_theirs(&q, w, None)
 }
 
 /// Indirect mkeys created by libmlx5 (`mlx5dv_create_mkey`: DEVX
@@ -396,10 +418,8 @@ fn ours(name: &str, w: &Written) -> Vec<u8> {
 #[test]
 #[cfg_attr(no_libibverbs_dev, ignore = "libibverbs-dev not installed (.ci/run installs it)")]
 fn indirect_mkeys_listed_by_libmlx5_match_our_builder() {
-    use mlx5_api::sim::two_hosts;
     use mlx5_api::wqe::Interleaved;
-    use mlx5_api::{AccessFlags, ConnectParams, QpConfig, Sge, WqeFlags};
-    use mlx5_sim::ExecMode;
+    use mlx5_api::{AccessFlags, Sge, WqeFlags};
     let prog = compile_with("mr_list", &["-lmlx5"]);
     let o = simrun().env("MLX5_SIM_DEVX", "1").arg("--").arg(&prog).output().expect("run mlx5_simrun");
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -419,20 +439,11 @@ fn indirect_mkeys_listed_by_libmlx5_match_our_builder() {
             .parse()
             .unwrap()
     };
-    let (_fabric, da, db) = two_hosts(ExecMode::Deterministic);
-    let (ca, cb) = (da.open().unwrap(), db.open().unwrap());
-    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-    let cqa = ca.create_cq(64, |_, _: u64| {}).unwrap();
-    let cqb = cb.create_cq(64, |_, _: u64| {}).unwrap();
-    let cfg = QpConfig { max_send_wr: 16, max_send_sge: 1, max_inline_data: 64, ..QpConfig::default() };
     for name in ["mr_list", "mr_interleaved"] {
         let w = &theirs.iter().find(|(n, _)| n == name).expect("the WQE").1;
         // Ours: the same UMR on a fresh QP of the simulator.
-        let qa = ca.create_rc_qp(&pa, &cqa, &cqa, &cfg).unwrap();
-        let qb = cb.create_rc_qp(&pb, &cqb, &cqb, &cfg).unwrap();
-        let (ia, ib) = (qa.local_info().unwrap(), qb.local_info().unwrap());
-        qa.activate(&ConnectParams { remote: Some(ib), ..Default::default() }).unwrap();
-        qb.activate(&ConnectParams { remote: Some(ia), ..Default::default() }).unwrap();
+        let q = sim_qp(64);
+        let (qa, pa) = (&q.qp, &q.pd);
         let access = AccessFlags::from_bits(arg(name, "access") as u32).unwrap();
         let b = qa.wqe_builder(0).unwrap();
         let mk;
@@ -459,14 +470,8 @@ fn indirect_mkeys_listed_by_libmlx5_match_our_builder() {
                 .finish_batch()
                 .unwrap();
         }
-        let ring = qa.sq_ring_bytes();
-        let mut v = ring[..usize::from(ring[7] & 0x3f) * 16].to_vec();
-        v[1..3].copy_from_slice(&w.idx.to_be_bytes());
-        v[4..7].copy_from_slice(&w.qpn.to_be_bytes()[1..]);
-        assert_eq!(u32::from_be_bytes(v[12..16].try_into().unwrap()), mk.key());
-        v[12..16].copy_from_slice(&(arg(name, "key") as u32).to_be_bytes());
-        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-        assert_eq!(hex(&v), hex(&w.bytes), "{name}: ours, then libmlx5's");
+        let (ours, libmlx5) = ours_as_theirs(&q, w, Some((mk.key(), arg(name, "key") as u32)));
+        assert_eq!(ours, libmlx5, "{name}: ours, then libmlx5's");
     }
 }
 
@@ -486,8 +491,7 @@ fn memory_windows_posted_by_libmlx5_match_our_builders() {
     let names: Vec<&str> = written.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["bind2", "local_inv", "rebind2", "send_inv", "bind1"], "{out}");
     for (name, w) in &written {
-        let o = ours(name, w);
-        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-        assert_eq!(hex(&o), hex(&w.bytes), "{name}: ours, then libmlx5's");
+        let (ours, libmlx5) = ours(name, w);
+        assert_eq!(ours, libmlx5, "{name}: ours, then libmlx5's");
     }
 }
